@@ -1,0 +1,5 @@
+import sys
+
+from pitstop.cli import main
+
+sys.exit(main())
