@@ -9,5 +9,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "chromium not installed; the HTML render test will skip" >&2
 fi
-.venv/bin/ruff check src tests benchmarks examples
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
