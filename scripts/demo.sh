@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The main job on a built-in example: audit this machine, then write the HTML report.
+# The main job on a built-in example: profile an unmodified training script with a planted problem
+# (JPEG decoding and augmentation in the training process, num_workers=0) and write the HTML report.
+# Extra arguments go to `pitstop profile`, e.g. `bash scripts/demo.sh --trace`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-.venv/bin/pitstop doctor --html pitstop-doctor.html "$@"
+.venv/bin/pitstop profile --steps 20 --html pitstop-profile.html "$@" -- python examples/slow_loader.py
+echo "open pitstop-profile.html; try the other examples too: examples/item_sync.py, conv_fp32.py, healthy.py" >&2

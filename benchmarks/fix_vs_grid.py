@@ -1,0 +1,206 @@
+"""`pitstop fix`'s chosen configuration vs an exhaustive grid of the same fixes, on the planted examples.
+
+For each example:
+  1. `pitstop fix` (auto mode: profile, candidates from its findings, interleaved runs; torch.compile
+     skipped: minutes per run here) picks a configuration and reports its measured speed-up.
+  2. Every combination of the grid's overrides (e.g. num_workers in {0, 2, 4} x autocast off/bf16) is run
+     `--repeats` times, interleaved, in the same session, including the unmodified baseline.
+  3. The table gives the grid's best configuration, where fix's choice ranks in the grid, its steps/s
+     relative to the grid's best (both measured in the grid runs), and how many script runs each needed.
+
+Writes benchmarks/results/fix_vs_grid.md.
+
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_vs_grid.py [--repeats 2] [--examples slow_loader]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "fix_vs_grid.md"
+
+# example -> (script arguments that keep one run short, the grid's axes)
+EXAMPLES: dict[str, tuple[list[str], dict[str, list[Any]]]] = {
+    "slow_loader": (
+        ["--batch-size", "8", "--images", "48", "--steps", "100000"],
+        {"num_workers": [0, 2, 4], "autocast": [None, "bfloat16"]},
+    ),
+    "conv_fp32": (
+        ["--batch-size", "16", "--size", "32", "--steps", "100000"],
+        {"autocast": [None, "bfloat16"], "channels_last": [False, True]},
+    ),
+}
+
+
+def overrides_for(cell: dict[str, Any]) -> Any:
+    from pitstop.profile.overrides import Overrides
+
+    ov = Overrides()
+    if cell.get("num_workers"):
+        ov.dataloader = {"num_workers": cell["num_workers"], "persistent_workers": True}
+    ov.autocast = cell.get("autocast")
+    ov.channels_last = bool(cell.get("channels_last"))
+    return ov
+
+
+def cell_of(ov: dict[str, Any]) -> dict[str, Any]:
+    """A fix result's overrides (dict form) -> the grid's coordinates."""
+    return {
+        "num_workers": (ov.get("dataloader") or {}).get("num_workers", 0),
+        "autocast": ov.get("autocast"),
+        "channels_last": bool(ov.get("channels_last")),
+    }
+
+
+def label(cell: dict[str, Any], axes: dict[str, list[Any]]) -> str:
+    return ", ".join(f"{k}={cell.get(k)}" for k in axes) or "baseline"
+
+
+def run_grid(
+    cmd: list[str], axes: dict[str, list[Any]], args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    from pitstop.profile.runner import RunSpec, run
+
+    cells = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    runs: dict[str, list[float]] = {label(c, axes): [] for c in cells}
+    n = len(cells) * args.repeats
+    i = 0
+    for _ in range(args.repeats):
+        for c in cells:
+            i += 1
+            print(f"  grid run {i}/{n}: {label(c, axes)}", file=sys.stderr, flush=True)
+            spec = RunSpec(cmd, steps=args.steps, warmup=args.warmup, overrides=overrides_for(c), probes=False,
+                           quiet=True, timeout=600, cwd=str(ROOT))  # fmt: skip
+            res = run(spec)
+            if res.ok and res.steps:
+                runs[label(c, axes)].append(res.steps_per_s())
+    return {
+        label(c, axes): {
+            "cell": c,
+            "runs": runs[label(c, axes)],
+            "median": statistics.median(runs[label(c, axes)]),
+        }
+        for c in cells
+        if runs[label(c, axes)]
+    }
+
+
+def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from pitstop.tune.fix import FixConfig, run_fix
+
+    script_args, axes = EXAMPLES[name]
+    cmd = [sys.executable, f"examples/{name}.py", *script_args]
+    print(f"{name}: pitstop fix", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    cfg = FixConfig(
+        steps=args.steps, warmup=args.warmup, repeats=args.repeats, skip=("compile",), cwd=str(ROOT)
+    )
+    fix = run_fix(cmd, cfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    fix_s = time.perf_counter() - t0
+    fix_runs = 1 + args.repeats * (1 + len(fix.candidates)) + (2 * args.repeats if fix.combined else 0)
+    chosen = [m for m in fix.candidates if m.name in fix.chosen]
+    merged: dict[str, Any] = {}
+    for m in chosen:
+        for k, v in m.overrides.items():
+            if v:
+                merged[k] = v
+    chosen_cell = {k: v for k, v in cell_of(merged).items() if k in axes}
+    print(f"{name}: exhaustive grid", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    grid = run_grid(cmd, axes, args)
+    grid_s = time.perf_counter() - t0
+    base_label = label({k: v[0] for k, v in axes.items()}, axes)
+    base = grid.get(base_label, {}).get("median")
+    ranked = sorted(grid.values(), key=lambda g: -g["median"])
+    best = ranked[0]
+    chosen_label = label({**{k: v[0] for k, v in axes.items()}, **chosen_cell}, axes)
+    chosen_in_grid = grid.get(chosen_label)
+    rank = next((i + 1 for i, g in enumerate(ranked) if label(g["cell"], axes) == chosen_label), None)
+    return {
+        "example": name,
+        "fix_chosen": " + ".join(fix.chosen) or "nothing (no candidate helped)",
+        "fix_candidates": ", ".join(f"{m.name}: {m.verdict}" for m in fix.candidates) or "none",
+        "fix_speedup": fix.speedup,
+        "chosen_label": chosen_label,
+        "chosen_vs_best": chosen_in_grid["median"] / best["median"] if chosen_in_grid else None,
+        "chosen_rank": rank,
+        "grid_best": label(best["cell"], axes),
+        "grid_best_speedup": best["median"] / base if base else None,
+        "grid_size": len(grid),
+        "fix_runs": fix_runs,
+        "grid_runs": len(grid) * args.repeats,
+        "fix_s": fix_s,
+        "grid_s": grid_s,
+        "grid": {k: v["runs"] for k, v in grid.items()},
+    }
+
+
+def fmt(v: Any, spec: str = ".2f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    from pitstop.machine import machine_line
+
+    lines = [
+        "# fix vs exhaustive grid",
+        "",
+        f"Machine: {machine_line()} (a shared machine: others' tests ran during the measurement).  ",
+        f"Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/fix_vs_grid.py', *sys.argv[1:]])}`  ",
+        f"Each run: {args.warmup} warm-up + {args.steps} measured optimizer steps of the unmodified example; "
+        f"{args.repeats} interleaved runs per configuration, median steps/s. `fix` in auto mode with "
+        "torch.compile skipped.",
+        "",
+        "| example | fix chose | fix's speed-up (its runs) | grid best | grid best vs baseline | fix's choice vs grid best "
+        "(grid runs) | rank of fix's choice | script runs: fix / grid | wall s: fix / grid |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['example']} | {r['fix_chosen']} | {fmt(r['fix_speedup'])}x | {r['grid_best']} | "
+            f"{fmt(r['grid_best_speedup'])}x | {fmt(r['chosen_vs_best'])} | {r['chosen_rank']}/{r['grid_size']} | "
+            f"{r['fix_runs']} / {r['grid_runs']} | {r['fix_s']:.0f} / {r['grid_s']:.0f} |"
+        )
+    lines += ["", "Per-configuration steps/s (each grid run):", ""]
+    for r in rows:
+        lines.append(f"- **{r['example']}** (fix's candidates: {r['fix_candidates']})")
+        for k, v in r["grid"].items():
+            lines.append(f"  - {k}: " + ", ".join(f"{x:.3g}" for x in v))
+    text = "\n".join(lines) + "\n"
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text)
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma list of " + ", ".join(EXAMPLES))
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    names = [n.strip() for n in args.examples.split(",") if n.strip()]
+    unknown = [n for n in names if n not in EXAMPLES]
+    if unknown:
+        ap.error(f"unknown example(s): {', '.join(unknown)}")
+    rows = []
+    try:
+        for name in names:
+            rows.append(bench_example(name, args))
+    except KeyboardInterrupt:
+        print("interrupted: writing what was measured", file=sys.stderr)
+    print(write_results(rows, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""pitstop.train vs a naive loop, PyTorch Lightning and HF Accelerate: same conv net, same data, one run.
+
+Contenders (each in its own worker process, so allocator state, imports and peak memory stay apart):
+
+  naive               the tutorial loop: fp32, default memory format, AdamW (for-loop), zero_grad(),
+                      loss.item() every step
+  pitstop             pitstop.train.fit with TrainConfig() defaults (auto: bf16 where the CPU is fast at
+                      it, fused AdamW, no per-step host sync; channels_last is CUDA-only by default)
+  lightning           Lightning Trainer with its documented speed setting precision="bf16-mixed",
+                      logger/checkpointing/progress bar off, AdamW as a user writes it
+  accelerate          Accelerator(mixed_precision="bf16"), AdamW as a user writes it
+  lightning+fused     lightning with the same fused AdamW pitstop picks
+  accelerate+fused    accelerate with the same fused AdamW pitstop picks
+
+The "+fused" rows separate framework overhead from the optimizer choice pitstop makes by default.
+Every worker trains the same model from the same seed on the same in-memory data. The parent lets the
+workers run one chunk of steps at a time, round-robin (the order rotates every round), so all of them
+see the same machine conditions; the first chunk is warm-up and not counted. steps/s per chunk is
+measured inside the worker (perf_counter, CPU work is synchronous); we report median and best over chunks.
+Peak memory is each worker's peak RSS (getrusage) and its growth during training.
+Writes benchmarks/results/train_vs_peers.md.
+
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 6] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "train_vs_peers.md"
+CONTENDERS = ("naive", "pitstop", "lightning", "accelerate", "lightning+fused", "accelerate+fused")
+TAG = "@@pitstop-bench "
+
+
+# ----------------------------------------------------------------------------------------------- worker
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+class Handshake:
+    """Worker side: announce each finished chunk with its time, then wait for the parent's go."""
+
+    def __init__(self, steps_per_chunk: int, chunks: int) -> None:
+        self.steps_per_chunk, self.chunks = steps_per_chunk, chunks
+        self.t0 = 0.0
+        self.done = 0
+
+    def send(self, msg: dict[str, Any]) -> None:
+        sys.__stdout__.write(TAG + json.dumps(msg) + "\n")
+        sys.__stdout__.flush()
+
+    def wait_go(self) -> None:
+        if sys.stdin.readline().strip() != "go":
+            raise SystemExit(0)  # parent gone or stopping
+        self.t0 = time.perf_counter()
+
+    def chunk_done(self) -> None:
+        dt_s = time.perf_counter() - self.t0
+        self.done += 1
+        self.send({"chunk": self.done, "seconds": dt_s, "steps": self.steps_per_chunk})
+        if self.done < self.chunks:
+            self.wait_go()
+
+
+def build(seed: int, n_samples: int, batch: int, size: int, w: int) -> tuple[Any, Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_samples, 3, size, size, generator=g)
+    y = torch.randint(0, 10, (n_samples,), generator=g)
+
+    def block(cin: int, cout: int, stride: int) -> list[torch.nn.Module]:
+        return [
+            torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+            torch.nn.BatchNorm2d(cout),
+            torch.nn.ReLU(),
+        ]
+
+    model = torch.nn.Sequential(
+        *block(3, w, 1),
+        *block(w, 2 * w, 2),
+        *block(2 * w, 2 * w, 1),
+        *block(2 * w, 4 * w, 2),
+        *block(4 * w, 4 * w, 1),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * w, 10),
+    )
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=True, drop_last=True, generator=g
+    )
+    return model, loader
+
+
+def worker(name: str, a: argparse.Namespace) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, loader = build(0, a.samples, a.batch, a.size, a.width)
+    total = a.steps * a.chunks
+    lr = 1e-3
+    hs = Handshake(a.steps, a.chunks)
+    base_rss = _rss_mib()
+    hs.send({"ready": True, "threads": torch.get_num_threads()})
+    hs.wait_go()
+    fused = name.endswith("+fused")
+
+    if name == "naive":
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        model.train()
+        step = 0
+        while step < total:
+            for x, y in loader:
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                _ = loss.item()  # the usual per-step logging read
+                step += 1
+                if step % a.steps == 0:
+                    hs.chunk_done()
+                if step >= total:
+                    break
+    elif name == "pitstop":
+        from pitstop.train import TrainConfig, fit
+
+        cfg = TrainConfig(epochs=10**6, max_steps=total, lr=lr, log_every=a.steps, progress=False)
+        fit(
+            model,
+            None,
+            loader,
+            F.cross_entropy,
+            cfg,
+            on_log=lambda row: row["step"] % a.steps or hs.chunk_done(),
+        )
+    elif name.startswith("lightning"):
+        import lightning.pytorch as pl
+
+        class Module(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def training_step(self, batch: Any, batch_idx: int) -> Any:
+                x, y = batch
+                return F.cross_entropy(self.model(x), y)
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.AdamW(self.parameters(), lr=lr, fused=True if fused else None)
+
+        class Chunks(pl.Callback):
+            def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+                if trainer.global_step % a.steps == 0:
+                    hs.chunk_done()
+
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            precision="bf16-mixed",
+            max_steps=total,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            callbacks=[Chunks()],
+        )
+        trainer.fit(Module(), train_dataloaders=loader)
+    elif name.startswith("accelerate"):
+        from accelerate import Accelerator
+
+        acc = Accelerator(cpu=True, mixed_precision="bf16")
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True if fused else None)
+        model, opt, dl = acc.prepare(model, opt, loader)
+        model.train()
+        step = 0
+        while step < total:
+            for x, y in dl:
+                loss = F.cross_entropy(model(x), y)
+                acc.backward(loss)
+                opt.step()
+                opt.zero_grad()
+                step += 1
+                if step % a.steps == 0:
+                    hs.chunk_done()
+                if step >= total:
+                    break
+    else:
+        raise SystemExit(f"unknown contender {name}")
+    hs.send({"finished": True, "peak_rss_mib": _peak_rss_mib(), "base_rss_mib": base_rss})
+
+
+# ----------------------------------------------------------------------------------------------- parent
+class Worker:
+    def __init__(self, name: str, a: argparse.Namespace) -> None:
+        self.name = name
+        cmd = [sys.executable, __file__, "--worker", name]
+        cmd += ["--steps", str(a.steps), "--chunks", str(a.chunks), "--batch", str(a.batch)]
+        cmd += ["--size", str(a.size), "--samples", str(a.samples), "--width", str(a.width)]
+        cmd += ["--threads", str(a.threads)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        self.chunk_s: list[float] = []
+        self.info: dict[str, Any] = {}
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise RuntimeError(f"{self.name} worker exited: {err[-2000:]}")
+            if line.startswith(TAG):
+                return json.loads(line[len(TAG) :])
+
+    def go(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def run(a: argparse.Namespace) -> dict[str, Worker]:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    workers: dict[str, Worker] = {}
+    try:
+        for name in a.contenders:
+            w = Worker(name, a)
+            w.info.update(w.read())  # ready: model and data built, imports done
+            workers[name] = w
+        names = list(workers)
+        with Progress(console=console) as prog:
+            task = prog.add_task("chunks", total=a.chunks * len(names))
+            for r in range(a.chunks):
+                order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no fixed position bias
+                for name in order:
+                    w = workers[name]
+                    msg = w.go()
+                    if r > 0:  # chunk 0 is warm-up (first-iteration allocations, oneDNN primitive caches)
+                        w.chunk_s.append(msg["seconds"] / msg["steps"])
+                    prog.advance(task)
+        for w in workers.values():
+            w.info.update(w.read())
+    except KeyboardInterrupt:
+        console.print("interrupted: reporting the chunks measured so far")
+    finally:
+        for w in workers.values():
+            w.close()
+    return workers
+
+
+def fmt_table(workers: dict[str, Worker], a: argparse.Namespace) -> list[str]:
+    med = {n: 1.0 / statistics.median(w.chunk_s) for n, w in workers.items() if w.chunk_s}
+    rows = [
+        "| contender | median steps/s | best steps/s | vs naive | vs pitstop | peak RSS MiB | RSS growth MiB | chunks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, w in workers.items():
+        if not w.chunk_s:
+            continue
+        best = 1.0 / min(w.chunk_s)
+        vs_naive = f"{med[n] / med['naive']:.2f}x" if "naive" in med else "-"
+        vs_pit = f"{med[n] / med['pitstop']:.2f}x" if "pitstop" in med else "-"
+        peak = w.info.get("peak_rss_mib")
+        growth = peak - w.info["base_rss_mib"] if peak is not None and "base_rss_mib" in w.info else None
+        rows.append(
+            f"| {n} | {med[n]:.2f} | {best:.2f} | {vs_naive} | {vs_pit} | "
+            f"{peak:.0f} | {growth:.0f} | {len(w.chunk_s)} |"
+            if peak is not None and growth is not None
+            else f"| {n} | {med[n]:.2f} | {best:.2f} | {vs_naive} | {vs_pit} | - | - | {len(w.chunk_s)} |"
+        )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--chunks", type=int, default=12, help="chunks per contender (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=5, help="optimizer steps per chunk")
+    ap.add_argument("--width", type=int, default=16, help="channels of the first conv (then 2x, 4x)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = torch default)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--size", type=int, default=32, help="image side (3 x size x size inputs)")
+    ap.add_argument("--samples", type=int, default=1024)
+    ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.worker, a)
+        return
+    if a.chunks < 2:
+        raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
+    sys.path.insert(0, str(ROOT / "src"))
+    from pitstop.hardware import preferred_amp_dtype
+    from pitstop.machine import machine_line
+
+    workers = run(a)
+    threads = {w.info.get("threads") for w in workers.values()}
+    table = fmt_table(workers, a)
+    cmd = "flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py " + " ".join(
+        sys.argv[1:]
+    )
+    text = "\n".join(
+        [
+            "# train: pitstop.train vs a naive loop, Lightning and Accelerate (CPU conv net)",
+            "",
+            f"- machine: {machine_line()}",
+            f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
+            f"- command: `{cmd.strip()}`",
+            f"- workload: 5-conv BatchNorm net ({a.width}-{2 * a.width}-{2 * a.width}-{4 * a.width}-"
+            f"{4 * a.width} channels) + linear, batch {a.batch} of "
+            f"3x{a.size}x{a.size} random images, 10 classes, AdamW lr 1e-3; {a.steps} optimizer steps per "
+            f"chunk, {a.chunks} chunks per contender (first = warm-up, not counted), round-robin with "
+            f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
+            f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'}",
+            "- each contender in its own process; RSS growth = peak RSS minus RSS after imports and setup",
+            "- measured on a shared machine (other engineers' tests ran at the same time): the interleaving "
+            "spreads that noise over all rows, but treat differences under ~10% as noise",
+            "",
+            *table,
+            "",
+        ]
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text)
+    print(text)
+    print(f"written: {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

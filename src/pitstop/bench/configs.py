@@ -1,0 +1,152 @@
+"""The ablation: a baseline, each optimization alone, all together, and the tuning guides' claims.
+
+A Config is plain data; ``why_not(config, device)`` says why a config cannot run here (fp16 without a
+GPU, pinned memory without CUDA), so its row carries a reason instead of a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What tuning guides promise, as a range of a ratio against the baseline."""
+
+    text: str
+    # "speedup" (throughput ratio), "memory" (peak step memory ratio), "activations" (activation memory
+    # ratio), "steps" (steps-to-target ratio), "efficiency" (DDP speed-up / processes)
+    metric: str
+    low: float | None = None  # the claimed ratio range, when the claim is numeric
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    title: str
+    workers: int = 0
+    pin_memory: bool = False
+    channels_last: bool = False
+    amp: str | None = None  # "bfloat16" / "float16"
+    compile: bool = False
+    fused: bool = False
+    checkpoint: bool = False
+    accumulation: int = 1  # micro-batches per optimizer step, at the same effective batch
+    peer: str | None = None  # "lightning" / "accelerate": the same baseline step through that library
+    claim: Claim | None = None
+    isolate: bool = False  # measured in a subprocess with a timeout (compile can take minutes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def knobs(self) -> str:
+        """The settings that differ from the baseline, in words."""
+        parts = []
+        if self.workers:
+            parts.append(f"num_workers={self.workers}")
+        if self.pin_memory:
+            parts.append("pin_memory")
+        if self.channels_last:
+            parts.append("channels_last")
+        if self.amp:
+            parts.append(f"autocast {self.amp}")
+        if self.compile:
+            parts.append("torch.compile")
+        if self.fused:
+            parts.append("fused AdamW")
+        if self.checkpoint:
+            parts.append("activation checkpointing")
+        if self.accumulation > 1:
+            parts.append(f"{self.accumulation} micro-batches accumulated")
+        if self.peer:
+            parts.append(f"via {self.peer}")
+        return ", ".join(parts) or "fp32, num_workers=0, foreach AdamW"
+
+
+CLAIMS = {
+    "workers": Claim("workers + pinned memory cut data-loading time to 1/3-1/2", "speedup", 1.5, 3.0),
+    "pin_memory": Claim("pinned memory speeds host-to-GPU copies", "speedup", 1.1, 2.0),
+    "channels_last": Claim("channels_last speeds convolutions 8-35% (with AMP)", "speedup", 1.08, 1.35),
+    "amp_bf16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
+    "amp_fp16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
+    "compile": Claim("torch.compile 1.3-2x faster training", "speedup", 1.3, 2.0),
+    "fused": Claim("fused optimizer: fewer kernels, faster optimizer step", "speedup", 1.0, 1.2),
+    "checkpoint": Claim("activation checkpointing about halves activation memory", "activations", 0.4, 0.6),
+    # At equal effective batch, 4 accumulated micro-batches should hold about 1/4 of the activations.
+    "accumulation": Claim(
+        "gradient accumulation emulates a 4x batch at no memory cost", "activations", 0.2, 0.35
+    ),
+    "all": Claim("all speed optimizations together", "speedup", None, None),
+    "lightning": Claim("a framework adds little overhead over plain PyTorch", "speedup", 0.95, 1.05),
+    "accelerate": Claim("a framework adds little overhead over plain PyTorch", "speedup", 0.95, 1.05),
+    "onecycle": Claim("OneCycle shortens time-to-accuracy 30-50%", "steps", 0.5, 0.7),
+    "ddp": Claim("DDP on 8 GPUs 7-8x (scaling efficiency 88-100%)", "efficiency", 0.875, 1.0),
+}
+
+BASELINE = Config("baseline", "baseline")
+
+
+def ablation(
+    device: str, image_input: bool, amp_dtype: str | None, workers: int = 2, peers: bool = True
+) -> list[Config]:
+    """Baseline, each optimization alone, all speed optimizations together, and the peer rows."""
+    configs = [
+        BASELINE,
+        Config(
+            "workers",
+            "DataLoader workers",
+            workers=workers,
+            pin_memory=device == "cuda",
+            claim=CLAIMS["workers"],
+        ),
+        Config("pin_memory", "pinned memory", pin_memory=True, claim=CLAIMS["pin_memory"]),
+    ]
+    if image_input:
+        configs.append(
+            Config("channels_last", "channels_last", channels_last=True, claim=CLAIMS["channels_last"])
+        )
+    configs += [
+        Config("amp_bf16", "AMP bf16", amp="bfloat16", claim=CLAIMS["amp_bf16"]),
+        Config("amp_fp16", "AMP fp16 + GradScaler", amp="float16", claim=CLAIMS["amp_fp16"]),
+        Config("fused", "fused optimizer", fused=True, claim=CLAIMS["fused"]),
+        Config("checkpoint", "activation checkpointing", checkpoint=True, claim=CLAIMS["checkpoint"]),
+        Config("accumulation", "gradient accumulation x4", accumulation=4, claim=CLAIMS["accumulation"]),
+    ]
+    speed = BASELINE
+    speed = replace(
+        speed, workers=workers, pin_memory=device == "cuda", channels_last=image_input, fused=True
+    )
+    speed = replace(speed, amp=amp_dtype)
+    configs.append(replace(speed, name="all", title="all (eager)", claim=CLAIMS["all"]))
+    if peers:
+        configs += [
+            Config("lightning", "Lightning Trainer", peer="lightning", claim=CLAIMS["lightning"]),
+            Config("accelerate", "Accelerate", peer="accelerate", claim=CLAIMS["accelerate"]),
+        ]
+    configs += [
+        Config("compile", "torch.compile", compile=True, claim=CLAIMS["compile"], isolate=True),
+        replace(
+            speed, name="all_compiled", title="all + compile", compile=True, claim=CLAIMS["all"], isolate=True
+        ),
+    ]
+    return configs
+
+
+def why_not(config: Config, device: str, cuda_available: bool, bf16_ok: bool = True) -> str | None:
+    """Why this config cannot run on this machine, or None when it can."""
+    if config.pin_memory and not cuda_available and config.name == "pin_memory":
+        return "no CUDA device: pinned memory only speeds host-to-GPU copies"
+    if config.amp == "float16" and device != "cuda":
+        return "no CUDA device: fp16 autocast with GradScaler needs a GPU (CPU autocast uses bf16)"
+    if config.amp == "bfloat16" and device == "cuda" and not bf16_ok:
+        return "this GPU has no bf16 support (needs compute capability 8.0+)"
+    return None
+
+
+def effective(config: Config, device: str, cuda_available: bool) -> Config:
+    """The config as it will run: pinning dropped where it cannot apply (the 'workers' row on CPU)."""
+    if config.pin_memory and not cuda_available and config.name != "pin_memory":
+        return replace(config, pin_memory=False)
+    return config

@@ -1,0 +1,135 @@
+"""Warm up configs, then time them interleaved: repeat r runs every config's block once, in a rotated
+order, so drift (thermal, other load on a shared machine) hits all configs alike. Shared by the main
+process and the subprocess worker (compile, DDP)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from pitstop.bench.configs import Config
+from pitstop.bench.measure import step_memory
+from pitstop.bench.rows import FAILED, SKIPPED, Row
+from pitstop.bench.session import Session, make_session
+from pitstop.bench.workloads import Workload
+
+Progress = Callable[[str], None]  # called once per unit of work done, with a short description
+
+
+@dataclass
+class Live:
+    config: Config
+    row: Row
+    session: Session | None = None
+    estimate_s: float = 0.0  # seconds per step, from the last warm-up step
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _fail(live: Live, stage: str, e: BaseException) -> None:
+    live.row.status = FAILED
+    live.row.reason = f"{stage} failed: {type(e).__name__}: {e}".strip()[:400]
+    live.row.extra["traceback"] = traceback.format_exc(limit=4)[-1500:]
+    if live.session is not None:
+        live.session.close()
+        live.session = None
+
+
+def new_row(config: Config) -> Row:
+    return Row(config.name, config.title, config.knobs(), claim=config.claim, dtype=config.amp or "float32")
+
+
+def warm_up(
+    workload: Workload,
+    configs: list[Config],
+    device: str,
+    warmup: int,
+    threads: int,
+    seed: int = 0,
+    progress: Progress | None = None,
+    memory: bool = True,
+    wrap: Callable[[Session], None] | None = None,
+    deadline: float | None = None,
+) -> list[Live]:
+    """Build each config's session, run ``warmup`` steps (timed one by one), then measure one step's peak
+    memory. A config that raises becomes a failed row with the error; the others go on."""
+    torch.set_num_threads(threads)
+    out = []
+    for config in configs:
+        live = Live(config, new_row(config))
+        out.append(live)
+        if deadline is not None and time.monotonic() > deadline:
+            live.row.status, live.row.reason = SKIPPED, "the --budget ran out before its warm-up"
+            continue
+        try:
+            live.session = make_session(workload, config, device, seed)
+            if wrap is not None:
+                wrap(live.session)
+            live.row.samples_per_step = live.session.samples_per_step
+            for _ in range(max(1, warmup)):
+                t = time.perf_counter()
+                live.session.step()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                live.row.warmup_s.append(time.perf_counter() - t)
+            live.estimate_s = live.row.warmup_s[-1]
+            failed = live.session.compile_error()
+            if failed is not None:  # pitstop.train fell back to eager: this row would not measure compile
+                raise RuntimeError(f"torch.compile failed, eager fallback: {failed}")
+            if memory and config.peer != "lightning":
+                m = step_memory(live.session.step, device)
+                live.row.peak_mem_bytes, live.row.activation_bytes = m.peak_bytes, m.activation_bytes
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # one broken config must not end the bench
+            _fail(live, "warm-up", e)
+        if progress:
+            progress(f"warm-up {config.name}")
+    return out
+
+
+def interleave(
+    lives: list[Live],
+    steps: int,
+    repeats: int,
+    threads: int,
+    progress: Progress | None = None,
+    before_block: Callable[[], None] | None = None,
+    deadline: float | None = None,
+    rotate: int = 0,
+) -> int:
+    """Time ``repeats`` blocks of ``steps`` steps per config, rotating the order each repeat. Returns the
+    repeats completed. Stops early (keeping what was measured) past ``deadline`` (time.monotonic())."""
+    active = [lv for lv in lives if lv.session is not None]
+    for lv in active:
+        lv.row.steps_per_block = steps
+    done = 0
+    for r in range(repeats):
+        if deadline is not None and r > 0 and time.monotonic() > deadline:
+            break
+        k = (r + rotate) % max(1, len(active))
+        for lv in active[k:] + active[:k]:
+            if lv.session is None:
+                continue
+            try:
+                if before_block:
+                    before_block()
+                lv.row.block_step_s.append(lv.session.block(steps, threads))
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:
+                _fail(lv, f"repeat {r + 1}", e)
+            if progress:
+                progress(f"repeat {r + 1}/{repeats} {lv.config.name}")
+        done += 1
+    return done
+
+
+def close_all(lives: list[Live]) -> None:
+    for lv in lives:
+        if lv.session is not None:
+            lv.session.close()
+            lv.session = None

@@ -1,0 +1,479 @@
+"""`pitstop bench` end to end: set up the workload, measure the machine's matmul peak and the model's
+FLOPs, run the ablation interleaved inside a time budget, then the subprocess rows (DDP, torch.compile)
+and the OneCycle/StepLR comparison. Returns data; it never prints."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from pitstop.bench.configs import BASELINE, CLAIMS, Config, ablation, effective, why_not
+from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
+from pitstop.bench.schedules import ScheduleResult, compare_schedules
+from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
+from pitstop.hardware import usable_cores
+
+
+class ProgressSink(Protocol):
+    def set_total(self, total: int) -> None: ...
+    def advance(self, description: str) -> None: ...
+
+
+class _NoProgress:
+    def set_total(self, total: int) -> None:
+        pass
+
+    def advance(self, description: str) -> None:
+        pass
+
+
+@dataclass
+class BenchOptions:
+    workload: str = "vision"
+    size: str = "small"
+    model: str | None = None
+    batch_size: int | None = None
+    budget_s: float = 300.0
+    repeats: int = 3
+    warmup: int = 2
+    steps: int | None = None  # fixed steps per block; None: scaled to fit the budget
+    max_steps: int = 50
+    device: str = "auto"
+    workers: int = 2
+    threads: int | None = None
+    only: tuple[str, ...] = ()  # config names to run (baseline always runs)
+    skip: tuple[str, ...] = ()
+    peers: bool = True
+    compile: bool = True
+    ddp_procs: int | None = None  # None: 2 on CPU, all GPUs on CUDA; 0 or 1: no DDP row
+    schedules: bool = True
+    schedule_seeds: int = 3
+    data_dir: str | None = None
+    seed: int = 0
+
+
+@dataclass
+class BenchResult:
+    options: BenchOptions
+    workload: str
+    device: str
+    threads: int
+    rows: list[Row] = field(default_factory=list)
+    peaks: dict[str, float] = field(default_factory=dict)  # dtype -> measured torch.mm FLOP/s
+    flops_per_sample: float | None = None
+    schedules: ScheduleResult | None = None
+    steps: int = 0
+    repeats_done: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+    load_avg: dict[str, float] = field(default_factory=dict)  # 1-min load average at start and end
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+
+# After warm-up: fixed reserves for the DDP launches and the schedule comparison, then this share of the
+# rest for the interleaved ablation; torch.compile goes last and gets whatever is left.
+DDP_RESERVE_S, SCHEDULES_RESERVE_S = 70.0, 8.0
+# torch.compile must have compiled (in its worker, overlapping this process's warm-up) by this share of
+# the budget, or its rows report that it did not fit.
+COMPILE_READY_SHARE = 0.5
+COMPILE_REF = replace(BASELINE, name="baseline_compile_ref", title="baseline (compile worker)")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r} (cpu, cuda, auto)")
+    return device
+
+
+def amp_dtype_for(device: str) -> str | None:
+    from pitstop.hardware import preferred_amp_dtype
+
+    return preferred_amp_dtype(device)
+
+
+def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[Config]:
+    import torch
+
+    amp = amp_dtype_for(device) or ("bfloat16" if device == "cpu" else None)
+    configs = ablation(device, workload.image_input, amp, workers=opts.workers, peers=opts.peers)
+    if not opts.compile:
+        configs = [c for c in configs if not c.compile]
+    if opts.only:
+        configs = [c for c in configs if c.name in opts.only or c.name == "baseline"]
+    configs = [c for c in configs if c.name not in opts.skip or c.name == "baseline"]
+    cuda = torch.cuda.is_available()
+    return [effective(c, device, cuda) for c in configs]
+
+
+def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> BenchResult:
+    import torch
+
+    from pitstop.bench.measure import flops_per_sample
+    from pitstop.bench.measure_configs import close_all, interleave, new_row, warm_up
+
+    progress = progress or _NoProgress()
+    t_start = time.monotonic()
+    deadline = t_start + opts.budget_s
+    device = resolve_device(opts.device)
+    threads = opts.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    spec = WorkloadSpec(opts.workload, opts.size, opts.model, opts.data_dir, opts.batch_size)
+    workload = build_workload(spec)
+    own_data = None
+    if workload.image_input and not spec.data_dir:
+        own_data = tempfile.mkdtemp(prefix="pitstop-bench-images-")
+        spec = replace(spec, data_dir=own_data)
+        workload = build_workload(spec)
+    res = BenchResult(opts, workload.describe(), device, threads)
+    res.load_avg["start"] = _load()
+    configs = select_configs(opts, device, workload)
+    inproc = [c for c in configs if not c.isolate and why_not(c, device, torch.cuda.is_available()) is None]
+    isolated = [c for c in configs if c.isolate]
+    ddp_n = _ddp_procs(opts, device)
+    sched_units = opts.schedule_seeds if opts.schedules else 0
+    progress.set_total(
+        3 + len(inproc) * (1 + opts.repeats) + sched_units + (2 if ddp_n else 0) + (1 if isolated else 0)
+    )
+    lives: list[Any] = []
+    compiler: Any = None  # the held torch.compile worker (subproc.WorkerHandle)
+    extras_spec = {
+        "workload": spec.to_dict(),
+        "device": device,
+        "warmup": opts.warmup,
+        "repeats": opts.repeats,
+        "seed": opts.seed,
+    }
+    try:
+        t = time.monotonic()
+        if workload.image_input:
+            p = workload.params
+            make_image_folder(
+                spec.data_dir or "", p["images"], p["classes"], image_side(workload), seed=opts.seed
+            )
+        progress.advance("data")
+        res.flops_per_sample = flops_per_sample(workload, device)
+        progress.advance("FLOPs")
+        res.peaks = _peaks(device)
+        progress.advance("matmul peak")
+        res.phases_s["setup"] = time.monotonic() - t
+
+        # torch.compile compiles in its own process while this one warms up (warm-up is not timed).
+        if isolated:
+            from pitstop.bench.subproc import WorkerHandle
+
+            iso = [COMPILE_REF, *isolated]
+            compiler = WorkerHandle(
+                dict(extras_spec, threads=threads, configs=[c.to_dict() for c in iso], hold=True)
+            )
+        t = time.monotonic()
+        lives = warm_up(
+            workload,
+            inproc,
+            device,
+            opts.warmup,
+            threads,
+            opts.seed,
+            progress=progress.advance,
+            deadline=deadline,
+        )
+        res.phases_s["warm-up"] = time.monotonic() - t
+        worker_step_s = 0.0
+        if compiler is not None:
+            t = time.monotonic()
+            ready_by = t_start + COMPILE_READY_SHARE * opts.budget_s
+            if compiler.wait_until(lambda h: h.phase() == "ready", ready_by):
+                worker_step_s = _worker_estimate(compiler.payload())
+            res.phases_s["compile wait"] = time.monotonic() - t
+
+        # Scale steps so the interleaved blocks (here and in the compile worker) fit what is left.
+        left = deadline - time.monotonic()
+        per_step = sum(lv.estimate_s for lv in lives if lv.session is not None) + worker_step_s or 1e-3
+        share = _ablation_budget(left, opts, ddp_n)
+        steps = opts.steps or int(max(1, min(opts.max_steps, share / (opts.repeats * per_step))))
+        res.steps = steps
+        t = time.monotonic()
+        res.repeats_done = interleave(
+            lives,
+            steps,
+            opts.repeats,
+            threads,
+            progress=progress.advance,
+            deadline=min(deadline, time.monotonic() + 1.5 * share),
+        )
+        res.phases_s["ablation"] = time.monotonic() - t
+    except KeyboardInterrupt:
+        res.interrupted = True
+    finally:
+        close_all(lives)
+
+    res.rows = [lv.row for lv in lives]
+    for c in configs:
+        reason = why_not(c, device, torch.cuda.is_available())
+        if reason:
+            r = new_row(c)
+            r.status, r.reason = SKIPPED, reason
+            res.rows.append(r)
+    base = res.row("baseline")
+    for r in res.rows:
+        if base is not None and r is not base and base.status == MEASURED:
+            _set_ref(r, base)
+
+    baseline_step = _median(base.block_step_s) if base and base.block_step_s else None
+    extras_spec["steps"] = max(2, res.steps or 2)
+    try:
+        if res.interrupted:
+            raise KeyboardInterrupt
+        if opts.schedules and time.monotonic() < deadline:
+            t = time.monotonic()
+            res.schedules = compare_schedules(seeds=opts.schedule_seeds, progress=progress.advance)
+            res.rows.append(_schedule_row(res.schedules))
+            res.phases_s["schedules"] = time.monotonic() - t
+        if ddp_n:
+            t = time.monotonic()
+            left = deadline - time.monotonic()
+            budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if compiler is not None else left
+            res.rows += _ddp_rows(extras_spec, ddp_n, threads, device, budget, baseline_step, progress)
+            res.phases_s["ddp"] = time.monotonic() - t
+        if compiler is not None:
+            t = time.monotonic()
+            if compiler.phase() == "ready":
+                compiler.go(res.steps or 1)
+                result = compiler.finish(deadline - time.monotonic() - 2)
+            else:
+                result = compiler.finish(0)
+            compiler = None
+            res.rows += _isolated_rows(result, isolated, time.monotonic() - t_start)
+            progress.advance("torch.compile")
+            res.phases_s["compile"] = time.monotonic() - t
+    except KeyboardInterrupt:
+        res.interrupted = True
+    finally:
+        if compiler is not None:
+            compiler.kill()
+            compiler.finish(0)
+        if own_data:
+            shutil.rmtree(own_data, ignore_errors=True)
+    done = {r.name for r in res.rows}
+    for c in configs:
+        if c.name not in done:
+            r = new_row(c)
+            r.status, r.reason = SKIPPED, "interrupted before it ran" if res.interrupted else "not run"
+            res.rows.append(r)
+    order = {c.name: i for i, c in enumerate(configs)}
+    res.rows.sort(key=lambda r: order.get(r.name, len(order)))
+    for r in res.rows:
+        derive(r, res.flops_per_sample, res.peaks)
+    res.phases_s["total"] = time.monotonic() - t_start
+    res.load_avg["end"] = _load()
+    cores = usable_cores()
+    if max(res.load_avg.values(), default=0.0) > cores:
+        res.notes.append(
+            f"load average {max(res.load_avg.values()):.1f} exceeded the {cores} usable cores during the run: "
+            "other work competed for the CPU, so absolute numbers are low and noisy (ratios are interleaved)"
+        )
+    return res
+
+
+def _load() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return -1.0
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
+def _set_ref(row: Row, ref: Row) -> None:
+    """Point ``row``'s ratios at ``ref`` (derive() recomputes them from these numbers)."""
+    derive(ref, None, {})
+    row.ref = ref.name if not row.ref else row.ref
+    row.ref_samples_per_s = ref.samples_per_s
+    row.ref_peak_mem_bytes = ref.peak_mem_bytes
+    row.ref_activation_bytes = ref.activation_bytes
+
+
+def _ddp_procs(opts: BenchOptions, device: str) -> int:
+    import torch
+
+    if opts.ddp_procs is not None:
+        return opts.ddp_procs if opts.ddp_procs > 1 else 0
+    if device == "cuda":
+        n = torch.cuda.device_count()
+        return n if n > 1 else 0
+    return 2 if usable_cores() >= 2 else 0
+
+
+def _ablation_budget(left: float, opts: BenchOptions, ddp: int) -> float:
+    """Seconds for the interleaved blocks (with the compile worker's, which use the same step count):
+    what is left, less fixed reserves for the DDP launches (each pays interpreter + torch start-up)."""
+    reserve = (DDP_RESERVE_S if ddp else 0.0) + (SCHEDULES_RESERVE_S if opts.schedules else 0.0)
+    return max(0.25 * left, 0.85 * (left - reserve))
+
+
+def _worker_estimate(payload: dict[str, Any] | None) -> float:
+    """Seconds per step of all the worker's configs together, from their last warm-up step."""
+    rows = (payload or {}).get("rows") or {}
+    return sum((r.get("warmup_s") or [0.0])[-1] for r in rows.values())
+
+
+def _peaks(device: str) -> dict[str, float]:
+    from pitstop.bench.measure import matmul_peak
+
+    dtypes = ["float32", "bfloat16"] + (["float16"] if device == "cuda" else [])
+    out = {}
+    for dt in dtypes:
+        try:
+            out[dt] = matmul_peak(dt, device, min_run_time=0.3).flops_per_s
+        except RuntimeError:  # dtype unsupported by this build/device
+            continue
+    return out
+
+
+def _schedule_row(s: ScheduleResult) -> Row:
+    one, step = s.median_steps("onecycle"), s.median_steps("steplr")
+    row = Row(
+        "onecycle",
+        "OneCycle vs StepLR",
+        f"steps to {100 * s.target_accuracy:.0f}% held-out accuracy on {s.task}",
+        claim=CLAIMS["onecycle"],
+    )
+    row.extra = {
+        "steps_to_target": s.steps_to_target,
+        "median_steps_onecycle": one,
+        "median_steps_steplr": step,
+        "horizon": s.horizon,
+        "seconds": s.seconds,
+    }
+    if one and step:
+        row.extra["steps"] = one / step
+    else:
+        row.status, row.reason = FAILED, "no runs"
+    return row
+
+
+def _worker_rows(payload: dict[str, Any] | None) -> dict[str, Row]:
+    from pitstop.bench.worker import config_from_dict
+
+    rows = {}
+    for name, d in ((payload or {}).get("rows") or {}).items():
+        d = dict(d)
+        if d.get("claim"):
+            d["claim"] = config_from_dict({"name": "x", "title": "x", "claim": d["claim"]}).claim
+        rows[name] = Row(**{k: v for k, v in d.items() if k in Row.__dataclass_fields__})
+    return rows
+
+
+def _ddp_rows(
+    spec: dict[str, Any],
+    n: int,
+    threads: int,
+    device: str,
+    budget_s: float,
+    baseline_step: float | None,
+    progress: ProgressSink,
+) -> list[Row]:
+    from pitstop.bench.subproc import run_worker
+
+    per_proc = max(1, threads // n) if device == "cpu" else threads
+    backend = "nccl" if device == "cuda" else "gloo"
+    base_cfg = replace(BASELINE, name="ddp_1", title=f"DDP reference: 1 process x {per_proc} threads")
+    ddp_cfg = replace(BASELINE, name="ddp", title=f"DDP {n} processes ({backend})", claim=CLAIMS["ddp"])
+    rows = []
+    results = {}
+    for procs, cfg in ((1, base_cfg), (n, ddp_cfg)):
+        s = dict(spec, threads=per_proc, configs=[cfg.to_dict()], memory=False)
+        if baseline_step:  # keep the two launches inside the budget: at most ~1/3 of it timing steps each
+            s["steps"] = int(
+                max(2, min(s["steps"], budget_s / 6 / (s["repeats"] * baseline_step * threads / per_proc)))
+            )
+        left = budget_s - sum(r.seconds for r in results.values())
+        results[procs] = r = run_worker(
+            s, timeout_s=max(10.0, left if procs == n else left / 2), nprocs=procs
+        )
+        row = _worker_rows(r.payload).get(cfg.name) or Row(cfg.name, cfg.title, cfg.knobs(), claim=cfg.claim)
+        row.knobs = f"{procs} process(es) x {per_proc} threads, torch.distributed.run, {backend}"
+        if procs > 1:
+            row.samples_per_step *= procs  # every rank trains its own batch: global samples per step
+        row.extra.update({"processes": procs, "threads_per_process": per_proc, "backend": backend})
+        _finish_worker_row(row, r, f"DDP with {procs} process(es)")
+        rows.append(row)
+        progress.advance(f"DDP {procs} process(es)")
+    one, many = rows
+    derive(one, None, {})
+    if one.status == MEASURED and many.status == MEASURED:
+        many.ref = one.name
+        _set_ref(many, one)
+        derive(many, None, {})
+        if many.speedup:
+            many.extra["efficiency"] = many.speedup / n
+    return rows
+
+
+def _isolated_rows(r: Any, configs: list[Config], elapsed_s: float) -> list[Row]:
+    """Rows of the compile worker: each against the baseline the worker timed interleaved with it."""
+    got = _worker_rows(r.payload)
+    rows = []
+    ref = got.get(COMPILE_REF.name)
+    if ref is not None:
+        _finish_worker_row(ref, r, "baseline in the compile worker")
+        derive(ref, None, {})
+    for c in configs:
+        row = got.get(c.name) or Row(c.name, c.title, c.knobs(), claim=c.claim, dtype=c.amp or "float32")
+        _finish_worker_row(row, r, "torch.compile")
+        if row.status == MEASURED:
+            row.extra["compile_warmup_s"] = row.warmup_s[0] if row.warmup_s else None
+            row.reason = "measured in a subprocess against its own interleaved baseline"
+            if ref is not None and ref.status == MEASURED:
+                _set_ref(row, ref)
+        rows.append(row)
+    return ([ref] if ref is not None else []) + rows
+
+
+def error_line(stderr: str) -> str:
+    """The exception line of the (first) Python traceback in a subprocess's stderr."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b.*:", ln) and "ChildFailedError" not in ln:
+            return ln
+    return lines[-1] if lines else "no output"
+
+
+def _finish_worker_row(row: Row, r: Any, what: str) -> None:
+    """Status of a row measured by a subprocess: timed out, crashed, or measured."""
+    if row.status == FAILED:
+        return
+    if r.timed_out and not row.block_step_s:
+        row.status = TIMEOUT
+        warm = (
+            f" (warm-up steps so far: {', '.join(f'{w:.1f}' for w in row.warmup_s)} s)"
+            if row.warmup_s
+            else ""
+        )
+        hint = " (torch.compile's cache makes later runs faster)" if "compile" in what else ""
+        row.reason = (
+            f"{what} did not finish within its {r.seconds:.0f} s share of the budget{warm}; "
+            f"rerun with a larger --budget{hint}"
+        )
+    elif not row.block_step_s:
+        row.status = FAILED
+        row.reason = f"{what} exited with code {r.returncode}: {error_line(r.stderr_tail)[:300]}"
+    elif r.timed_out:
+        row.reason = f"timed out after {len(row.block_step_s)} of the planned repeats; measured blocks kept"

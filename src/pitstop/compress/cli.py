@@ -1,0 +1,220 @@
+"""`pitstop compress report --model pkg.mod:factory --data pkg.mod:loader [...]`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pitstop.cliutil import add_output_args, finish, usage_error
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compress",
+        help="quantization, pruning and distillation, with size, latency and accuracy measured",
+        description="Compress a model and measure each method against the baseline on this machine.",
+    )
+    csub = p.add_subparsers(dest="compress_command", required=True, metavar="SUBCOMMAND")
+    r = csub.add_parser(
+        "report",
+        help="baseline vs each method: params, size on disk, latency (batch 1 and N), accuracy, sparsity",
+        description="Measure the model and each compression method on the given eval data. A spec is "
+        "'pkg.module:name' or 'path/file.py:name'; a model spec names an nn.Module or a function returning "
+        "one (trained); a data spec names a DataLoader, an iterable of (input, target) batches, a Dataset, "
+        "or a function returning one of these.",
+    )
+    r.add_argument("--model", required=True, metavar="SPEC", help="the trained model (or factory)")
+    r.add_argument("--data", required=True, metavar="SPEC", help="eval data: (input, target) batches")
+    r.add_argument(
+        "--train-data", metavar="SPEC", help="training batches: fine-tune after pruning, train students"
+    )
+    r.add_argument(
+        "--calib-data", metavar="SPEC", help="static int8 calibration (default: train data, else eval data)"
+    )
+    r.add_argument(
+        "--student", metavar="SPEC", help="an untrained student model factory; adds student/distill rows"
+    )
+    r.add_argument(
+        "--methods",
+        metavar="LIST",
+        help="comma-separated, from dynamic_int8, static_int8, int8_weight_only, prune_global, prune_structured, student, distill (default: dynamic_int8,static_int8,prune_global,prune_structured, plus student,distill with --student)",
+    )
+    r.add_argument(
+        "--prune-amount", type=float, default=0.5, help="global unstructured fraction (default 0.5)"
+    )
+    r.add_argument(
+        "--structured-amount", type=float, default=0.3, help="channel fraction per layer (default 0.3)"
+    )
+    r.add_argument(
+        "--finetune-steps", type=int, default=100, help="fine-tune steps after pruning (default 100)"
+    )
+    r.add_argument("--distill-steps", type=int, default=200, help="student training steps (default 200)")
+    r.add_argument(
+        "--temperature", "-T", type=float, default=4.0, help="distillation temperature (default 4)"
+    )
+    r.add_argument("--alpha", type=float, default=0.9, help="weight of the teacher term (default 0.9)")
+    r.add_argument("--lr", type=float, default=1e-3, help="fine-tune / student learning rate (default 1e-3)")
+    r.add_argument(
+        "--batch", type=int, metavar="N", help="batch N for latency (default: the eval batch size)"
+    )
+    r.add_argument("--eval-batches", type=int, metavar="K", help="accuracy on the first K eval batches only")
+    r.add_argument("--threads", type=int, help="torch threads for latency (default: torch's current setting)")
+    r.add_argument(
+        "--min-run-time",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="seconds of timing per model and batch size",
+    )
+    r.add_argument(
+        "--rounds", type=int, default=3, help="interleaved latency rounds over all models (default 3)"
+    )
+    r.add_argument(
+        "--max-acc-drop",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="accuracy points a method may lose (default 1)",
+    )
+    add_output_args(r)
+    r.set_defaults(func=cmd_report)
+
+
+def _load_model(spec: str) -> Any:
+    import torch
+
+    from pitstop.factory import load_object
+
+    obj = load_object(spec)
+    if not isinstance(obj, torch.nn.Module) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, torch.nn.Module):
+        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
+    return obj
+
+
+def _load_data(spec: str, batch_size: int) -> Any:
+    """A re-iterable of batches: loaders pass through, datasets are batched, one-shot iterators kept."""
+    from torch.utils.data import DataLoader, Dataset
+
+    from pitstop.factory import load_object
+
+    obj = load_object(spec)
+    if callable(obj) and not hasattr(obj, "__iter__") and not isinstance(obj, Dataset):
+        obj = obj()
+    if isinstance(obj, Dataset):  # map-style or iterable-style dataset: batch it
+        return DataLoader(obj, batch_size=batch_size)
+    if not hasattr(obj, "__iter__"):
+        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a loader or iterable of batches")
+    if iter(obj) is obj:  # a generator: read once, keep the batches so every method sees the same data
+        obj = list(obj)
+    return obj
+
+
+def _parse_methods(text: str | None) -> tuple[str, ...]:
+    from pitstop.compress.report import ALL_METHODS, DEFAULT_METHODS
+
+    if not text:
+        return DEFAULT_METHODS
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in methods if m not in ALL_METHODS]
+    if bad:
+        raise ValueError(f"unknown method(s): {', '.join(bad)} (choose from {', '.join(ALL_METHODS)})")
+    return methods
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not 0 <= args.prune_amount < 1 or not 0 <= args.structured_amount < 1:
+        return usage_error("--prune-amount and --structured-amount must be in [0, 1)")
+    if args.temperature <= 0 or not 0 <= args.alpha <= 1:
+        return usage_error("--temperature must be > 0 and --alpha in [0, 1]")
+    if (args.batch is not None and args.batch < 1) or (args.threads is not None and args.threads < 1):
+        return usage_error("--batch and --threads must be >= 1")
+    if args.min_run_time <= 0 or args.rounds < 1 or args.finetune_steps < 0 or args.distill_steps < 0:
+        return usage_error("--min-run-time must be > 0, --rounds >= 1 and step counts >= 0")
+    try:
+        methods = _parse_methods(args.methods)
+    except ValueError as e:
+        return usage_error(str(e))
+    if args.student and not args.methods:
+        methods = (*methods, "student", "distill")
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pitstop.compress.render import compress_blocks, rows_table
+    from pitstop.compress.report import ReportOptions, compress_report
+    from pitstop.factory import FactoryError
+
+    show = not args.quiet and args.json != "-"
+    err = Console(stderr=True)
+    try:
+        with err.status("loading model and data", spinner="dots") if show else _null():
+            model = _load_model(args.model)
+            batch = args.batch or 64
+            eval_data = _load_data(args.data, batch)
+            train_data = _load_data(args.train_data, batch) if args.train_data else None
+            calib_data = _load_data(args.calib_data, batch) if args.calib_data else None
+            student = _load_student(args.student) if args.student else None
+    except (FactoryError, ValueError, TypeError, RuntimeError) as e:
+        return usage_error(f"cannot load: {e}")
+    except Exception as e:  # user code raised while building its model or data
+        return usage_error(f"loading failed in user code: {type(e).__name__}: {e}")
+
+    opts = ReportOptions(
+        methods=methods,
+        prune_amount=args.prune_amount,
+        structured_amount=args.structured_amount,
+        finetune_steps=args.finetune_steps,
+        lr=args.lr,
+        distill_steps=args.distill_steps,
+        temperature=args.temperature,
+        alpha=args.alpha,
+        eval_batches=args.eval_batches,
+        batch_n=args.batch,
+        threads=args.threads,
+        min_run_time=args.min_run_time,
+        latency_rounds=args.rounds,
+        max_acc_drop=args.max_acc_drop / 100.0,
+    )
+    meta = {"model": args.model, "data": args.data, "train_data": args.train_data, "student": args.student}
+    with Progress(
+        TextColumn("compress: {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=err, transient=True, disable=not show,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("baseline", total=len(methods) + 1)
+
+        def progress(name: str, done: int, total: int) -> None:
+            bar.update(task, description=name, completed=done, total=total)
+
+        try:
+            report = compress_report(model, eval_data, opts, train_data, calib_data, student, progress, meta)
+        except ValueError as e:
+            return usage_error(str(e))
+    if show:
+        Console().print(rows_table(report))
+    code = finish(report, args, compress_blocks(report))
+    return 130 if report.meta.get("interrupted") else code
+
+
+def _load_student(spec: str) -> Any:
+    """The student factory itself (called once per student row), or a module to copy."""
+    import torch
+
+    from pitstop.factory import load_object
+
+    obj = load_object(spec)
+    if isinstance(obj, torch.nn.Module):
+        return obj
+    if not callable(obj):
+        raise ValueError(f"{spec} is neither a torch.nn.Module nor a function returning one")
+    probe = obj()
+    if not isinstance(probe, torch.nn.Module):
+        raise ValueError(f"{spec} returned a {type(probe).__name__}, not a torch.nn.Module")
+    return obj
+
+
+def _null() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -1,0 +1,232 @@
+"""What a compressed model is judged by, measured: parameters, bytes on disk, latency, accuracy, zeros.
+
+Pure measurement functions; nothing here changes the model (latency and accuracy run under no_grad in
+eval mode and restore the training flag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import statistics
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode for the duration, then the previous mode. Exported graph modules refuse ``eval()``
+    unless prepared for it; they are already in inference form, so they are left as they are."""
+    was_training = model.training
+    try:
+        model.eval()
+    except NotImplementedError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def split_batch(batch: Any) -> tuple[Any, Any]:
+    """``(inputs, target)`` from a loader batch: ``(x, y)`` pairs, or a bare input with no target."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    return batch, None
+
+
+def call_model(model: nn.Module, x: Any) -> Any:
+    """``model(x)``, or ``model(*x)`` when the input is a tuple of tensors."""
+    if isinstance(x, tuple):
+        return model(*x)
+    return model(x)
+
+
+def as_args(x: Any) -> tuple[Any, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def take_rows(x: Any, n: int) -> Any:
+    """The first ``n`` rows of every tensor in ``x`` (a tensor or a tuple of tensors)."""
+    if isinstance(x, tuple):
+        return tuple(t[:n] for t in x)
+    return x[:n]
+
+
+def rows_of(x: Any) -> int:
+    return int(as_args(x)[0].shape[0])
+
+
+def param_count(model: nn.Module) -> int:
+    """Weight and bias elements in the state_dict, however stored (fp32 parameters, int8 buffers, torch.ao
+    packed weights), not counting quantization scales and zero points. Equals ``sum(p.numel())`` for a
+    plain float model; a quantized model keeps its count (its elements are smaller, not fewer)."""
+    total = 0
+    for name, v in model.state_dict().items():
+        leaf = name.rsplit(".", 1)[-1]
+        if "scale" in leaf or "zero_point" in leaf or leaf.endswith("_mask"):
+            continue
+        for t in v if isinstance(v, tuple) else (v,):  # torch.ao dynamic Linear packs (weight, bias)
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                total += t.numel()
+    return total
+
+
+@dataclass(frozen=True)
+class DiskSize:
+    """``torch.save(state_dict)`` on disk, and the same bytes gzip-compressed (where pruned zeros pay)."""
+
+    bytes: int
+    gzip_bytes: int
+
+
+def serialized_size(model: nn.Module, gzip_level: int = 6) -> DiskSize:
+    """Save the state_dict to a temporary ``model.pt``, as a user would, and read its size back.
+
+    The file name is fixed because torch.save stores entries under it: sizes then compare exactly."""
+    with tempfile.TemporaryDirectory(prefix="pitstop-compress-") as tmp:
+        path = os.path.join(tmp, "model.pt")
+        torch.save(model.state_dict(), path)
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            gz = len(gzip.compress(fh.read(), compresslevel=gzip_level))
+    return DiskSize(size, gz)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Median forward time from ``torch.utils.benchmark`` (blocked autorange), per batch."""
+
+    batch: int
+    median_s: float
+    iqr_s: float
+    runs: int
+    threads: int
+    min_s: float = 0.0
+
+
+def _timer(model: nn.Module, x: Any, threads: int) -> Any:
+    from torch.utils import benchmark
+
+    def run() -> None:
+        with torch.no_grad():
+            call_model(model, x)
+
+    with eval_mode(model):
+        run()  # the first call builds kernels / oneDNN primitives: not part of the steady state
+    return benchmark.Timer(stmt="run()", globals={"run": run}, num_threads=threads)
+
+
+def _summarize(times: list[float], batch: int, threads: int) -> Latency:
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return Latency(batch, statistics.median(times), q[2] - q[0], len(times), threads, min(times))
+
+
+def latency(model: nn.Module, x: Any, threads: int | None = None, min_run_time: float = 0.5) -> Latency:
+    """Forward latency of ``model`` on input ``x`` under no_grad; warm-up and timing by torch.utils.benchmark."""
+    threads = threads or torch.get_num_threads()
+    with eval_mode(model):
+        m = _timer(model, x, threads).blocked_autorange(min_run_time=min_run_time)
+    return _summarize(list(m.times), rows_of(x), threads)
+
+
+def interleaved_latency(
+    models: dict[str, nn.Module],
+    x: Any,
+    rounds: int = 3,
+    threads: int | None = None,
+    min_run_time: float = 0.5,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, Latency]:
+    """Latency of several models on the same input, measured round-robin so that background load on a
+    shared machine hits them alike: each round times every model for ``min_run_time / rounds`` seconds;
+    the result pools every block time of every round (median and IQR over the pool)."""
+    threads = threads or torch.get_num_threads()
+    timers = {name: _timer(m, x, threads) for name, m in models.items()}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    per_round = max(min_run_time / max(rounds, 1), 0.01)
+    for r in range(max(rounds, 1)):
+        for name, timer in timers.items():
+            with eval_mode(models[name]):
+                times[name].extend(timer.blocked_autorange(min_run_time=per_round).times)
+        if on_round is not None:
+            on_round(r + 1)
+    return {name: _summarize(t, rows_of(x), threads) for name, t in times.items()}
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Top-1 accuracy over ``samples`` eval samples; None when outputs are not class logits."""
+
+    value: float | None
+    samples: int
+    reason: str = ""
+
+
+def accuracy(model: nn.Module, loader: Iterable[Any], max_batches: int | None = None) -> Accuracy:
+    """Top-1 accuracy for ``(x, y)`` batches whose output is ``[batch, classes]`` logits."""
+    correct = total = 0
+    with eval_mode(model), torch.no_grad():
+        for i, batch in enumerate(loader):
+            if max_batches is not None and i >= max_batches:
+                break
+            x, y = split_batch(batch)
+            if not isinstance(y, torch.Tensor):
+                return Accuracy(None, 0, "batches carry no target tensor")
+            out = call_model(model, x)
+            if not (isinstance(out, torch.Tensor) and out.dim() == 2 and y.dim() == 1):
+                return Accuracy(None, 0, "output is not [batch, classes] logits with [batch] targets")
+            if y.is_floating_point():
+                return Accuracy(None, 0, "targets are not class indices")
+            correct += int((out.argmax(1) == y.to(out.device)).sum())
+            total += int(y.shape[0])
+    if not total:
+        return Accuracy(None, 0, "the eval data is empty")
+    return Accuracy(correct / total, total)
+
+
+PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """Zeros counted in the weights of prunable layers, and in every parameter."""
+
+    weight_zeros: int
+    weight_total: int
+    param_zeros: int
+    param_total: int
+
+    @property
+    def weights(self) -> float:
+        return self.weight_zeros / self.weight_total if self.weight_total else 0.0
+
+    @property
+    def params(self) -> float:
+        return self.param_zeros / self.param_total if self.param_total else 0.0
+
+
+def sparsity(model: nn.Module) -> Sparsity:
+    """Count exact zeros in the effective weights (``module.weight``, which includes a pruning mask that
+    is not yet permanent) of prunable layers, and in all parameters."""
+    wz = wt = 0
+    for mod in model.modules():
+        if isinstance(mod, PRUNABLE) and isinstance(getattr(mod, "weight", None), torch.Tensor):
+            w = mod.weight.detach()
+            wz += int((w == 0).sum())
+            wt += w.numel()
+    pz = pt = 0
+    for mod in model.modules():
+        for name, p in mod.named_parameters(recurse=False):
+            # An active pruning hook keeps the dense tensor as ``<name>_orig``; count the masked one.
+            t = getattr(mod, name[: -len("_orig")]) if name.endswith("_orig") else p
+            pz += int((t.detach() == 0).sum())
+            pt += t.numel()
+    return Sparsity(wz, wt, pz, pt)

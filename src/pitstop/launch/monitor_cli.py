@@ -1,0 +1,237 @@
+"""`pitstop monitor`: sample every interval, show it live, log CSV, follow a command, report at the end."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import IO, Any
+
+from rich.console import Console
+from rich.live import Live
+
+from pitstop.cliutil import finish, usage_error
+from pitstop.findings import Finding, Report, Severity
+from pitstop.launch.monitor import CsvLog, LowUtilRule, RunSummary, Sampler, open_nvml
+from pitstop.launch.monitor_view import render
+
+
+class _Output:
+    """Reads the followed command's merged output: keeps the last lines for the screen, tees to a log,
+    and echoes it when there is no live screen."""
+
+    def __init__(self, stream: IO[bytes], log: IO[bytes] | None, echo: IO[bytes] | None, keep: int = 8):
+        self.tail: deque[str] = deque(maxlen=keep)
+        self._t = threading.Thread(target=self._pump, args=(stream, log, echo), daemon=True)
+        self._t.start()
+
+    def _pump(self, stream: IO[bytes], log: IO[bytes] | None, echo: IO[bytes] | None) -> None:
+        for line in iter(stream.readline, b""):
+            if log:
+                log.write(line)
+                log.flush()
+            if echo:
+                echo.write(line)
+                echo.flush()
+            self.tail.append(line.decode(errors="replace").rstrip("\n")[-200:])
+
+    def join(self) -> None:
+        self._t.join(timeout=5)
+
+
+def _stop(child: subprocess.Popen[bytes], signalled: bool) -> None:
+    """Stop the followed command: after a terminal Ctrl-C it got SIGINT already, so first let it finish
+    on its own (it may be saving a checkpoint); then SIGINT, then terminate, then kill."""
+    if signalled and _waited(child, 10.0):
+        return
+    for send, wait in ((lambda: child.send_signal(signal.SIGINT), 30.0), (child.terminate, 10.0)):
+        if child.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            send()
+        if _waited(child, wait):
+            return
+    child.kill()
+    child.wait()
+
+
+def _waited(child: subprocess.Popen[bytes], timeout: float) -> bool:
+    try:
+        child.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def run_monitor(
+    ns: argparse.Namespace, command: Sequence[str], nvml_lib: Any | None = None, live: bool | None = None
+) -> int:
+    """The command; ``nvml_lib`` (a fake pynvml) and ``live`` are for tests."""
+    if ns.plot:
+        from pitstop.launch.monitor_plot import PlotError, plot_csv
+
+        try:
+            out = plot_csv(ns.plot, ns.out)
+        except PlotError as e:
+            return usage_error(str(e))
+        Console(stderr=True).print(f"plot: {out}")
+        return 0
+    if ns.interval <= 0:
+        return usage_error("--interval must be positive")
+    if ns.duration is not None and ns.duration <= 0:
+        return usage_error("--duration must be positive")
+    json_stdout = getattr(ns, "json", None) == "-"
+    use_live = (
+        live if live is not None else not (ns.no_live or ns.quiet or json_stdout) and sys.stdout.isatty()
+    )
+    csvlog = None
+    if ns.csv:
+        try:
+            csvlog = CsvLog(ns.csv)
+        except OSError as e:
+            return usage_error(f"cannot write {ns.csv}: {e}")
+    log_fh = None
+    if ns.command_log:
+        try:
+            log_fh = open(ns.command_log, "wb")  # noqa: SIM115
+        except OSError as e:
+            return usage_error(f"cannot write {ns.command_log}: {e}")
+    nv, gpu_note = open_nvml(nvml_lib)
+    child: subprocess.Popen[bytes] | None = None
+    output: _Output | None = None
+    if command:
+        pipe = use_live or log_fh is not None
+        try:
+            child = subprocess.Popen(
+                list(command),
+                stdout=subprocess.PIPE if pipe else (sys.stderr if json_stdout else None),
+                stderr=subprocess.STDOUT if pipe else None,
+            )
+        except OSError as e:
+            if nv:
+                nv.__exit__(None, None, None)
+            if csvlog:
+                csvlog.close()
+            if log_fh:
+                log_fh.close()
+            return usage_error(f"cannot start {command[0]!r}: {e}")
+        if pipe:
+            assert child.stdout is not None
+            echo = None if use_live else (sys.stderr.buffer if json_stdout else sys.stdout.buffer)
+            output = _Output(child.stdout, log_fh, echo)
+    sampler = Sampler(nv, child.pid if child else None)
+    rule = LowUtilRule(ns.low_util, ns.window)
+    summary = RunSummary()
+    title = f"pitstop monitor — every {ns.interval:g} s" + (
+        f" — following: {' '.join(command)}" if command else ""
+    )
+    interrupted = False
+    live_cm = (
+        Live(console=Console(), auto_refresh=False, transient=False) if use_live else contextlib.nullcontext()
+    )
+    deadline = time.monotonic()
+    try:
+        with live_cm as lv:
+            while True:
+                # next sample one interval on; if sampling fell behind, do not try to catch up
+                deadline = max(deadline + ns.interval, time.monotonic())
+                remaining = deadline - time.monotonic()
+                if child is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=max(0.0, remaining))
+                elif remaining > 0:
+                    time.sleep(remaining)  # pacing between samples
+                s = sampler.sample()
+                summary.update(s)
+                rule.update(s)
+                if csvlog:
+                    csvlog.write(s)
+                if lv is not None:
+                    tail = list(output.tail) if output else []
+                    lv.update(render(s, title, rule.active(), ns.low_util, gpu_note, tail), refresh=True)
+                if child is not None and child.poll() is not None:
+                    break
+                if ns.duration is not None and s.t >= ns.duration:
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if child is not None:
+            _stop(child, signalled=interrupted)
+        if output:
+            output.join()
+        if csvlog:
+            csvlog.close()
+        if log_fh:
+            log_fh.close()
+        if nv:
+            nv.__exit__(None, None, None)
+    report = Report(
+        tool="monitor",
+        meta={"interval_s": ns.interval, "command": " ".join(command) or None, "csv": ns.csv},
+        sections={"summary": summary.to_dict()},
+    )
+    report.add(*_findings(rule, summary, command, gpu_note, sampler.nvml_error, child, ns))
+    code = finish(report, ns)
+    if interrupted:
+        return 130
+    if child is not None:
+        rc = child.returncode
+        return 128 - rc if rc < 0 else rc
+    return code
+
+
+def _findings(
+    rule: LowUtilRule,
+    summary: RunSummary,
+    command: Sequence[str],
+    gpu_note: str | None,
+    nvml_error: str | None,
+    child: subprocess.Popen[bytes] | None,
+    ns: argparse.Namespace,
+) -> list[Finding]:
+    out = rule.findings(command)
+    if gpu_note:
+        out.append(Finding("monitor.gpu", Severity.INFO, "no GPU readings", f"NVML: {gpu_note}"))
+    elif nvml_error:
+        out.append(
+            Finding("monitor.gpu", Severity.WARN, "GPU readings stopped", f"NVML error mid-run: {nvml_error}")
+        )
+    elif not out:
+        if rule.training_seen:
+            gpus = sorted(rule.training_seen)
+            out.append(
+                Finding(
+                    "monitor.gpu_low_util",
+                    Severity.PASS,
+                    f"GPU utilization never under {ns.low_util:.0f}% for {ns.window:.0f} s while training ran",
+                    f"GPUs {gpus}, {summary.samples} samples every {ns.interval:g} s",
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "monitor.gpu_low_util",
+                    Severity.INFO,
+                    "no training process seen on a GPU",
+                    "the low-utilization rule needs a followed command or a process on the GPU",
+                )
+            )
+    d = summary.to_dict()
+    cpu = d.get("cpu_pct")
+    parts = [f"{summary.samples} samples over {summary.seconds:.1f} s"]
+    if cpu:
+        parts.append(f"CPU mean {cpu['mean']:.0f}% (max {cpu['max']:.0f}%)")
+    for k, label in (("disk_read_mb_s", "disk read"), ("disk_write_mb_s", "disk write")):
+        if st := d.get(k):
+            parts.append(f"{label} mean {st['mean']:.1f} MB/s (max {st['max']:.1f})")
+    if child is not None:
+        parts.append(f"command exited with {child.returncode}")
+    out.append(Finding("monitor.run", Severity.INFO, "what was measured", "; ".join(parts), data=d))
+    return out

@@ -1,0 +1,166 @@
+"""The child process: install the hooks, run the user's script as ``__main__`` with runpy, report.
+
+    python -m pitstop.profile.bootstrap RUN_CONFIG.json
+
+``sys.argv``, ``sys.path[0]`` and ``__main__`` are set as if the script had been run directly. What was
+measured is written to ``measurements.json`` in the run's folder: every second while steps run (so a
+killed child still leaves data) and once more at the end, with the script's fate (completed, stopped
+after the measured steps, exited, raised, interrupted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+MEASUREMENTS = "measurements.json"
+
+
+def _describe_error(e: BaseException) -> tuple[str, str]:
+    """A one-line quote of the exception with the innermost user file:line, and the traceback text."""
+    from pitstop.profile.hooks import is_user_file
+
+    where = None
+    for fs in reversed(traceback.extract_tb(e.__traceback__)):
+        if is_user_file(fs.filename):
+            where = f"{os.path.relpath(fs.filename)}:{fs.lineno}"
+            break
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{e.filename}:{e.lineno}"
+    text = f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    # Drop the frames of pitstop and runpy at the top: the user's script starts below them.
+    lines = tb.splitlines(keepends=True)
+    return text, "".join(lines[-60:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg = json.loads(Path(argv[0]).read_text())
+    out_dir = Path(cfg["out_dir"])
+
+    from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, write_json_atomic
+    from pitstop.profile.overrides import Overrides
+
+    config = Config(
+        steps=int(cfg["steps"]),
+        warmup=int(cfg["warmup"]),
+        full=bool(cfg["full"]),
+        trace=bool(cfg["trace"]),
+        overrides=Overrides.from_dict(cfg.get("overrides")),
+        callback=cfg.get("callback"),
+        callback_at=cfg.get("callback_at", "loader"),
+        out_dir=out_dir,
+        probes=bool(cfg.get("probes", True)),
+    )
+    inst = Instrumentation(config)
+    inst.flush_path = out_dir / MEASUREMENTS
+
+    kind, target, args = cfg["kind"], cfg["target"], list(cfg["args"])
+    if kind == "module":
+        sys.argv = [target, *args]  # run_module(alter_sys=True) replaces argv[0] with the module's file
+        sys.path[0] = os.getcwd()
+    else:
+        sys.argv = [target, *args]
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+
+    status, error, tb, code = "completed", None, None, 0
+    try:
+        inst.install()
+        inst.flush("running")
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except StopProfiling:
+        status = "stopped"
+    except SystemExit as e:
+        if e.code in (0, None):
+            status = "completed"
+        else:
+            status, code = "exited", e.code if isinstance(e.code, int) else 1
+            error = f"the script exited with status {e.code}"
+    except KeyboardInterrupt:
+        status, code, error = "interrupted", 130, "interrupted (SIGINT / Ctrl-C)"
+    except BaseException as e:
+        status, code = "error", 1
+        error, tb = _describe_error(e)
+        e.__traceback__ = None
+    try:
+        data = finalize(inst, status)
+    except BaseException as e:  # never lose the measurements over a failure while finishing
+        data = inst.snapshot(status, final=False)
+        data["finalize_error"] = f"{type(e).__name__}: {e}"
+    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
+    write_json_atomic(inst.flush_path, data)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    # os._exit: the script was stopped mid-loop; its leftover threads and atexit handlers must not hang us.
+    # DataLoader workers were shut down in finalize, the parent reaps anything else in our process group.
+    os._exit(code if 0 <= code <= 255 else 1)
+
+
+def finalize(inst: Any, status: str) -> dict[str, Any]:
+    import torch
+
+    from pitstop.profile.hooks import finish_optimizer_facts, shutdown_loader_workers, write_json_atomic
+
+    inst.close_pending()
+    inst.uninstall()
+    shutdown_loader_workers(inst)
+    if inst.gpu_sampler is not None:
+        inst.gpu_sampler.stop()
+    cuda = inst.captured.device is not None and inst.captured.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        for rec, events in zip(inst.records, inst.h2d_events, strict=False):
+            if events:
+                rec["h2d_gpu_s"] = sum(s.elapsed_time(e) for s, e in events) / 1000.0
+    losses: list[float | None] = []
+    for t in inst.losses:
+        try:
+            losses.append(None if t is None else float(t.float().mean()))
+        except Exception:
+            losses.append(None)
+    finish_optimizer_facts(inst)
+    trace = None
+    if inst.tracer is not None:
+        inst.tracer.finish()
+        trace = inst.tracer.summary()
+    data = inst.snapshot(status)
+    probes: dict[str, Any] | None = None
+    if (
+        status in ("completed", "stopped")
+        and inst.cfg.probes
+        and not inst.callback_requested
+        and inst.cfg.overrides.is_empty()
+        and inst.records
+    ):
+        from pitstop.profile.probes import run_probes
+
+        if inst.flush_path is not None:
+            write_json_atomic(inst.flush_path, {**data, "status": "probing", "losses": losses})
+        model = inst.captured.models[0] if inst.captured.models else None
+        facts = data["models"][0] if data["models"] else {}
+        try:
+            probes = run_probes(
+                model,
+                inst.captured.last_inputs,
+                facts,
+                list(zip(inst.captured.optimizers, inst.optimizer_facts, strict=False)),
+            )
+        except Exception as e:
+            probes = {"error": f"{type(e).__name__}: {e}"}
+    data.update({"losses": losses, "trace": trace, "probes": probes})
+    return data
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Candidate fixes injected into the user's process (``pitstop fix`` proves them by re-running).
+
+The dataclass crosses the process boundary as JSON; the hooks in the child apply it
+(``pitstop.profile.hooks``). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# DataLoader keyword arguments an override may force; anything else is rejected up front.
+DATALOADER_KEYS = frozenset(
+    {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size"}
+)
+AUTOCAST_DTYPES = frozenset({"bfloat16", "float16"})
+OPTIMIZER_IMPLS = frozenset({"foreach", "fused"})
+
+
+@dataclass
+class Overrides:
+    """Settings forced on the user's script without editing it.
+
+    dataloader:     kwargs forced on every DataLoader the script builds (keys in ``DATALOADER_KEYS``).
+    channels_last:  the top-level model (the module that runs forward) and its 4-D float inputs.
+    autocast:       "bfloat16" / "float16": autocast around the top-level forward.
+    cudnn_benchmark: ``torch.backends.cudnn.benchmark = True`` before the script runs.
+    optimizer_impl: "foreach" or "fused" set on every optimizer constructed (where supported).
+    compile:        ``torch.compile`` the top-level model; errors fall back to eager (recorded).
+    """
+
+    dataloader: dict[str, Any] = field(default_factory=dict)
+    channels_last: bool = False
+    autocast: str | None = None
+    cudnn_benchmark: bool = False
+    optimizer_impl: str | None = None
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.dataloader) - DATALOADER_KEYS
+        if unknown:
+            raise ValueError(f"unsupported DataLoader override(s): {sorted(unknown)}")
+        if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast must be one of {sorted(AUTOCAST_DTYPES)}, got {self.autocast!r}")
+        if self.optimizer_impl is not None and self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise ValueError(
+                f"optimizer_impl must be one of {sorted(OPTIMIZER_IMPLS)}, got {self.optimizer_impl!r}"
+            )
+
+    def is_empty(self) -> bool:
+        return self == Overrides()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Overrides:
+        d = d or {}
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def describe(self) -> str:
+        """Short human form, e.g. ``num_workers=2, autocast=bfloat16``."""
+        parts = [f"{k}={v}" for k, v in self.dataloader.items()]
+        parts += [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in fields(self)
+            if f.name != "dataloader" and getattr(self, f.name) not in (False, None)
+        ]
+        return ", ".join(parts) or "none"

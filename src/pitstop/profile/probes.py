@@ -1,0 +1,213 @@
+"""Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
+
+A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
+vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, and the optimizer's step as it ran vs
+foreach. Variants are interleaved (A B A B ...) and compared by median. Each probe is bounded in time and
+skipped (with the reason) when the model is too large to copy or a single pass is too slow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pitstop import hardware
+
+MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
+BUDGET_S = 20.0  # all probes together
+MAX_COPY_BYTES = 1 << 30  # the optimizer probe copies params, grads and state
+
+
+def _sync(device_type: str) -> None:
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _first_grad_tensor(out: Any, depth: int = 0) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out if out.requires_grad and out.is_floating_point() else None
+    if depth > 3:
+        return None
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, list | tuple) else []
+    for o in items:
+        t = _first_grad_tensor(o, depth + 1)
+        if t is not None:
+            return t
+    return None
+
+
+def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    model.zero_grad(set_to_none=True)
+    out = model(*args, **kwargs)
+    t = _first_grad_tensor(out)
+    if t is not None:
+        t.float().mean().backward()
+
+
+def compare(
+    variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = 6.0
+) -> dict[str, float]:
+    """Median seconds per call of each variant, interleaved, after one warm-up call each."""
+    import time
+
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        fn()
+    _sync(device_type)
+    start = time.perf_counter()
+    for _ in range(reps):
+        for name, fn in variants.items():
+            _sync(device_type)
+            t = time.perf_counter()
+            fn()
+            _sync(device_type)
+            times[name].append(time.perf_counter() - t)
+        if time.perf_counter() - start > budget_s and all(len(v) >= 3 for v in times.values()):
+            break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _inputs_to_channels_last(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point():
+        return v.contiguous(memory_format=torch.channels_last)
+    return v
+
+
+def run_probes(
+    model: torch.nn.Module | None,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    model_facts: dict[str, Any],
+    optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]],
+) -> dict[str, Any]:
+    """All applicable probes; each entry has the medians and 'saving_s' (>0 = the change is faster)."""
+    import time
+
+    out: dict[str, Any] = {}
+    start = time.perf_counter()
+    if model is not None and inputs is not None:
+        try:
+            out.update(_model_probes(model, inputs, model_facts))
+        except Exception as e:
+            out["error"] = f"model probes failed: {type(e).__name__}: {e}"
+    for opt, facts in optimizers:
+        if time.perf_counter() - start > BUDGET_S:
+            out.setdefault("skipped", []).append("optimizer: time budget spent")
+            break
+        if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
+            try:
+                out.setdefault("optimizer", []).append(_optimizer_probe(opt, facts))
+            except Exception as e:
+                out.setdefault("optimizer", []).append(
+                    {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
+                )
+    return out
+
+
+def _model_probes(
+    model: torch.nn.Module, inputs: tuple[tuple[Any, ...], dict[str, Any]], facts: dict[str, Any]
+) -> dict[str, Any]:
+    import time
+
+    args, kwargs = inputs
+    p = next(model.parameters(), None)
+    if p is None:
+        return {}
+    dev = p.device.type
+    out: dict[str, Any] = {"device_type": dev}
+    script_autocast = facts.get("autocast_dtype") if facts.get("autocast") else None
+
+    def as_script() -> contextlib.AbstractContextManager[Any]:
+        if script_autocast:
+            return torch.autocast(dev, dtype=getattr(torch, script_autocast))
+        return contextlib.nullcontext()
+
+    def base() -> None:
+        with as_script():
+            _fwd_bwd(model, args, kwargs)
+
+    _sync(dev)
+    t = time.perf_counter()
+    base()
+    _sync(dev)
+    one = time.perf_counter() - t
+    out["pass_s"] = one
+    if one > MAX_PASS_S:
+        out["skipped"] = [f"one forward+backward took {one:.1f} s (> {MAX_PASS_S} s)"]
+        return out
+
+    # precision: only when the script runs fp32 and this hardware has a fast low-precision path
+    amp_dtype = hardware.preferred_amp_dtype(dev) if dev in ("cpu", "cuda") else None
+    fp32 = facts.get("param_dtypes") == ["float32"] and not script_autocast
+    if fp32 and amp_dtype:
+
+        def amp() -> None:
+            with torch.autocast(dev, dtype=getattr(torch, amp_dtype)):
+                _fwd_bwd(model, args, kwargs)
+
+        m = compare({"fp32": base, "amp": amp}, dev)
+        out["precision"] = {
+            "dtype": amp_dtype,
+            "base_s": m["fp32"],
+            "new_s": m["amp"],
+            "saving_s": m["fp32"] - m["amp"],
+        }
+    elif fp32:
+        out["precision"] = {"dtype": None, "skipped": f"no fast bf16/fp16 path on this {dev}"}
+
+    # memory format: conv nets fed NCHW
+    if facts.get("conv2d_layers") and not facts.get("channels_last"):
+        cl_args = tuple(_inputs_to_channels_last(a) for a in args)
+        cl_kwargs = {k: _inputs_to_channels_last(v) for k, v in kwargs.items()}
+        cl_model = copy.deepcopy(model).to(memory_format=torch.channels_last)
+
+        def cl() -> None:
+            with as_script():
+                _fwd_bwd(cl_model, cl_args, cl_kwargs)
+
+        m = compare({"nchw": base, "channels_last": cl}, dev)
+        out["channels_last"] = {
+            "base_s": m["nchw"],
+            "new_s": m["channels_last"],
+            "saving_s": m["nchw"] - m["channels_last"],
+        }
+        del cl_model
+
+    if dev == "cuda" and facts.get("conv2d_layers") and not torch.backends.cudnn.benchmark:
+
+        def bench_on() -> None:
+            torch.backends.cudnn.benchmark = True
+            try:
+                base()
+            finally:
+                torch.backends.cudnn.benchmark = False
+
+        m = compare({"off": base, "on": bench_on}, dev)
+        out["cudnn_benchmark"] = {"base_s": m["off"], "new_s": m["on"], "saving_s": m["off"] - m["on"]}
+    return out
+
+
+def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[str, Any]:
+    params = [p for g in opt.param_groups for p in g["params"]]
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    if nbytes * 4 > MAX_COPY_BYTES:
+        return {"type": facts.get("type"), "skipped": "model too large to copy for the probe"}
+    for p in params:  # a step needs gradients; the script's are gone after zero_grad
+        if p.grad is None:
+            p.grad = torch.randn_like(p) * 1e-3
+    as_is = copy.deepcopy(opt)
+    foreach = copy.deepcopy(opt)
+    for g in foreach.param_groups:
+        g["foreach"] = True
+    dev = params[0].device.type if params else "cpu"
+    m = compare({"as_is": as_is.step, "foreach": foreach.step}, dev, reps=7)
+    return {
+        "type": facts.get("type"),
+        "base_s": m["as_is"],
+        "new_s": m["foreach"],
+        "saving_s": m["as_is"] - m["foreach"],
+    }

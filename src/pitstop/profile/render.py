@@ -1,0 +1,153 @@
+"""Profile-specific views of a Report: the step breakdown (terminal bar, HTML chart) and the timeline.
+
+Built only from ``Report.sections`` (what was measured), so a saved JSON report renders the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from pitstop.findings import Report
+from pitstop.profile.timeline import PART_LABELS, PARTS
+from pitstop.report.html import PALETTE, Block, line_chart, stacked_bar, table
+
+_RICH_COLORS = ["blue", "dark_orange", "red", "cyan", "green", "yellow", "magenta"]
+
+
+def breakdown_parts(report: Report) -> dict[str, float]:
+    bd = report.sections.get("breakdown") or {}
+    return {PART_LABELS[p]: float(bd.get(p, 0.0)) for p in PARTS}
+
+
+def html_blocks(report: Report) -> list[Block]:
+    s = report.sections
+    blocks: list[Block] = []
+    bd = s.get("breakdown")
+    if bd:
+        blocks.append(
+            stacked_bar(
+                f"Where a step goes (mean of {bd['steps']} measured steps, {bd['mean_step_s'] * 1000:.1f} ms)",
+                {k: v * 1000 for k, v in breakdown_parts(report).items()},
+                unit="ms",
+            )
+        )
+    steps = [st for st in s.get("steps", [])]
+    if steps:
+        x = [float(st["index"]) for st in steps]
+        blocks.append(
+            line_chart(
+                "Per-step time (warm-up steps included, left of the first measured step)",
+                x,
+                {
+                    "total": [st["total_s"] * 1000 for st in steps],
+                    "data wait": [st["data_wait_s"] * 1000 for st in steps],
+                    "forward+backward": [(st["forward_s"] + st["backward_s"]) * 1000 for st in steps],
+                    "optimizer": [st["optimizer_s"] * 1000 for st in steps],
+                    "host syncs": [st["sync_s"] * 1000 for st in steps],
+                },
+                xlabel="step",
+                ylabel="ms",
+            )
+        )
+    losses = [v for v in s.get("losses", []) if v is not None]
+    if len(losses) > 1:
+        blocks.append(
+            line_chart("Loss per measured step", list(range(len(losses))), {"loss": losses}, "step")
+        )
+    if s.get("loaders"):
+        blocks.append(
+            table(
+                "DataLoaders as constructed",
+                ["where", "workers", "batch", "pin_memory", "persistent", "prefetch", "dataset", "wait s"],
+                [
+                    [
+                        ld.get("location"),
+                        ld.get("num_workers"),
+                        ld.get("batch_size"),
+                        ld.get("pin_memory"),
+                        ld.get("persistent_workers"),
+                        ld.get("prefetch_factor"),
+                        f"{ld.get('dataset_type')} ({ld.get('dataset_len')})",
+                        ld.get("wait_s"),
+                    ]
+                    for ld in s["loaders"]
+                ],
+            )
+        )
+    if s.get("sync_sites"):
+        blocks.append(
+            table(
+                "Host syncs by place",
+                ["where", "call", "count", "time s"],
+                [
+                    [
+                        x.get("location"),
+                        "." + str(x.get("method", "")).strip("_") + "()",
+                        x.get("count"),
+                        x.get("time_s"),
+                    ]
+                    for x in sorted(s["sync_sites"], key=lambda x: -x.get("time_s", 0))[:20]
+                ],
+            )
+        )
+    models = s.get("models") or []
+    if models:
+        keys = [
+            "type",
+            "params",
+            "param_dtypes",
+            "device",
+            "autocast",
+            "conv2d_layers",
+            "channels_last",
+            "compiled",
+        ]
+        blocks.append(table("Models", keys, [[_cell(m.get(k)) for k in keys] for m in models]))
+    top = (s.get("trace") or {}).get("top_ops") or []
+    if top:
+        blocks.append(
+            table(
+                "Top operators by self time (torch.profiler)",
+                ["operator", "calls", "self CPU ms", "self device ms"],
+                [[r["name"], r["calls"], r["self_cpu_ms"], r["self_device_ms"]] for r in top],
+            )
+        )
+    return blocks
+
+
+def _cell(v: Any) -> Any:
+    return ", ".join(map(str, v)) if isinstance(v, list) else v
+
+
+def print_breakdown(report: Report, console: Console | None = None) -> None:
+    """A one-line bar of the step's parts, above the findings table."""
+    bd = report.sections.get("breakdown")
+    if not bd:
+        return
+    console = console or Console()
+    parts = breakdown_parts(report)
+    total = sum(parts.values()) or 1.0
+    width = max(20, min(80, console.width - 10))
+    bar = Text()
+    legend = Text()
+    for i, (name, v) in enumerate(parts.items()):
+        color = _RICH_COLORS[i % len(_RICH_COLORS)]
+        n = round(width * v / total)
+        bar.append("█" * n, style=color)
+        if v / total >= 0.005:
+            legend.append(f"■ {name} {v * 1000:.1f} ms ({100 * v / total:.0f}%)  ", style=color)
+    console.print(
+        Text(
+            f"step {bd['median_step_s'] * 1000:.1f} ms median over {bd['steps']} measured steps "
+            f"({1.0 / bd['median_step_s']:.2f} steps/s)",
+            style="bold",
+        )
+    )
+    console.print(bar)
+    console.print(legend)
+
+
+assert len(PALETTE) >= len(PARTS)

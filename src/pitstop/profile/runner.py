@@ -1,0 +1,375 @@
+"""Run a user's training script, unmodified, in a child process with pitstop's instrumentation.
+
+Interface agreed with ``pitstop tune`` / ``pitstop fix`` (issue 3). Additions to it (all optional, with
+defaults, so code written to the agreed interface keeps working):
+
+- ``RunSpec.probes`` (default True): after the script stops, time fp32 vs autocast, NCHW vs
+  channels_last, for-loop vs foreach optimizer on the script's own model and last batch, so rules can
+  state measured savings. Skipped automatically when ``overrides`` or ``callback`` are set.
+- ``RunSpec.quiet`` (default False): the script's stdout/stderr go to ``stdout.txt``/``stderr.txt`` in
+  the run folder instead of the terminal. ``RunSpec.stdout_to_stderr``: the script's stdout goes to our
+  stderr (``--json -`` keeps stdout for the report).
+- ``run(spec, out_dir, progress=None)``: ``progress(measured_steps, total_steps)`` is called about twice
+  a second while the script runs.
+- ``RunResult.status``: "completed" | "stopped" | "exited" | "error" | "interrupted" | "timeout" |
+  "killed" | "not_started"; ``stopped`` is the clean stop after ``steps`` (or after the callback).
+- ``RunResult.warmup_steps``, ``RunResult.data`` (the raw measurements), ``RunResult.out_dir``,
+  ``RunResult.trace_path``, ``RunResult.ok`` (script did not fail).
+
+The callback gets ``pitstop.profile.hooks.Captured``; it is called once (``callback_at="loader"``: right
+after the first DataLoader is constructed; ``"step"``: when the warm-up steps are done), then the script
+is stopped with ``pitstop.profile.StopProfiling`` and the run counts as a clean stop. A callback that
+raises, or returns something that is not JSON-serialisable, leaves ``callback_result`` None and says why
+in ``RunResult.error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pitstop.findings import Report
+from pitstop.profile.overrides import Overrides
+from pitstop.profile.timeline import StepRecord, steps_per_s
+
+MEASUREMENTS = "measurements.json"
+CONFIG = "run-config.json"
+GRACE_S = 20.0  # after SIGINT (timeout, Ctrl-C): time for the child to write what it measured
+POLL_S = 0.25
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# interpreter flags that take no argument / one argument; we run the script with pitstop's interpreter
+_PY_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-q", "-b", "-bb"}
+_PY_FLAGS_ARG = {"-W", "-X"}
+
+
+class CommandError(ValueError):
+    """The command after ``--`` cannot be run (no script, unsupported form, file not found)."""
+
+
+@dataclass
+class RunSpec:
+    command: list[str]
+    steps: int = 30
+    warmup: int = 5
+    full: bool = False
+    timeout: float | None = None
+    trace: bool = False
+    overrides: Overrides = field(default_factory=Overrides)
+    callback: str | None = None
+    callback_at: str = "loader"
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    probes: bool = True
+    quiet: bool = False
+    stdout_to_stderr: bool = False
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    error: str | None
+    steps: list[StepRecord]
+    losses: list[float]
+    config: dict[str, Any]
+    callback_result: Any
+    wall_s: float
+    status: str = "completed"
+    warmup_steps: list[StepRecord] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    out_dir: Path | None = None
+    command: list[str] = field(default_factory=list)
+    spec: RunSpec | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "stopped")
+
+    @property
+    def trace_path(self) -> str | None:
+        trace = self.data.get("trace") or {}
+        return trace.get("path")
+
+    def steps_per_s(self) -> float:
+        """Throughput from the median step time of the measured steps (0.0 when none)."""
+        return steps_per_s(self.steps)
+
+    def median_step_s(self) -> float | None:
+        return statistics.median(s.total_s for s in self.steps) if self.steps else None
+
+    def report(self) -> Report:
+        from pitstop.profile.rules import build_report
+
+        return build_report(self)
+
+
+# ------------------------------------------------------------------------------------------- command
+
+
+def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str, list[str]]:
+    """``["python", "train.py", ...]`` / ``["python", "-m", "pkg.mod", ...]`` / ``["train.py", ...]``
+    -> (kind "script"|"module", target, args). Raises CommandError with a message for the user."""
+    if not command:
+        raise CommandError("no command: put the training command after '--', e.g. -- python train.py")
+    rest = list(command)
+    if _PYTHON.match(os.path.basename(rest[0])):
+        rest = rest[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            flag = rest.pop(0)
+            if flag in _PY_FLAGS_ARG:
+                if not rest:
+                    raise CommandError(f"python flag {flag} needs a value")
+                rest.pop(0)
+            elif flag == "-c":
+                raise CommandError("python -c is not supported: put the code in a file")
+            elif flag not in _PY_FLAGS and not flag.startswith(("-W", "-X")):
+                raise CommandError(f"unsupported python flag {flag!r}")
+        if not rest:
+            raise CommandError("no script after python")
+        if rest[0] == "-m":
+            if len(rest) < 2:
+                raise CommandError("python -m needs a module name")
+            return "module", rest[1], rest[2:]
+    script = rest[0]
+    path = Path(cwd or ".") / script
+    if not path.is_file():
+        hint = " (pitstop runs Python scripts; for a shell command use its Python entry point)"
+        raise CommandError(f"script not found: {script}" + ("" if script.endswith(".py") else hint))
+    return "script", str(path.resolve()), rest[1:]
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def run(
+    spec: RunSpec,
+    out_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Run the script in a child process and collect what it measured. Never raises for the script's
+    own failures (they land in ``RunResult.error``); a command that cannot start gives status
+    "not_started" and returncode 2."""
+    start = time.perf_counter()
+    try:
+        kind, target, args = parse_command(spec.command, spec.cwd)
+    except CommandError as e:
+        return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
+    temp = out_dir is None
+    out = Path(tempfile.mkdtemp(prefix="pitstop-profile-")) if out_dir is None else Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    measurements = out / MEASUREMENTS
+    with contextlib.suppress(FileNotFoundError):
+        measurements.unlink()
+    cfg = {
+        "kind": kind,
+        "target": target,
+        "args": args,
+        "steps": spec.steps,
+        "warmup": spec.warmup,
+        "full": spec.full,
+        "trace": spec.trace,
+        "overrides": spec.overrides.to_dict(),
+        "callback": spec.callback,
+        "callback_at": spec.callback_at,
+        "out_dir": str(out.resolve()),
+        "probes": spec.probes,
+    }
+    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+    env = {**os.environ, **spec.env}
+    # the child must import this pitstop, whatever the script's directory holds
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    stdout: Any = None
+    stderr: Any = None
+    if spec.stdout_to_stderr:
+        stdout = sys.stderr.fileno()
+    if spec.quiet:
+        stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
+        stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
+    status_override: str | None = None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
+            cwd=spec.cwd,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # our own process group: Ctrl-C and kills reach the whole tree
+        )
+    except OSError as e:
+        return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
+    total_steps = spec.warmup + spec.steps
+    old_term = _on_sigterm_interrupt()
+    try:
+        deadline = None if spec.timeout is None else time.monotonic() + spec.timeout
+        seen_mtime = 0.0
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=POLL_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if progress is not None:
+                    with contextlib.suppress(OSError):
+                        mtime = measurements.stat().st_mtime
+                        if mtime != seen_mtime:
+                            seen_mtime = mtime
+                            progress(_steps_so_far(measurements), total_steps)
+                if deadline is not None and time.monotonic() > deadline:
+                    status_override = "timeout"
+                    _stop(proc)
+                    break
+        except KeyboardInterrupt:
+            status_override = "interrupted"
+            _stop(proc)
+    finally:
+        if old_term is not _UNSET:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+        for fh in (stdout, stderr):
+            if fh is not None and not isinstance(fh, int):
+                fh.close()
+        _reap_group(proc)
+    returncode = proc.returncode if proc.returncode is not None else -9
+    result = _collect(spec, measurements, returncode, status_override, time.perf_counter() - start)
+    result.out_dir = None if temp and not spec.trace else out
+    if temp and not spec.trace:
+        shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (the script sees KeyboardInterrupt and pitstop writes what it measured), then SIGKILL after
+    ``GRACE_S`` or at a second Ctrl-C."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _on_sigterm_interrupt() -> Any:
+    """While the child runs, SIGTERM to pitstop stops the child too (it runs in its own session)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _UNSET
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):
+        return _UNSET
+
+
+_UNSET = object()
+
+
+def _reap_group(proc: subprocess.Popen[bytes]) -> None:
+    """Whatever the script left running in its process group (workers, pools) goes with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+
+
+def _steps_so_far(path: Path) -> int:
+    try:
+        return len(json.loads(path.read_text()).get("steps", []))
+    except (OSError, ValueError):
+        return 0
+
+
+def _empty(spec: RunSpec, error: str, status: str, code: int, wall: float) -> RunResult:
+    return RunResult(
+        returncode=code,
+        error=error,
+        steps=[],
+        losses=[],
+        config={},
+        callback_result=None,
+        wall_s=wall,
+        status=status,
+        command=list(spec.command),
+        spec=spec,
+    )
+
+
+def _collect(
+    spec: RunSpec, path: Path, returncode: int, status_override: str | None, wall: float
+) -> RunResult:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    status = data.get("status", "killed")
+    error = data.get("error")
+    if status in ("running", "probing") or not data:
+        # the child never wrote its final record: killed, crashed hard, or hung past the grace period
+        status = "killed"
+        error = f"the script was killed (exit status {returncode}); partial measurements shown"
+        if returncode < 0:
+            with contextlib.suppress(ValueError):
+                error = (
+                    f"the script was killed by {signal.Signals(-returncode).name}; partial measurements shown"
+                )
+        if not data:
+            error = f"the script ended (exit status {returncode}) before pitstop could measure anything"
+    if status_override == "timeout":
+        status = "timeout"
+        error = f"timed out after {spec.timeout:g} s; stopped the script" + (
+            "" if data.get("status") not in (None, "running", "probing") else " (partial measurements)"
+        )
+    elif status_override == "interrupted":
+        status, error = "interrupted", "interrupted (Ctrl-C)"
+    records = [StepRecord.from_dict(r) for r in data.get("steps", [])]
+    warm = [r for r in records if r.warmup]
+    measured = [r for r in records if not r.warmup]
+    losses_all = data.get("losses") or []
+    losses = [v for r, v in zip(records, losses_all, strict=False) if not r.warmup]
+    if status in ("completed", "stopped") and not records and not spec.callback:
+        error = "no optimizer step was seen: the script never called optimizer.step()"
+    if data.get("callback_error"):
+        error = data["callback_error"] if error is None else f"{error}; {data['callback_error']}"
+    config = {
+        "loaders": data.get("loaders", []),
+        "models": data.get("models", []),
+        "optimizers": data.get("optimizers", []),
+        "device": data.get("device"),
+        "torch": data.get("torch", {}),
+        "memory": data.get("memory", {}),
+        "overrides": spec.overrides.to_dict(),
+        "compile_error": data.get("compile_error"),
+        "override_errors": data.get("override_errors") or [],
+    }
+    return RunResult(
+        returncode=returncode,
+        error=error,
+        steps=measured,
+        losses=[float("nan") if v is None else float(v) for v in losses],
+        config=config,
+        callback_result=data.get("callback_result"),
+        wall_s=wall,
+        status=status,
+        warmup_steps=warm,
+        data=data,
+        command=list(spec.command),
+        spec=spec,
+    )

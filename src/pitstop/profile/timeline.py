@@ -1,0 +1,114 @@
+"""Per-step records and what they add up to: the step-time breakdown every report starts from."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# The parts of a step, in the order they are drawn. "other" is the rest of forward+backward time:
+# Python between the calls, loss, logging (the step total minus every measured part).
+PARTS = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "other_s")
+PART_LABELS = {
+    "data_wait_s": "data wait",
+    "h2d_s": "host-to-device copy",
+    "forward_s": "forward",
+    "backward_s": "backward",
+    "optimizer_s": "optimizer",
+    "sync_s": "host syncs",
+    "other_s": "other",
+}
+
+
+@dataclass
+class StepRecord:
+    """One optimizer step, boundary to boundary, in seconds of wall time on the host."""
+
+    index: int
+    start_s: float
+    total_s: float
+    data_wait_s: float = 0.0
+    h2d_s: float = 0.0
+    sync_s: float = 0.0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
+    syncs: int = 0
+    warmup: bool = False
+    traced: bool = False
+    eval: bool = False  # a no-grad (validation) forward ran inside this step
+    h2d_gpu_s: float | None = None  # the copies' time on the GPU (CUDA events), when on CUDA
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward + optimizer + everything else that is not data, copies or syncs."""
+        return max(0.0, self.total_s - self.data_wait_s - self.h2d_s - self.sync_s)
+
+    @property
+    def other_s(self) -> float:
+        # sync time can sit inside forward (e.g. a .item() in the model): don't count it twice
+        rest = self.total_s - self.data_wait_s - self.h2d_s - self.forward_s - self.backward_s
+        rest -= self.optimizer_s + self.sync_s
+        return max(0.0, rest)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["compute_s"] = self.compute_s
+        d["other_s"] = self.other_s
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def usable_steps(steps: list[StepRecord]) -> list[StepRecord]:
+    """Measured steps, leaving out the ones slowed by the profiler or holding a validation pass, when
+    enough others remain."""
+    plain = [s for s in steps if not s.traced and not s.eval]
+    if len(plain) >= 3:
+        return plain
+    untraced = [s for s in steps if not s.traced]
+    return untraced if len(untraced) >= 3 else steps
+
+
+@dataclass
+class Breakdown:
+    """Mean seconds per step of each part (they add up to ``total_s``), over ``n`` steps."""
+
+    n: int
+    total_s: float
+    median_total_s: float
+    parts: dict[str, float]
+    syncs_per_step: float
+
+    def share(self, part: str) -> float:
+        return self.parts.get(part, 0.0) / self.total_s if self.total_s > 0 else 0.0
+
+    def labelled(self) -> dict[str, float]:
+        return {PART_LABELS[k]: v for k, v in self.parts.items()}
+
+
+def breakdown(steps: list[StepRecord]) -> Breakdown | None:
+    steps = usable_steps(steps)
+    if not steps:
+        return None
+    n = len(steps)
+    parts = {p: sum(getattr(s, p) for s in steps) / n for p in PARTS}
+    total = sum(parts.values())  # == mean total, since other_s is the remainder (clamped at 0)
+    return Breakdown(
+        n=n,
+        total_s=total,
+        median_total_s=statistics.median(s.total_s for s in steps),
+        parts=parts,
+        syncs_per_step=sum(s.syncs for s in steps) / n,
+    )
+
+
+def steps_per_s(steps: list[StepRecord]) -> float:
+    steps = usable_steps(steps)
+    if not steps:
+        return 0.0
+    med = statistics.median(s.total_s for s in steps)
+    return 1.0 / med if med > 0 else 0.0

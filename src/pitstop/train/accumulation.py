@@ -1,0 +1,57 @@
+"""Gradient accumulation: k micro-batches per optimizer step, with the loss scaled by 1/k.
+
+Under DDP every backward all-reduces gradients; ``no_sync`` skips that on all but the last
+micro-batch, so k micro-batches cost one all-reduce instead of k.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def sync_context(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """``model.no_sync()`` when ``sync`` is False and the model has it (DDP, FSDP1); a no-op otherwise."""
+    if not sync and hasattr(model, "no_sync"):
+        return model.no_sync()  # type: ignore[operator]
+    return contextlib.nullcontext()
+
+
+def scale_loss(loss: torch.Tensor, accum_steps: int) -> torch.Tensor:
+    """Divide by k so the summed gradients equal the mean-loss gradient of one k-times-larger batch."""
+    return loss / accum_steps if accum_steps > 1 else loss
+
+
+def accumulate(batches: Iterable[T], accum_steps: int) -> Iterator[tuple[T, bool]]:
+    """Yield ``(batch, is_last_micro_batch)``; the flag says: sync gradients and step the optimizer now.
+
+    A trailing group shorter than k still ends with True so no gradient is left unapplied (its loss is
+    then scaled by 1/k, a slightly smaller step, as in most frameworks).
+    """
+    if accum_steps < 1:
+        raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
+    it = iter(batches)
+    try:
+        nxt = next(it)
+    except StopIteration:
+        return
+    i = 0
+    while True:
+        cur = nxt
+        try:
+            nxt = next(it)
+        except StopIteration:
+            yield cur, True
+            return
+        i += 1
+        yield cur, i % accum_steps == 0
+
+
+def optimizer_steps_per_epoch(num_batches: int, accum_steps: int) -> int:
+    """Optimizer steps one epoch of ``num_batches`` micro-batches makes (a short tail still steps)."""
+    return -(-num_batches // accum_steps)

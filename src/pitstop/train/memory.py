@@ -1,0 +1,85 @@
+"""Peak tensor memory of a piece of work, measured: CUDA allocator stats on GPU, tensor tracking on CPU.
+
+The CPU allocator keeps no statistics, so on CPU a ``TorchDispatchMode`` records every storage an op
+creates and a weak reference tells when it is freed; the running total's maximum is the peak. It counts
+tensor bytes (what activation checkpointing changes), not allocator caching or Python objects.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """``with TensorMemoryTracker(model.parameters()) as t: work()`` then ``t.peak_bytes``.
+
+    ``preexisting`` tensors (parameters, inputs) count from the start and are never freed by the work.
+    """
+
+    def __init__(self, preexisting: Iterable[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self._live: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._refs: dict[int, weakref.ref] = {}
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        for t in preexisting:
+            self._track(t)
+        self.baseline_bytes = self.current_bytes
+
+    def _track(self, t: torch.Tensor) -> None:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        if st in self._live:
+            return
+        nbytes = st.nbytes()
+        self._live[st] = nbytes
+        key = id(st)
+        self._refs[key] = weakref.ref(st, lambda _r, k=key, n=nbytes: self._free(k, n))
+        self.current_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+
+    def _free(self, key: int, nbytes: int) -> None:
+        if self._refs.pop(key, None) is not None:
+            self.current_bytes -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            self._track(t)
+        # Gradients written in place into .grad by AccumulateGrad arrive as op outputs too.
+        return out
+
+
+def peak_memory_bytes(
+    fn: Callable[[], Any],
+    device: torch.device | str = "cpu",
+    preexisting: Iterable[torch.Tensor] = (),
+) -> int:
+    """Peak bytes of tensor memory while ``fn()`` runs, above what was allocated before it started.
+
+    On CUDA this is the caching allocator's ``max_memory_allocated`` delta; elsewhere a tensor tracker.
+    ``preexisting`` (e.g. the model's parameters) only matter on CPU, where they are added to the peak
+    so both paths report the same quantity: memory in use at the worst moment, beyond the start.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        start = torch.cuda.memory_allocated(dev)
+        fn()
+        torch.cuda.synchronize(dev)
+        return int(torch.cuda.max_memory_allocated(dev) - start)
+    with TensorMemoryTracker(preexisting) as tracker:
+        fn()
+    return int(tracker.peak_bytes - tracker.baseline_bytes)

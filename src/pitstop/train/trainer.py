@@ -1,0 +1,399 @@
+"""``fit``: the recipes composed into one loop, configured in one place (``TrainConfig``).
+
+The model, optimizer, loss and loaders stay the user's; ``fit`` applies the fast path around them
+(device, precision, channels_last, compile, DDP/FSDP, prefetch, accumulation, schedule, checkpoints)
+and returns what it measured. Every recipe is also usable alone from ``pitstop.train``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pitstop.train.accumulation import accumulate, scale_loss, sync_context
+from pitstop.train.amp import Amp
+from pitstop.train.backends import configure_backends
+from pitstop.train.checkpointing import Target, apply_activation_checkpointing
+from pitstop.train.ckpt import (
+    TrainState,
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from pitstop.train.compile import maybe_compile, unwrap
+from pitstop.train.distributed import DistEnv, init_distributed, set_epoch, wrap_ddp, wrap_fsdp
+from pitstop.train.memory_format import has_conv2d, to_channels_last
+from pitstop.train.metrics import RunningMean, batch_size
+from pitstop.train.optim import make_optimizer
+from pitstop.train.prefetch import DevicePrefetcher, move_to
+from pitstop.train.progress import TrainProgress, nvtx_range
+from pitstop.train.schedules import cyclic, one_cycle, total_steps
+
+LossFn = Callable[[Any, Any], torch.Tensor]  # (output, target) -> loss
+ComputeLoss = Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, batch) -> loss
+OptimizerLike = torch.optim.Optimizer | Callable[[torch.nn.Module], torch.optim.Optimizer] | None
+
+
+@dataclass
+class TrainConfig:
+    """Every choice ``fit`` makes, in one place. Defaults are the fast path for this machine.
+
+    precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
+    channels_last: 'auto' = on for models with Conv2d on CUDA; True/False to force.  compile: opt-in ``torch.compile`` with eager fallback.
+    schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
+    distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
+    log_every: optimizer steps between metric reads (the only host syncs in the loop).
+    checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
+    """
+
+    epochs: int = 1
+    max_steps: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    precision: str = "auto"
+    accum_steps: int = 1
+    clip_grad_norm: float | None = None
+    channels_last: bool | str = "auto"
+    compile: bool = False
+    activation_checkpointing: Sequence[Target] = ()
+    schedule: str | None = None
+    max_lr: float | None = None
+    base_lr: float | None = None
+    device: str | None = None
+    distributed: str = "auto"
+    fsdp_shard: Sequence[type[torch.nn.Module]] = ()
+    log_every: int = 50
+    progress: bool = True
+    checkpoint_path: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = True
+    seed: int | None = None
+    nvtx: bool = True
+    tf32: bool = True
+    cudnn_benchmark: bool = True
+
+
+@dataclass
+class FitResult:
+    """What ``fit`` did and measured: steps, throughput, the loss history and the settings applied."""
+
+    steps: int
+    epochs_completed: int
+    samples: int
+    elapsed_s: float
+    samples_per_s: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    val: list[dict[str, float]] = field(default_factory=list)
+    applied: dict[str, Any] = field(default_factory=dict)
+    resumed_from_step: int | None = None
+
+    @property
+    def final_loss(self) -> float:
+        return self.history[-1]["loss"] if self.history else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_compute_loss(loss_fn: LossFn | None) -> ComputeLoss:
+    """``(x, y)`` batches: ``loss_fn(model(x), y)``; dict batches: ``model(**batch)`` returning a loss."""
+
+    def compute(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        if isinstance(batch, dict):
+            out = model(**batch)
+            return out if loss_fn is None else loss_fn(out, batch)
+        if isinstance(batch, (list, tuple)) and len(batch) == 2 and loss_fn is not None:
+            x, y = batch
+            return loss_fn(model(x), y)
+        raise TypeError("fit: give loss_fn for (input, target) batches, or compute_loss(model, batch)")
+
+    return compute
+
+
+def _resolve_device(cfg: TrainConfig) -> torch.device | None:
+    return torch.device(cfg.device) if cfg.device else None
+
+
+def prepare_model(
+    model: torch.nn.Module, cfg: TrainConfig, env: DistEnv, amp: Amp
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Apply device, channels_last, activation checkpointing, DDP/FSDP and compile, in that order."""
+    applied: dict[str, Any] = {"device": str(env.device), "precision": amp.name, "world_size": env.world_size}
+    model = model.to(env.device)
+    if cfg.channels_last == "auto":
+        # On by default only where it is a clear win: conv nets on CUDA (NHWC tensor-core kernels). On CPU
+        # (oneDNN) we measured it neutral to slower for small conv nets, so it stays opt-in there.
+        cl = has_conv2d(model) and env.device.type == "cuda"
+    else:
+        cl = bool(cfg.channels_last)
+    if cl:
+        to_channels_last(model)
+    applied["channels_last"] = cl
+    if cfg.activation_checkpointing:
+        applied["activation_checkpointing"] = apply_activation_checkpointing(
+            model, cfg.activation_checkpointing
+        )
+    strategy = cfg.distributed
+    if strategy == "auto":
+        strategy = "ddp" if env.is_distributed else "none"
+    if strategy == "fsdp":
+        model = wrap_fsdp(model, env, cfg.fsdp_shard, amp.dtype)
+    elif strategy == "ddp":
+        model = wrap_ddp(model, env)
+    elif strategy != "none":
+        raise ValueError(f"distributed must be auto, ddp, fsdp or none, got {cfg.distributed!r}")
+    applied["distributed"] = strategy if env.is_distributed else "none"
+    model = maybe_compile(model, cfg.compile)
+    applied["compile"] = cfg.compile
+    applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
+    return model, applied
+
+
+def _make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, n_batches: int) -> Any:
+    if cfg.schedule is None:
+        return None
+    max_lr = cfg.max_lr if cfg.max_lr is not None else cfg.lr
+    if cfg.schedule == "onecycle":
+        return one_cycle(optimizer, max_lr, n_batches, cfg.epochs, cfg.accum_steps)
+    if cfg.schedule == "cyclic":
+        base = cfg.base_lr if cfg.base_lr is not None else max_lr / 10
+        return cyclic(optimizer, base, max_lr, n_batches, accum_steps=cfg.accum_steps)
+    raise ValueError(f"schedule must be None, 'onecycle' or 'cyclic', got {cfg.schedule!r}")
+
+
+def _gather_rng(env: DistEnv) -> list[dict[str, Any]]:
+    mine = capture_rng_state()
+    if not env.is_distributed:
+        return [mine]
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, mine)
+    return out
+
+
+def fit(
+    model: torch.nn.Module,
+    optimizer: OptimizerLike,
+    train_loader: Iterable[Any],
+    loss_fn: LossFn | None = None,
+    config: TrainConfig | None = None,
+    *,
+    compute_loss: ComputeLoss | None = None,
+    val_loader: Iterable[Any] | None = None,
+    scheduler: Any = None,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+) -> FitResult:
+    """Train ``model`` on ``train_loader`` with the recipes ``config`` turns on; return a ``FitResult``.
+
+    optimizer: an optimizer over ``model``'s parameters, a factory ``model -> optimizer`` (needed for
+    FSDP, which replaces parameters), or None for fused AdamW(``config.lr``, ``config.weight_decay``).
+    loss_fn: ``(output, target) -> loss`` for ``(x, y)`` batches; or ``compute_loss(model, batch)`` for
+    anything else (e.g. distillation). scheduler: an LR scheduler stepped once per optimizer step, or
+    set ``config.schedule``. Under torchrun, only rank 0 shows progress and writes checkpoints.
+    """
+    cfg = config or TrainConfig()
+    if cfg.accum_steps < 1:
+        raise ValueError("accum_steps must be >= 1")
+    if cfg.seed is not None:
+        torch.manual_seed(cfg.seed)
+    env = init_distributed(_resolve_device(cfg))
+    amp = Amp.create(cfg.precision, env.device)
+    model, applied = prepare_model(model, cfg, env, amp)
+    if optimizer is None:
+        optimizer = make_optimizer(unwrap(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    elif not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer(unwrap(model))
+    applied["optimizer"] = type(optimizer).__name__ + (" fused" if optimizer.defaults.get("fused") else "")
+    compute = compute_loss or default_compute_loss(loss_fn)
+    loader = DevicePrefetcher(train_loader, env.device, channels_last=applied["channels_last"])
+    try:
+        n_batches: int | None = len(loader)
+    except TypeError:
+        n_batches = None
+    if scheduler is None and cfg.schedule is not None:
+        if n_batches is None:
+            raise ValueError("config.schedule needs a loader with a length")
+        scheduler = _make_scheduler(cfg, optimizer, n_batches)
+    applied["accum_steps"] = cfg.accum_steps
+
+    state = TrainState()
+    resumed: int | None = None
+    ckpt = Path(cfg.checkpoint_path) if cfg.checkpoint_path else None
+    if ckpt is not None and cfg.resume and ckpt.exists():
+        state = load_checkpoint(ckpt, unwrap(model), optimizer, scheduler, amp.scaler, env.device)
+        resumed = state.step
+
+    planned = total_steps(n_batches, cfg.epochs, cfg.accum_steps) if n_batches else None
+    if cfg.max_steps is not None:
+        planned = min(planned, cfg.max_steps) if planned else cfg.max_steps
+    nvtx = cfg.nvtx and env.device.type == "cuda"
+    loss_avg = RunningMean(env.device)
+    history: list[dict[str, float]] = []
+    val_history: list[dict[str, float]] = []
+    step, samples, epoch = state.step, 0, state.epoch
+    params = list(unwrap(model).parameters())
+
+    def pick(states: list[dict[str, Any]]) -> dict[str, Any]:
+        return states[min(env.rank, len(states) - 1)]
+
+    def save(epoch_rng: list[dict[str, Any]] | None, ep: int, consumed: int) -> None:
+        if n_batches is not None and consumed >= n_batches:  # a finished epoch resumes at the next one
+            ep, consumed, epoch_rng = ep + 1, 0, None
+        st = TrainState(step, ep, consumed, epoch_rng, _gather_rng(env))
+        if env.is_main:
+            save_checkpoint(ckpt, unwrap(model), optimizer, scheduler, amp.scaler, st)  # type: ignore[arg-type]
+
+    def log(ep: int) -> None:
+        loss = loss_avg.read()
+        lr = float(step_lr)
+        rate = prog.log(loss, lr)
+        row = {"step": step, "epoch": ep, "loss": loss, "lr": lr, "samples_per_s": rate}
+        history.append(row)
+        if on_log is not None and env.is_main:
+            on_log(row)
+
+    model.train()
+    t0 = time.perf_counter()
+    done = planned is not None and step >= planned
+    consumed = state.batches_in_epoch
+    epoch_rng: list[dict[str, Any]] | None = None
+    first = True
+    step_lr = optimizer.param_groups[0]["lr"]
+    with TrainProgress(planned, enabled=cfg.progress and env.is_main) as prog:
+        prog.advance(step)
+        while epoch < cfg.epochs and not done:
+            resuming = first and resumed is not None
+            first = False
+            skip = state.batches_in_epoch if resuming else 0
+            if resuming and skip and state.epoch_rng:
+                # Replay the epoch's start so the loader draws the same shuffle, skip what was trained on,
+                # then continue from the RNG state at the moment of saving.
+                restore_rng_state(pick(state.epoch_rng))
+            elif resuming and state.rng:
+                restore_rng_state(pick(state.rng))
+            epoch_rng = _gather_rng(env) if ckpt is not None else None
+            set_epoch(loader, epoch)
+            data = iter(loader)
+            for _ in range(skip):
+                next(data)
+            if resuming and skip and state.rng:
+                restore_rng_state(pick(state.rng))
+            consumed = skip
+            step_samples = 0
+            for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
+                consumed += 1
+                with sync_context(model, last):
+                    with nvtx_range("forward", nvtx), amp.autocast():
+                        loss = compute(model, batch)
+                    with nvtx_range("backward", nvtx):
+                        amp.backward(scale_loss(loss, cfg.accum_steps))
+                n = batch_size(batch)
+                step_samples += n
+                loss_avg.update(loss, n)
+                if not last:
+                    continue
+                step_lr = optimizer.param_groups[0]["lr"]  # the LR this step used, for the log
+                with nvtx_range("optimizer", nvtx):
+                    amp.step(optimizer, cfg.clip_grad_norm, params)
+                    if scheduler is not None:
+                        scheduler.step()
+                step += 1
+                samples += step_samples
+                prog.advance(1, step_samples)
+                step_samples = 0
+                if step % cfg.log_every == 0:
+                    log(epoch)
+                if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    save(epoch_rng, epoch, consumed)
+                if cfg.max_steps is not None and step >= cfg.max_steps:
+                    done = True
+                    break
+            if loss_avg.count:
+                log(epoch)
+            if n_batches is None or consumed >= n_batches:
+                epoch, consumed = epoch + 1, 0
+            if val_loader is not None and env.is_main:
+                val_history.append(
+                    {"epoch": epoch, **evaluate(model, val_loader, loss_fn, compute_loss, amp, env.device)}
+                )
+                model.train()
+        if ckpt is not None:
+            save(epoch_rng, epoch, consumed)
+    elapsed = time.perf_counter() - t0
+    return FitResult(
+        steps=step,
+        epochs_completed=epoch,
+        samples=samples,
+        elapsed_s=elapsed,
+        samples_per_s=samples / elapsed if elapsed > 0 else 0.0,
+        history=history,
+        val=val_history,
+        applied=applied,
+        resumed_from_step=resumed,
+    )
+
+
+def _timed(it: Iterable[Any], nvtx: bool) -> Iterable[Any]:
+    """The loader with an NVTX 'data' range around each fetch (Nsight then shows loader stalls)."""
+    it = iter(it)
+    while True:
+        with nvtx_range("data", nvtx):
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+        yield batch
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    loader: Iterable[Any],
+    loss_fn: LossFn | None = None,
+    compute_loss: ComputeLoss | None = None,
+    amp: Amp | None = None,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """Mean loss over ``loader`` and, for ``(x, y)`` batches with class logits, accuracy. One sync at the end.
+
+    ``(x, y)`` batches with ``loss_fn``: ``loss_fn(model(x), y)``; otherwise ``compute_loss(model, batch)``.
+    """
+    if loss_fn is None and compute_loss is None:
+        raise ValueError("evaluate needs loss_fn or compute_loss")
+    was_training = model.training
+    model.eval()
+    dev = torch.device(device)
+    ctx = amp.autocast if amp is not None else contextlib.nullcontext
+    loss_avg = RunningMean(dev)
+    correct = torch.zeros((), dtype=torch.int64, device=dev)
+    n_cls = 0
+    for batch in loader:
+        batch = move_to(batch, dev)
+        with ctx():
+            if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
+                x, y = batch
+                out = model(x)
+                value = loss_fn(out, y)
+                if (
+                    isinstance(out, torch.Tensor)
+                    and out.dim() == 2
+                    and y.dim() == 1
+                    and not y.is_floating_point()
+                ):
+                    correct += (out.argmax(1) == y).sum()
+                    n_cls += int(y.shape[0])
+            else:
+                value = (compute_loss or default_compute_loss(loss_fn))(model, batch)
+        loss_avg.update(value.float(), batch_size(batch))
+    model.train(was_training)
+    res = {"loss": loss_avg.read()}
+    if n_cls:
+        res["accuracy"] = float(correct.item()) / n_cls
+    return res

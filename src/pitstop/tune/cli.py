@@ -1,0 +1,603 @@
+"""`pitstop tune loader|batch-size|lr` and `pitstop fix`: argument parsing; the work is in the modules.
+
+Two ways to say what to tune: an importable factory (``--dataset pkg.mod:make_dataset``, ``--model ...``),
+measured in this process; or the user's script after ``--``, run by the profile runner with a callback
+that tunes the DataLoader/model/optimizer the script built, inside its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from pitstop.cliutil import add_output_args
+
+MiB = 2**20
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    tune = sub.add_parser(
+        "tune",
+        help="measure the fastest DataLoader settings, the largest batch size, an LR range",
+        description="Measure settings on your data and model. Subcommands: loader, batch-size, lr.",
+    )
+    tsub = tune.add_subparsers(dest="tune_command", required=True, metavar="WHAT")
+    _register_loader(tsub)
+    _register_batch_size(tsub)
+    _register_lr(tsub)
+    _register_fix(sub)
+
+
+def _command(ns: argparse.Namespace) -> list[str]:
+    cmd = list(getattr(ns, "cmd", None) or [])
+    return cmd[1:] if cmd[:1] == ["--"] else cmd
+
+
+def _add_script_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("script mode (instead of factories)")
+    g.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
+    g.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (the script to tune)")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what to train (factory mode)")
+    g.add_argument(
+        "--model", metavar="SPEC", help="pkg.mod:make_model or file.py:model (a module or a factory)"
+    )
+    g.add_argument(
+        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
+    )
+    g.add_argument(
+        "--loss", metavar="SPEC", help="pkg.mod:fn with fn(model, batch) -> loss (default: guessed)"
+    )
+    g.add_argument(
+        "--optimizer",
+        default="sgd",
+        help="sgd | adam | adamw, or pkg.mod:fn with fn(params) -> optimizer (default: sgd)",
+    )
+    g.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    g.add_argument("--batch-size", type=int, default=32, help="batch size for the loader (default 32)")
+
+
+def _progress(label: str) -> Any:
+    """A rich status line on stderr; returns (context manager, update callback)."""
+    from rich.console import Console
+
+    return Console(stderr=True).status(label)
+
+
+def _print_table(ns: argparse.Namespace, title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    """The measured table on the terminal (the HTML report has the same rows), unless quiet or JSON to stdout."""
+    if getattr(ns, "quiet", False) or getattr(ns, "json", None) == "-":
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=title)
+    for h in headers:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*(Text("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r))
+    Console().print(t)
+
+
+@contextmanager
+def _status(label: str, quiet: bool) -> Any:
+    if quiet:
+        yield lambda msg: None
+        return
+    with _progress(label) as st:
+        yield lambda msg: st.update(f"{label}: {msg}")
+
+
+# --------------------------------------------------------------------------------------------- loaders
+
+
+def loader_kwargs(loader: Any) -> dict[str, Any]:
+    """The keywords that rebuild ``loader`` (a DataLoader object) with its own sampler and collate_fn."""
+    kw: dict[str, Any] = {
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "collate_fn": loader.collate_fn,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+    }
+    if loader.num_workers > 0:
+        kw["prefetch_factor"] = loader.prefetch_factor
+        kw["persistent_workers"] = loader.persistent_workers
+    if loader.batch_size is None:
+        kw["batch_sampler"] = loader.batch_sampler
+    else:
+        kw.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def load_dataset(spec: str) -> tuple[Any, dict[str, Any]]:
+    """A factory spec -> (dataset, DataLoader kwargs when the factory gave a DataLoader)."""
+    from torch.utils.data import DataLoader, Dataset
+
+    from pitstop.factory import load_object
+
+    obj = load_object(spec)
+    if callable(obj) and not isinstance(obj, Dataset | DataLoader):
+        obj = obj()
+    if isinstance(obj, DataLoader):
+        return obj.dataset, loader_kwargs(obj)
+    if not hasattr(obj, "__getitem__") and not hasattr(obj, "__iter__"):
+        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a Dataset or DataLoader")
+    return obj, {}
+
+
+def load_model(spec: str) -> Any:
+    import torch
+
+    from pitstop.factory import load_object
+
+    obj = load_object(spec)
+    if not isinstance(obj, torch.nn.Module) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, torch.nn.Module):
+        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
+    return obj
+
+
+def make_optimizer(spec: str, params: Any, lr: float = 1e-3) -> Any:
+    import torch
+
+    from pitstop.factory import load_object
+
+    name = spec.lower()
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    return load_object(spec)(params)
+
+
+def _resolve_device(name: str | None) -> Any:
+    import torch
+
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _load_loss(spec: str | None) -> Callable[[Any, Any], Any] | None:
+    from pitstop.factory import load_object
+
+    return load_object(spec) if spec else None
+
+
+# ------------------------------------------------------------------------------------------ tune loader
+
+
+def _register_loader(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = tsub.add_parser(
+        "loader",
+        help="find the fastest DataLoader settings for your dataset by measuring them",
+        description=(
+            "Sweep num_workers (pruned: stops climbing when throughput stops rising), prefetch_factor, "
+            "persistent_workers and pin_memory (CUDA only) on your dataset, and report the fastest setting "
+            "with its measured speed-up. Examples: pitstop tune loader --dataset mypkg.data:make_dataset "
+            "--batch-size 64   |   pitstop tune loader -- python train.py --epochs 1"
+        ),
+    )
+    p.add_argument(
+        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="factory mode: batch size (default 32)")
+    p.add_argument("--num-workers", type=int, default=0, help="factory mode: the baseline's num_workers")
+    p.add_argument("--max-workers", type=int, help="highest num_workers to try (default 4x usable cores)")
+    p.add_argument("--time-per-point", type=float, default=1.5, help="seconds of timing per setting (1.5)")
+    p.add_argument("--repeats", type=int, default=3, help="timed windows per setting; the median is used")
+    p.add_argument("--prefetch", default="2,4", help="prefetch_factor values to try (default 2,4)")
+    p.add_argument("--batch-sizes", default="", help="also measure these batch sizes, e.g. 32,64,128")
+    p.add_argument(
+        "--confirm-rounds",
+        type=int,
+        default=3,
+        help="interleaved baseline/chosen rounds for the speed-up (3)",
+    )
+    p.add_argument("--plot", metavar="PNG", help="write the num_workers curve as a PNG")
+    _add_script_args(p)
+    add_output_args(p)
+    p.set_defaults(func=cmd_loader)
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as e:
+        raise ValueError(f"{what}: expected comma-separated integers, got {text!r}") from e
+    if any(v <= 0 for v in vals):
+        raise ValueError(f"{what}: values must be positive, got {text!r}")
+    return vals
+
+
+def loader_config(ns: argparse.Namespace) -> Any:
+    from pitstop.tune.loader import MeasureConfig, TuneConfig
+
+    if ns.time_per_point <= 0 or ns.repeats <= 0:
+        raise ValueError("--time-per-point and --repeats must be positive")
+    if ns.max_workers is not None and ns.max_workers < 0:
+        raise ValueError("--max-workers must be >= 0")
+    return TuneConfig(
+        max_workers=ns.max_workers,
+        prefetch_factors=_ints(ns.prefetch, "--prefetch"),
+        batch_sizes=_ints(ns.batch_sizes, "--batch-sizes"),
+        measure=MeasureConfig(time_per_point=ns.time_per_point, repeats=ns.repeats),
+        confirm_rounds=max(0, ns.confirm_rounds),
+    )
+
+
+def cmd_loader(ns: argparse.Namespace) -> int:
+    from pitstop.cliutil import finish, usage_error
+
+    cmd = _command(ns)
+    if bool(cmd) == bool(ns.dataset):
+        return usage_error("give either --dataset pkg.mod:make_dataset or a script after --")
+    try:
+        cfg = loader_config(ns)
+    except ValueError as e:
+        return usage_error(str(e))
+    from pitstop.tune.loader import LoaderTuneResult, tune_loader
+    from pitstop.tune.reports import loader_report
+
+    meta: dict[str, Any] = {}
+    if ns.dataset:
+        try:
+            dataset, base = load_dataset(ns.dataset)
+        except Exception as e:
+            return usage_error(f"cannot load the dataset {ns.dataset}: {e}")
+        if not base:
+            base = {"batch_size": ns.batch_size, "num_workers": ns.num_workers}
+        meta["dataset"] = ns.dataset
+        with _status("pitstop tune loader", ns.quiet) as update:
+            result = tune_loader(dataset, base, cfg, progress=update)
+    else:
+        from pitstop.tune.script import run_callback
+
+        meta["command"] = " ".join(cmd)
+        with _status("pitstop tune loader (script)", ns.quiet):
+            payload, error = run_callback(cmd, "loader", _tune_args(ns, cfg), ns.timeout)
+        if payload is None:
+            return _script_failed("tune loader", error, ns)
+        result = LoaderTuneResult.from_dict(payload)
+    report, blocks = loader_report(result, meta)
+    from pitstop.tune.loader import SWEEP_HEADERS, sweep_rows
+
+    _print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
+    if ns.plot:
+        from pitstop.tune.loader import worker_curve
+        from pitstop.tune.plot import save_line_png
+
+        xs, ys = worker_curve(result)
+        save_line_png(
+            ns.plot,
+            xs,
+            {"batches/s": ys},
+            title="DataLoader throughput",
+            xlabel="num_workers",
+            ylabel="batches/s",
+        )
+    return finish(report, ns, blocks)
+
+
+def _tune_args(ns: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
+    """What the in-process callback needs, as JSON (it crosses into the user's process by env var)."""
+    from dataclasses import asdict
+
+    d = {k: v for k, v in vars(ns).items() if isinstance(v, str | int | float | bool | type(None))}
+    if cfg is not None:
+        d["tune_config"] = asdict(cfg)
+    return d
+
+
+def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
+    from pitstop.cliutil import finish
+    from pitstop.findings import Finding, Report, Severity
+
+    report = Report(tool=tool, error=error or "the script ended before the tuner ran")
+    report.add(
+        Finding(
+            id="tune.script",
+            severity=Severity.ERROR,
+            title="Could not tune inside the script",
+            evidence=error or "the script ended before it built what the tuner needs",
+            fix="Check that the script runs on its own and builds a DataLoader / model / optimizer.",
+        )
+    )
+    finish(report, ns)
+    return 1
+
+
+# -------------------------------------------------------------------------------------- tune batch-size
+
+
+def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = tsub.add_parser(
+        "batch-size",
+        help="find the largest batch size that fits (GPU memory, or a CPU memory budget)",
+        description=(
+            "Doubling then bisection over full training steps; CUDA OOM is caught and cleaned up; on CPU "
+            "the peak RSS growth must stay inside --budget-mib. Throughput is measured at every size. "
+            "Example: pitstop tune batch-size --model mypkg.models:make --dataset mypkg.data:make "
+            "--optimizer adamw --budget-mib 4096"
+        ),
+    )
+    _add_model_args(p)
+    p.add_argument(
+        "--budget-mib",
+        type=float,
+        help="memory budget (default: 90%% of free GPU memory, or 50%% of available RAM on CPU)",
+    )
+    p.add_argument("--start", type=int, default=2, help="first batch size (default 2)")
+    p.add_argument("--max", type=int, default=65536, help="largest batch size to try")
+    p.add_argument("--steps", type=int, default=3, help="training steps per size (first is warm-up)")
+    _add_script_args(p)
+    add_output_args(p)
+    p.set_defaults(func=cmd_batch_size)
+
+
+def cmd_batch_size(ns: argparse.Namespace) -> int:
+    from pitstop.cliutil import finish, usage_error
+    from pitstop.tune.batch_size import BatchSizeResult, dataset_batch_fn, find_batch_size
+    from pitstop.tune.reports import batch_size_report
+
+    cmd = _command(ns)
+    if ns.start <= 0 or ns.max < ns.start or ns.steps <= 0:
+        return usage_error("need 0 < --start <= --max and --steps > 0")
+    if ns.budget_mib is not None and ns.budget_mib <= 0:
+        return usage_error("--budget-mib must be positive")
+    meta: dict[str, Any] = {}
+    if cmd:
+        from pitstop.tune.script import run_callback
+
+        meta["command"] = " ".join(cmd)
+        with _status("pitstop tune batch-size (script)", ns.quiet):
+            payload, error = run_callback(cmd, "batch_size", _tune_args(ns), ns.timeout)
+        if payload is None:
+            return _script_failed("tune batch-size", error, ns)
+        result = BatchSizeResult.from_dict(payload)
+    else:
+        if not (ns.model and ns.dataset):
+            return usage_error("give --model and --dataset factories, or a script after --")
+        try:
+            model, dataset, loss, _device = _load_training(ns)
+            optimizer = make_optimizer(ns.optimizer, model.parameters())
+        except Exception as e:
+            return usage_error(f"cannot set up the model/dataset: {e}")
+        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
+        budget = int(ns.budget_mib * MiB) if ns.budget_mib else None
+        with _status("pitstop tune batch-size", ns.quiet) as update:
+            result = find_batch_size(
+                model,
+                dataset_batch_fn(dataset),
+                optimizer,
+                loss,
+                budget_bytes=budget,
+                start=ns.start,
+                max_batch_size=ns.max,
+                steps=ns.steps,
+                progress=update,
+            )
+    report, blocks = batch_size_report(result, meta)
+    rows = [
+        [
+            t.batch_size,
+            t.status,
+            None if t.peak_bytes is None else t.peak_bytes / MiB,
+            t.samples_per_s,
+            t.reason,
+        ]
+        for t in result.trials
+    ]
+    _print_table(ns, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
+    return finish(report, ns, blocks)
+
+
+def _load_training(ns: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    device = _resolve_device(ns.device)
+    model = load_model(ns.model).to(device)
+    dataset, _ = load_dataset(ns.dataset)
+    return model, dataset, _load_loss(ns.loss), device
+
+
+# --------------------------------------------------------------------------------------------- tune lr
+
+
+def _register_lr(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = tsub.add_parser(
+        "lr",
+        help="LR range test: loss vs an exponentially growing learning rate, suggested OneCycle max_lr",
+        description=(
+            "Smith's LR range test: the learning rate grows exponentially over --steps steps, the loss is "
+            "smoothed, the test stops when it diverges; suggests OneCycleLR max_lr and CyclicLR bounds. "
+            "Model and optimizer are restored afterwards. Example: pitstop tune lr --model m:make "
+            "--dataset d:make --optimizer adamw --plot lr.png"
+        ),
+    )
+    _add_model_args(p)
+    p.add_argument("--start-lr", type=float, default=1e-7)
+    p.add_argument("--end-lr", type=float, default=10.0)
+    p.add_argument("--steps", type=int, default=100, help="steps of the ramp (default 100)")
+    p.add_argument("--smooth", type=float, default=0.98, help="EMA factor for the loss (default 0.98)")
+    p.add_argument("--diverge", type=float, default=4.0, help="stop when smoothed loss > this x its minimum")
+    p.add_argument("--plot", metavar="PNG", help="write loss vs learning rate as a PNG")
+    _add_script_args(p)
+    add_output_args(p)
+    p.set_defaults(func=cmd_lr)
+
+
+def cmd_lr(ns: argparse.Namespace) -> int:
+    from pitstop.cliutil import finish, usage_error
+    from pitstop.tune.lr import LRResult, lr_range_test
+    from pitstop.tune.reports import lr_report
+
+    cmd = _command(ns)
+    if not (0 < ns.start_lr < ns.end_lr) or ns.steps < 3 or not (0 <= ns.smooth < 1) or ns.diverge <= 1:
+        return usage_error("need 0 < --start-lr < --end-lr, --steps >= 3, 0 <= --smooth < 1, --diverge > 1")
+    meta: dict[str, Any] = {}
+    if cmd:
+        from pitstop.tune.script import run_callback
+
+        meta["command"] = " ".join(cmd)
+        with _status("pitstop tune lr (script)", ns.quiet):
+            payload, error = run_callback(cmd, "lr", _tune_args(ns), ns.timeout)
+        if payload is None:
+            return _script_failed("tune lr", error, ns)
+        result = LRResult.from_dict(payload)
+    else:
+        if not (ns.model and ns.dataset):
+            return usage_error("give --model and --dataset factories, or a script after --")
+        try:
+            from torch.utils.data import DataLoader
+
+            model, dataset, loss, _device = _load_training(ns)
+            optimizer = make_optimizer(ns.optimizer, model.parameters(), lr=ns.start_lr)
+            loader = DataLoader(dataset, batch_size=ns.batch_size, shuffle=True)
+        except Exception as e:
+            return usage_error(f"cannot set up the model/dataset: {e}")
+        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
+        with _status("pitstop tune lr", ns.quiet) as update:
+            result = lr_range_test(
+                model,
+                loader,
+                optimizer,
+                loss,
+                start_lr=ns.start_lr,
+                end_lr=ns.end_lr,
+                num_steps=ns.steps,
+                beta=ns.smooth,
+                diverge=ns.diverge,
+                progress=lambda i, n: update(f"step {i}/{n}"),
+            )
+    report, blocks = lr_report(result, meta)
+    if ns.plot and result.lrs:
+        from pitstop.tune.plot import save_line_png
+
+        marks = {"max_lr": result.suggested_max_lr} if result.suggested_max_lr else None
+        from pitstop.tune.reports import lr_plot_series
+
+        save_line_png(
+            ns.plot,
+            result.lrs,
+            lr_plot_series(result),
+            title="LR range test",
+            xlabel="learning rate",
+            ylabel="loss",
+            logx=True,
+            marks=marks,
+        )
+    return finish(report, ns, blocks)
+
+
+# -------------------------------------------------------------------------------------------------- fix
+
+
+def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "fix",
+        help="re-run your script with each suggested fix injected; report the measured speed-up and the diff",
+        description=(
+            "Profile the script, then re-run it for a bounded number of steps with each candidate fix "
+            "injected (DataLoader workers, autocast, channels_last, foreach optimizer, torch.compile, "
+            "cudnn.benchmark), interleaved with the unmodified baseline; keep the fixes that are faster with "
+            "a finite loss close to the baseline's, measure them combined, and print the code change "
+            "(a unified diff for DataLoader arguments). Example: pitstop fix -- python train.py"
+        ),
+    )
+    p.add_argument("--steps", type=int, default=20, help="measured steps per run (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up steps per run (default 5)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration (default 3)")
+    p.add_argument(
+        "--candidates",
+        default="auto",
+        help="auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
+        "amp, channels_last, foreach, compile, cudnn_benchmark",
+    )
+    p.add_argument("--skip", default="", help="candidates never to try, e.g. compile (same names)")
+    p.add_argument("--min-gain", type=float, default=0.05, help="speed-up needed to count as helped (0.05)")
+    p.add_argument("--loss-rtol", type=float, default=0.1, help="allowed relative change of the mean loss")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is stopped")
+    p.add_argument(
+        "--apply", action="store_true", help="write the DataLoader diff into your file (asks first)"
+    )
+    p.add_argument("--yes", action="store_true", help="with --apply: do not ask")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    add_output_args(p)
+    p.set_defaults(func=cmd_fix)
+
+
+def cmd_fix(ns: argparse.Namespace) -> int:
+    from pitstop.cliutil import finish, usage_error
+
+    cmd = _command(ns)
+    if not cmd:
+        return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
+    if ns.steps <= 0 or ns.warmup < 0 or ns.repeats <= 0 or ns.min_gain < 0 or ns.loss_rtol <= 0:
+        return usage_error("need --steps > 0, --warmup >= 0, --repeats > 0, --min-gain >= 0, --loss-rtol > 0")
+    try:
+        from pitstop.tune.fix import FixConfig, parse_candidates, run_fix
+    except ImportError as e:
+        return usage_error(f"pitstop fix needs the profile runner, which is not available: {e}")
+    try:
+        names = parse_candidates(ns.candidates)
+        skip = parse_candidates(ns.skip) or () if ns.skip.strip() else ()
+    except ValueError as e:
+        return usage_error(str(e))
+    cfg = FixConfig(
+        steps=ns.steps,
+        warmup=ns.warmup,
+        repeats=ns.repeats,
+        candidates=names,
+        skip=tuple(skip),
+        min_gain=ns.min_gain,
+        loss_rtol=ns.loss_rtol,
+        timeout=ns.timeout,
+    )
+    from pitstop.tune.fix import fix_report
+    from pitstop.tune.patch import apply_patch
+
+    with _status("pitstop fix", ns.quiet) as update:
+        result = run_fix(cmd, cfg, progress=update)
+    report, blocks = fix_report(result, {"command": " ".join(cmd)})
+    rows = [
+        [m.name, m.verdict, ", ".join(f"{v:.3g}" for v in m.steps_per_s), m.median, m.speedup, m.reason]
+        for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
+    ]
+    _print_table(
+        ns,
+        "pitstop fix: runs",
+        ["configuration", "verdict", "steps/s per run", "median", "speed-up", "note"],
+        rows,
+    )
+    code = finish(report, ns, blocks)
+    if result.patch is not None and not ns.quiet and ns.json != "-":
+        print(result.patch.diff)
+    if ns.apply:
+        if result.patch is None:
+            print("pitstop fix: nothing to apply (no local DataLoader change helped)", file=sys.stderr)
+        else:
+            if not ns.yes:
+                if not sys.stdin.isatty():
+                    return usage_error("--apply needs confirmation; pass --yes to apply without asking")
+                answer = input(f"Apply this change to {result.patch.path} (a backup is kept)? [y/N] ")
+                if answer.strip().lower() not in ("y", "yes"):
+                    print("not applied", file=sys.stderr)
+                    return code
+            try:
+                backup = apply_patch(result.patch)
+            except (OSError, ValueError) as e:
+                return usage_error(f"could not apply: {e}")
+            print(f"applied to {result.patch.path}; backup at {backup}", file=sys.stderr)
+    if result.baseline_error and not result.baseline_steps:
+        return 1
+    return code

@@ -1,0 +1,146 @@
+"""A unified diff that changes the keyword arguments of one DataLoader(...) call in the user's file.
+
+The call is found with ``ast`` at the file:line the profile hooks recorded; existing keywords have their
+value replaced, missing ones are added after the last argument, and everything else in the file is
+left byte for byte. ``apply_patch`` writes it only if the file is unchanged since, keeping a backup.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pitstop.report.jsonfmt import atomic_write_text
+
+
+@dataclass
+class Patch:
+    path: Path
+    line: int
+    original: str
+    patched: str
+    diff: str
+    changes: dict[str, Any]
+
+
+def _offsets(text: str) -> list[int]:
+    """Character offset of the start of each line (1-based line numbers index it directly)."""
+    starts = [0, 0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _pos(text: str, starts: list[int], lineno: int, col_bytes: int) -> int:
+    """ast gives UTF-8 byte columns; turn (line, byte column) into a character offset."""
+    line_start = starts[lineno]
+    line = text[line_start : starts[lineno + 1] if lineno + 1 < len(starts) else len(text)]
+    return line_start + len(line.encode("utf-8")[:col_bytes].decode("utf-8", errors="ignore"))
+
+
+def _is_dataloader(call: ast.Call) -> bool:
+    f = call.func
+    return (isinstance(f, ast.Name) and f.id == "DataLoader") or (
+        isinstance(f, ast.Attribute) and f.attr == "DataLoader"
+    )
+
+
+def find_call(tree: ast.AST, line: int) -> ast.Call | None:
+    """The DataLoader(...) call at ``line`` (starting there, or spanning it)."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_dataloader(n)]
+    starting = [c for c in calls if c.lineno == line]
+    if starting:
+        return starting[0]
+    spanning = [c for c in calls if c.lineno <= line <= (c.end_lineno or c.lineno)]
+    return min(spanning, key=lambda c: (c.end_lineno or c.lineno) - c.lineno) if spanning else None
+
+
+def resolve(location: str, cwd: str | os.PathLike[str] | None = None) -> tuple[Path, int]:
+    path, _, line = location.rpartition(":")
+    if not path or not line.isdigit():
+        raise ValueError(f"not a file:line location: {location!r}")
+    p = Path(path)
+    if not p.is_absolute():
+        p = Path(cwd or os.getcwd()) / p
+    return p, int(line)
+
+
+def dataloader_patch(
+    location: str, changes: dict[str, Any], cwd: str | os.PathLike[str] | None = None
+) -> Patch:
+    """Build the patch that sets ``changes`` (keyword -> Python value) on the DataLoader call at
+    ``location``. Raises ValueError when the file or the call cannot be found."""
+    path, line = resolve(location, cwd)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse {path}: {e}") from e
+    call = find_call(tree, line)
+    if call is None:
+        raise ValueError(f"no DataLoader(...) call at {location}")
+    starts = _offsets(text)
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) as character offsets
+    existing = {kw.arg: kw for kw in call.keywords if kw.arg}
+    missing = []
+    for key, value in changes.items():
+        kw = existing.get(key)
+        if kw is not None:
+            v = kw.value
+            a = _pos(text, starts, v.lineno, v.col_offset)
+            b = _pos(text, starts, v.end_lineno or v.lineno, v.end_col_offset or v.col_offset)
+            edits.append((a, b, repr(value)))
+        else:
+            missing.append(f"{key}={value!r}")
+    if missing:
+        args: list[ast.AST] = [*call.args, *call.keywords]
+        if args:
+            last = max(args, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
+            at = _pos(text, starts, last.end_lineno or last.lineno, last.end_col_offset or 0)
+            edits.append((at, at, ", " + ", ".join(missing)))
+        else:  # DataLoader() with no arguments: insert inside the parentheses
+            at = _pos(text, starts, call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1)
+            edits.append((at, at, ", ".join(missing)))
+    patched = text
+    for a, b, rep in sorted(edits, reverse=True):
+        patched = patched[:a] + rep + patched[b:]
+    name = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+    diff = "".join(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            patched.splitlines(keepends=True),
+            fromfile=f"a/{name}",
+            tofile=f"b/{name}",
+        )
+    )
+    return Patch(path=path, line=line, original=text, patched=patched, diff=diff, changes=dict(changes))
+
+
+def backup_path(path: Path) -> Path:
+    candidate = path.with_name(path.name + ".pitstop.bak")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.pitstop.bak{n}")
+        n += 1
+    return candidate
+
+
+def apply_patch(patch: Patch) -> Path:
+    """Write the patched file (atomically) after saving the original next to it; returns the backup path.
+    Refuses when the file changed since the patch was made."""
+    current = patch.path.read_text(encoding="utf-8")
+    if current != patch.original:
+        raise ValueError(f"{patch.path} changed since pitstop read it; re-run pitstop fix")
+    mode = patch.path.stat().st_mode
+    backup = backup_path(patch.path)
+    backup.write_text(current, encoding="utf-8")
+    atomic_write_text(patch.path, patch.patched)
+    os.chmod(patch.path, mode & 0o7777)  # the temp file was created 0600
+    return backup

@@ -1,0 +1,138 @@
+import json
+
+import jsonschema
+import pytest
+import torch
+
+from pitstop.bench.results import COLUMNS, findings, html_blocks, markdown, table_rows, to_report, write_png
+from pitstop.bench.rows import MEASURED, SKIPPED
+from pitstop.bench.runner import BenchOptions, run_bench
+from pitstop.cli import main
+from pitstop.report.html import render_html
+from pitstop.report.jsonfmt import load_schema, to_json
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    opts = BenchOptions(
+        workload="tabular",
+        size="tiny",
+        budget_s=120,
+        repeats=2,
+        warmup=1,
+        steps=2,
+        threads=1,
+        peers=False,
+        compile=False,
+        ddp_procs=0,
+        schedules=False,
+        workers=1,
+    )
+    return run_bench(opts)
+
+
+def test_tiny_bench_measures_every_row_that_can_run(tiny_result):
+    rows = {r.name: r for r in tiny_result.rows}
+    assert tiny_result.rows[0].name == "baseline"
+    for name in ("baseline", "workers", "amp_bf16", "fused", "checkpoint", "accumulation", "all"):
+        r = rows[name]
+        assert r.status == MEASURED, (name, r.reason)
+        assert len(r.block_step_s) == 2 and all(t > 0 for t in r.block_step_s)
+        assert r.steps_per_block == 2 and len(r.warmup_s) == 1
+        assert r.peak_mem_bytes is not None and r.peak_mem_bytes > 0
+    for name in ("pin_memory", "amp_fp16"):
+        assert rows[name].status == SKIPPED and "CUDA" in rows[name].reason
+        assert rows[name].samples_per_s is None
+    assert "channels_last" not in rows  # not an image workload
+    assert tiny_result.flops_per_sample and tiny_result.flops_per_sample > 0
+    assert set(tiny_result.peaks) >= {"float32"}
+
+
+def test_ratios_are_recomputable_from_the_rows(tiny_result):
+    rows = {r.name: r for r in tiny_result.rows}
+    base = rows["baseline"]
+    rates = sorted(base.samples_per_step / t for t in base.block_step_s)
+    assert base.samples_per_s == pytest.approx(sum(rates) / 2)  # median of two
+    for r in tiny_result.rows:
+        if r.status != MEASURED or r is base:
+            continue
+        assert r.ref == "baseline"
+        assert r.ref_samples_per_s == pytest.approx(base.samples_per_s)
+        assert r.speedup == pytest.approx(r.samples_per_s / base.samples_per_s)
+        assert r.memory_ratio == pytest.approx(r.peak_mem_bytes / base.peak_mem_bytes)
+        assert r.model_flops_per_s == pytest.approx(r.samples_per_s * tiny_result.flops_per_sample)
+        peak = tiny_result.peaks.get(r.dtype) or tiny_result.peaks["float32"]
+        assert r.peak_fraction == pytest.approx(r.model_flops_per_s / peak)
+
+
+def test_table_and_report_structure(tiny_result, tmp_path):
+    table = table_rows(tiny_result)
+    assert len(table) == len(tiny_result.rows)
+    assert all(len(row) == len(COLUMNS) for row in table)
+    by_title = {row[0]: row for row in table}
+    amp = next(r for r in tiny_result.rows if r.name == "amp_bf16")
+    assert by_title[amp.title][2] == amp.samples_per_s
+    assert by_title[amp.title][4].startswith(f"{amp.speedup:.2f}x")
+    assert "claim 2-3x, measured" in by_title[amp.title][-1]
+
+    report = to_report(tiny_result)
+    d = json.loads(to_json(report))
+    jsonschema.validate(d, load_schema())
+    ids = {f["id"] for f in d["findings"]}
+    assert {"bench.amp_bf16", "bench.checkpoint", "bench.amp_fp16"} <= ids
+    assert d["sections"]["bench"]["columns"] == list(COLUMNS)
+    assert len(d["sections"]["bench"]["rows"]) == len(tiny_result.rows)
+    fp16 = next(f for f in findings(tiny_result) if f.id == "bench.amp_fp16")
+    assert "not measured" in fp16.evidence
+
+    html = render_html(report, html_blocks(tiny_result))
+    assert "Ablation (measured in this run)" in html and "<script" not in html
+    md = markdown(tiny_result)
+    assert md.count("\n|") >= len(tiny_result.rows)
+    png = write_png(tiny_result, tmp_path / "bench.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_runs_end_to_end_and_writes_outputs(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    code = main(
+        ["bench", "--workload", "tabular", "--size", "tiny", "--steps", "1", "--repeats", "1", "--warmup", "1",
+         "--threads", "1", "--only", "amp_bf16", "--no-peers", "--no-compile", "--no-schedules", "--ddp", "0",
+         "--json", str(out), "--html", str(tmp_path / "b.html"), "--markdown", str(tmp_path / "b.md"), "-q"]
+    )  # fmt: skip
+    assert code == 0
+    d = json.loads(out.read_text())
+    names = [r["name"] for r in d["sections"]["bench"]["rows"]]
+    assert names == ["baseline", "amp_bf16"]
+    assert "<table" in (tmp_path / "b.html").read_text()
+    assert (tmp_path / "b.md").read_text().startswith("| config |")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "soon"], "bad --budget"),
+        (["--only", "warp_drive"], "unknown config"),
+        (["--model", "no_such_module_xyz:make", "--no-compile"], "--model"),
+        (["--repeats", "0"], "at least 1"),
+    ],
+)
+def test_cli_bad_input_is_a_usage_error(args, message, capsys):
+    code = main(["bench", "--workload", "tabular", "--size", "tiny", "-q", "--ddp", "0", *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_user_model_factory(tmp_path):
+    f = tmp_path / "mymodel.py"
+    f.write_text(
+        "import torch\ndef make():\n    return torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))\n"
+    )
+    opts = BenchOptions(workload="tabular", size="tiny", model=f"{f}:make", steps=1, repeats=1, warmup=1, threads=1,
+                        only=("fused",), peers=False, compile=False, ddp_procs=0, schedules=False)  # fmt: skip
+    res = run_bench(opts)
+    assert [r.status for r in res.rows] == [MEASURED, MEASURED]
+    assert res.flops_per_sample == 6 * 16 * 4 + 4 * 32 * 16  # input grads skipped for the first layer

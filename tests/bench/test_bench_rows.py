@@ -1,0 +1,90 @@
+import pytest
+
+from pitstop.bench.cli import parse_budget
+from pitstop.bench.configs import CLAIMS, Claim, ablation, effective, why_not
+from pitstop.bench.rows import FAILED, Row, derive, verdict
+
+
+def _row(**kw):
+    base = dict(name="x", title="x", knobs="", samples_per_step=8, block_step_s=[0.5, 0.25, 1.0])
+    base.update(kw)
+    return Row(**base)
+
+
+def test_derive_computes_rates_and_ratios_from_block_times():
+    r = derive(
+        _row(ref="baseline", ref_samples_per_s=8.0, peak_mem_bytes=300, ref_peak_mem_bytes=600),
+        1e9,
+        {"float32": 1e11},
+    )
+    assert r.samples_per_s == pytest.approx(16.0)  # median of 16, 32, 8
+    assert (r.samples_per_s_min, r.samples_per_s_max) == (pytest.approx(8.0), pytest.approx(32.0))
+    assert r.speedup == pytest.approx(2.0)
+    assert r.memory_ratio == pytest.approx(0.5)
+    assert r.model_flops_per_s == pytest.approx(16e9)
+    assert r.peak_fraction == pytest.approx(0.16)
+
+
+def test_peak_fraction_uses_the_rows_dtype():
+    r = derive(_row(dtype="bfloat16"), 1e9, {"float32": 1e11, "bfloat16": 4e11})
+    assert r.peak_fraction == pytest.approx(16e9 / 4e11)
+
+
+def test_verdict_places_measurement_against_the_claim():
+    speed = Claim("AMP 2-3x", "speedup", 2.0, 3.0)
+    assert "short of the claim" in derive(_row(claim=speed, ref_samples_per_s=16.0), None, {}).verdict
+    assert "within the claim" in derive(_row(claim=speed, ref_samples_per_s=6.0), None, {}).verdict
+    assert "better than the claim" in derive(_row(claim=speed, ref_samples_per_s=2.0), None, {}).verdict
+    v = derive(_row(claim=speed, ref_samples_per_s=16.0), None, {}).verdict
+    assert v.startswith("claim 2-3x, measured 1.00x")
+
+
+def test_lower_is_better_for_memory_claims():
+    mem = Claim("halves activations", "activations", 0.4, 0.6)
+    low = derive(_row(claim=mem, activation_bytes=10, ref_activation_bytes=100), None, {})
+    assert low.activation_ratio == pytest.approx(0.1)
+    assert "better than the claim" in low.verdict
+    high = derive(_row(claim=mem, activation_bytes=90, ref_activation_bytes=100), None, {})
+    assert "short of the claim" in high.verdict
+
+
+def test_unmeasured_row_says_why_and_has_no_numbers():
+    r = derive(_row(status=FAILED, reason="boom", block_step_s=[]), 1e9, {"float32": 1.0})
+    assert r.samples_per_s is None and r.speedup is None
+    assert verdict(r) == "not measured: boom"
+
+
+def test_ablation_has_baseline_each_optimization_and_all():
+    names = [c.name for c in ablation("cpu", image_input=True, amp_dtype="bfloat16")]
+    assert names[0] == "baseline"
+    for n in ("workers", "pin_memory", "channels_last", "amp_bf16", "amp_fp16", "fused", "checkpoint",
+              "accumulation", "all", "lightning", "accelerate", "compile", "all_compiled"):  # fmt: skip
+        assert n in names
+    assert "channels_last" not in [c.name for c in ablation("cpu", image_input=False, amp_dtype=None)]
+
+
+def test_cpu_only_rows_say_why():
+    cfgs = {c.name: c for c in ablation("cpu", True, "bfloat16")}
+    assert "CUDA" in why_not(cfgs["amp_fp16"], "cpu", cuda_available=False)
+    assert "CUDA" in why_not(cfgs["pin_memory"], "cpu", cuda_available=False)
+    assert why_not(cfgs["amp_bf16"], "cpu", cuda_available=False) is None
+    # The workers row keeps running on CPU, without pinning.
+    assert effective(cfgs["workers"], "cpu", False).pin_memory is False
+    assert why_not(cfgs["amp_fp16"], "cuda", cuda_available=True) is None
+
+
+def test_claims_have_ranges_in_order():
+    for c in CLAIMS.values():
+        if c.low is not None:
+            assert c.high is not None and c.low <= c.high
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5m", 300), ("90s", 90), ("300", 300), ("1.5h", 5400)])
+def test_parse_budget(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5x", "-3m", "0", "m"])
+def test_parse_budget_rejects_bad_input(text):
+    with pytest.raises(ValueError):
+        parse_budget(text)

@@ -1,0 +1,108 @@
+"""The built-in examples with planted problems: the top finding names the planted problem, and the
+healthy example raises no alarm."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pitstop import hardware
+from pitstop.findings import Severity
+from pitstop.profile.runner import RunSpec, run
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def line_of(name: str, needle: str) -> int:
+    lines = (EXAMPLES / name).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if needle in text)
+
+
+def profile_example(name: str, *args: str, steps: int = 6):
+    spec = RunSpec(
+        command=[sys.executable, str(EXAMPLES / name), *args],
+        steps=steps,
+        warmup=2,
+        quiet=True,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    result = run(spec)
+    assert result.ok, result.error
+    assert len(result.steps) == steps
+    return result.report()
+
+
+def test_slow_loader_ranks_dataloader_workers_first():
+    report = profile_example("slow_loader.py", "--images", "48")
+    top = report.ranked()[0]
+    assert top.id == "dataloader.workers", [(f.id, f.est_saving_s) for f in report.ranked()]
+    assert top.severity is Severity.WARN and top.share > 0.3
+    assert top.location.endswith(f"slow_loader.py:{line_of('slow_loader.py', 'loader = DataLoader(')}")
+    assert "num_workers=" in top.fix_code
+
+
+def test_item_loop_ranks_sync_item_first():
+    report = profile_example("item_sync.py")
+    top = report.ranked()[0]
+    assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in report.ranked()]
+    assert top.location.endswith(f"item_sync.py:{line_of('item_sync.py', 'v.item()')}")
+    assert top.data["syncs_per_step"] == 256
+    assert ".tolist()" in top.fix_code
+
+
+@pytest.mark.skipif(not hardware.cpu_has_fast_bf16(), reason="needs a CPU with AVX512_BF16/AMX")
+def test_fp32_conv_net_ranks_a_compute_finding_first():
+    report = profile_example("conv_fp32.py")
+    ranked = report.ranked()
+    assert ranked[0].id == "precision.amp", [(f.id, f.est_saving_s) for f in ranked]
+    assert ranked[0].est_saving_s > 0 and ranked[0].data["new_s"] < ranked[0].data["base_s"]
+    assert report.by_id("memory_format.channels_last") is not None  # probed either way
+
+
+def test_healthy_example_raises_no_alarm():
+    report = profile_example("healthy.py")
+    assert report.by_id("summary.healthy") is not None
+    alarms = [f.id for f in report.findings if f.severity in (Severity.WARN, Severity.ERROR)]
+    assert alarms == []
+
+
+def test_imagenet_style_script_runs_unmodified():
+    """A conventional third-party-style script (argparse, FakeData, torchvision ResNet, worker processes,
+    meters calling .item()) is profiled without any change to it."""
+    name = "imagenet_style.py"
+    spec = RunSpec(
+        command=[
+            sys.executable,
+            str(EXAMPLES / name),
+            "--dummy",
+            "-a",
+            "resnet18",
+            "-b",
+            "4",
+            "--image-size",
+            "32",
+            "-j",
+            "1",
+            "--train-images",
+            "200",
+        ],
+        steps=3,
+        warmup=1,
+        quiet=True,
+        probes=False,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    result = run(spec)
+    assert result.ok, result.error
+    assert len(result.steps) == 3
+    (loader,) = result.config["loaders"]
+    assert loader["num_workers"] == 1 and loader["dataset_type"] == "FakeData"
+    assert loader["location"].endswith(
+        f"{name}:{line_of(name, 'train_loader = torch.utils.data.DataLoader(')}"
+    )
+    assert result.config["models"][0]["type"] == "ResNet"
+    f = result.report().by_id("sync.item")
+    assert f is not None and f.location.endswith(f"{name}:{line_of(name, 'losses.update(loss.item()')}")

@@ -1,0 +1,169 @@
+"""Rules: measurements in, ranked findings out. Synthetic measurements, no child process."""
+
+from __future__ import annotations
+
+from pitstop.findings import Severity
+from pitstop.profile.hooks import GpuSampler
+from pitstop.profile.rules import findings_for
+from pitstop.profile.timeline import StepRecord, breakdown
+
+
+def steps(n=10, total=0.1, **parts) -> list[StepRecord]:
+    return [StepRecord(index=i, start_s=i * total, total_s=total, **parts) for i in range(n)]
+
+
+def loader(**kw):
+    d = {
+        "location": "train.py:12",
+        "num_workers": 0,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "batch_size": 32,
+        "batches_seen": 10,
+        "batches_per_epoch": 100,
+        "wait_s": 0.5,
+        "first_batch_s": [0.05],
+        "iterators": 1,
+    }
+    d.update(kw)
+    return d
+
+
+def ids(found):
+    return [f.id for f in sorted(found, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0), f.id))]
+
+
+def test_breakdown_parts_add_up_to_the_step():
+    bd = breakdown(
+        steps(total=0.1, data_wait_s=0.03, forward_s=0.02, backward_s=0.03, optimizer_s=0.01, sync_s=0.005)
+    )
+    assert abs(sum(bd.parts.values()) - 0.1) < 1e-12
+    assert abs(bd.parts["other_s"] - 0.005) < 1e-12
+    assert bd.share("data_wait_s") == 0.3
+
+
+def test_data_wait_ranks_first_with_its_measured_cost():
+    data = {
+        "loaders": [loader(wait_s=0.6)],
+        "sync_sites": [
+            {
+                "location": "train.py:30",
+                "method": "item",
+                "count": 11,
+                "measured_count": 10,
+                "time_s": 0.01,
+                "loop_gap_s": 0.0,
+            }
+        ],
+        "probes": {"precision": {"dtype": "bfloat16", "base_s": 0.04, "new_s": 0.03, "saving_s": 0.01}},
+        "models": [{"param_dtypes": ["float32"], "first_location": "train.py:20"}],
+    }
+    found, _ = findings_for(
+        steps(total=0.1, data_wait_s=0.06, forward_s=0.02, syncs=1, sync_s=0.001), data, cores=8
+    )
+    order = ids(found)
+    assert order[0] == "dataloader.workers"
+    top = next(f for f in found if f.id == "dataloader.workers")
+    assert abs(top.est_saving_s - 0.06) < 1e-9 and abs(top.share - 0.6) < 1e-9
+    assert top.location == "train.py:12" and "num_workers=8" in top.fix_code
+    assert order.index("precision.amp") < order.index("sync.item")  # 10 ms beats 1 ms
+    assert "summary.healthy" not in order
+
+
+def test_all_workers_busy_is_a_different_finding():
+    found, _ = findings_for(steps(data_wait_s=0.06), {"loaders": [loader(num_workers=8)]}, cores=8)
+    assert "dataloader.workers" not in ids(found) and "dataloader.slow" in ids(found)
+
+
+def test_healthy_run_says_so_and_raises_nothing():
+    data = {
+        "loaders": [loader(wait_s=0.001)],
+        "models": [{"param_dtypes": ["float32"], "autocast": True, "compiled": True}],
+        "probes": {},
+    }
+    found, _ = findings_for(steps(data_wait_s=0.0001, forward_s=0.05, backward_s=0.04), data, cores=8)
+    assert [f.severity for f in found] == [Severity.INFO]
+    assert found[0].id == "summary.healthy"
+
+
+def test_probe_without_gain_is_a_pass_not_a_problem():
+    data = {
+        "models": [{"param_dtypes": ["float32"], "conv2d_layers": 3, "compiled": True}],
+        "probes": {
+            "precision": {"dtype": "bfloat16", "base_s": 0.05, "new_s": 0.051, "saving_s": -0.001},
+            "channels_last": {"base_s": 0.05, "new_s": 0.03, "saving_s": 0.02},
+        },
+    }
+    found, _ = findings_for(steps(forward_s=0.05), data, cores=2)
+    by = {f.id: f for f in found}
+    assert by["precision.amp"].severity is Severity.PASS
+    assert by["memory_format.channels_last"].severity is Severity.WARN
+    assert abs(by["memory_format.channels_last"].share - 0.2) < 1e-9
+
+
+def test_sync_loop_cost_includes_the_loop_between_calls():
+    sites = [
+        {
+            "location": "t.py:9",
+            "method": "item",
+            "count": 2600,
+            "measured_count": 2560,
+            "time_s": 0.0025,
+            "loop_gap_s": 0.05,
+        }
+    ]
+    found, _ = findings_for(
+        steps(n=10, total=0.02, syncs=256, sync_s=0.00025), {"sync_sites": sites}, cores=2
+    )
+    f = next(f for f in found if f.id == "sync.item")
+    assert abs(f.est_saving_s - (0.00025 + 0.005)) < 1e-9  # inside the calls + the loop, per step
+    assert f.severity is Severity.WARN and ".tolist()" in f.fix_code and f.location == "t.py:9"
+
+
+def test_cuda_only_rules_with_fake_measurements():
+    data = {
+        "device": "cuda:0",
+        "loaders": [loader(wait_s=0.0, num_workers=4, persistent_workers=True)],
+        "models": [{"dataparallel": True, "param_dtypes": ["float16"], "compiled": True}],
+        "gpu_util": {"index": 0, "mean_util_pct": 41.0, "samples": 30, "window": "measured steps"},
+        "optimizers": [{"type": "Adam", "impl": "for-loop", "params": 10}],
+    }
+    found, _ = findings_for(steps(h2d_s=0.02, forward_s=0.05), data, cores=8)
+    by = {f.id: f for f in found}
+    assert abs(by["dataloader.pin_memory"].est_saving_s - 0.02) < 1e-9
+    assert by["parallel.dataparallel"].severity is Severity.WARN
+    assert by["gpu.idle"].severity is Severity.WARN and "41%" in by["gpu.idle"].title
+    assert by["optimizer.foreach"].est_saving_s is None  # not probed: no claimed saving
+    assert ids(found)[0] == "dataloader.pin_memory"  # the only one with a measured cost
+
+
+def test_persistent_workers_cost_is_the_restart_amortised():
+    ld = loader(
+        num_workers=2,
+        wait_s=0.2,
+        batches_seen=20,
+        first_batch_s=[0.51, 0.51],
+        iterators=2,
+        batches_per_epoch=10,
+    )
+    found, _ = findings_for(steps(n=20, data_wait_s=0.01), {"loaders": [ld]}, cores=2)
+    f = next(f for f in found if f.id == "dataloader.persistent_workers")
+    assert abs(f.est_saving_s - 0.05) < 1e-9  # (0.51 - 0.01) s per restart / 10 batches per epoch
+
+
+def test_no_step_reports_what_was_measured():
+    found, bd = findings_for([], {"totals": {"batches": 7, "data_wait_s": 1.5, "forwards": 7}})
+    assert bd is None and [f.id for f in found] == ["profile.no_step"]
+    assert "7 batches" in found[0].evidence
+
+
+def test_gpu_sampler_averages_over_the_measured_window():
+    g = GpuSampler(0, t0=100.0)
+    g.samples = [(100.5, 10.0), (101.5, 80.0), (102.5, 60.0), (110.0, 0.0)]
+    recs = [
+        {"warmup": True, "start_s": 0.0, "total_s": 1.0},
+        {"warmup": False, "start_s": 1.0, "total_s": 1.0},
+        {"warmup": False, "start_s": 2.0, "total_s": 1.0},
+    ]
+    s = g.summary(recs)
+    assert s["mean_util_pct"] == 70.0 and s["window"] == "measured steps" and s["samples"] == 2

@@ -1,0 +1,390 @@
+"""pitstop fix: candidate choice, verdicts, combination and the DataLoader diff, with a fake runner
+(deterministic), plus the patch editor on real files. Real re-runs of the examples are in
+test_tune_fix_examples.py."""
+
+from __future__ import annotations
+
+import math
+import stat
+
+import pytest
+
+from pitstop.findings import Finding, Severity
+from pitstop.profile.overrides import Overrides
+from pitstop.profile.runner import RunResult, RunSpec
+from pitstop.profile.timeline import StepRecord
+from pitstop.tune.fix import (
+    FixConfig,
+    Measured,
+    build_candidates,
+    fix_report,
+    judge,
+    kinds_from_findings,
+    parse_candidates,
+    run_fix,
+)
+from pitstop.tune.patch import apply_patch, dataloader_patch
+
+TRAIN = """import torch
+from torch.utils.data import DataLoader
+
+ds = list(range(10))
+loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=0)
+other = DataLoader(
+    ds,
+    batch_size=2,
+)
+"""
+
+
+def make_result(
+    step_s: float, loss: float = 1.0, config: dict | None = None, status: str = "stopped"
+) -> RunResult:
+    steps = [StepRecord(index=i, start_s=i * step_s, total_s=step_s) for i in range(6)]
+    return RunResult(
+        returncode=0,
+        error=None,
+        steps=steps,
+        losses=[loss] * len(steps),
+        config=config or {},
+        callback_result=None,
+        wall_s=1.0,
+        status=status,
+    )
+
+
+class FakeRunner:
+    """Step time as a function of the overrides; records every spec it was given."""
+
+    def __init__(self, step_time, config: dict, loss=lambda ov: 1.0, jitter=None) -> None:
+        self.step_time, self.config, self.loss, self.jitter = step_time, config, loss, jitter
+        self.specs: list[RunSpec] = []
+
+    def __call__(self, spec: RunSpec) -> RunResult:
+        self.specs.append(spec)
+        ov = spec.overrides
+        t = self.step_time(ov)
+        if self.jitter:
+            t *= self.jitter[len(self.specs) % len(self.jitter)]
+        cfg = {**self.config, "overrides": ov.to_dict()}
+        return make_result(t, self.loss(ov), cfg)
+
+
+def loader_config(tmp_path, workers: int = 0) -> dict:
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    return {
+        "loaders": [
+            {"location": f"{script}:5", "num_workers": workers, "batches_seen": 10, "wait_s": 2.0},
+        ],
+        "models": [{"first_location": f"{script}:9"}],
+        "optimizers": [{"type": "SGD", "location": f"{script}:10"}],
+        "device": None,
+    }
+
+
+# ------------------------------------------------------------------------------------------- candidates
+
+
+def test_parse_candidates():
+    assert parse_candidates("auto") is None
+    assert "compile" in parse_candidates("all")
+    assert parse_candidates("workers, amp") == ("workers", "amp")
+    with pytest.raises(ValueError, match="unknown candidate"):
+        parse_candidates("workers,turbo")
+
+
+def test_kinds_from_findings_keeps_actionable_ones_in_rank_order():
+    findings = [
+        Finding("precision.amp", Severity.WARN, "t", est_saving_s=0.1),
+        Finding("dataloader.workers", Severity.ERROR, "t", est_saving_s=0.5),
+        Finding("memory_format.channels_last", Severity.PASS, "t"),  # measured: no gain
+        Finding("compile.none", Severity.INFO, "t"),
+        Finding("dataloader.persistent_workers", Severity.WARN, "t"),
+        Finding("sync.item", Severity.ERROR, "t"),  # no injectable fix
+    ]
+    assert kinds_from_findings(findings) == [
+        ("workers", "dataloader.workers"),
+        ("amp", "precision.amp"),
+        ("compile", "compile.none"),
+    ]
+
+
+def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
+    import pitstop.tune.fix as fixmod
+
+    monkeypatch.setattr(fixmod, "usable_cores", lambda: 4)
+    monkeypatch.setattr(fixmod, "preferred_amp_dtype", lambda dev: None)
+    cands, skipped = build_candidates(
+        [("workers", "dataloader.workers"), ("amp", "precision.amp"), ("cudnn_benchmark", "cudnn.benchmark")],
+        loader_config(tmp_path),
+        FixConfig(),
+    )
+    assert [c.name for c in cands] == ["num_workers=4", "num_workers=8"]
+    assert cands[0].overrides.dataloader == {"num_workers": 4, "persistent_workers": True}
+    assert any(s.startswith("amp:") for s in skipped) and any(
+        s.startswith("cudnn_benchmark:") for s in skipped
+    )
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+
+def m(name: str, runs: list[float], losses: list[float] | None = None) -> Measured:
+    x = Measured(name, name, {})
+    x.steps_per_s = list(runs)
+    x.loss_means = list(losses or [1.0] * len(runs))
+    return x
+
+
+def test_judge_needs_gain_consistency_and_a_close_loss():
+    cfg = FixConfig(min_gain=0.05, loss_rtol=0.1)
+    base = m("base", [10, 10.5, 9.5])
+    judge(base, base, cfg)
+    fast = m("fast", [13, 12.5, 12.8])
+    judge(fast, base, cfg)
+    assert fast.verdict == "helped" and fast.speedup == pytest.approx(12.8 / 10)
+    noisy = m("noisy", [14, 9.0, 12])  # median 1.2x, but one run slower than the baseline's best
+    judge(noisy, base, cfg)
+    assert noisy.verdict == "rejected" and "noise" in noisy.reason
+    flat = m("flat", [10.2, 10.1, 10.3])
+    judge(flat, base, cfg)
+    assert flat.verdict == "rejected" and "below" in flat.reason
+    diverged = m("diverged", [20, 21, 22], losses=[3.0, 3.1, 2.9])
+    judge(diverged, base, cfg)
+    assert diverged.verdict == "rejected" and "loss" in diverged.reason
+    skipped = m("skipped", [20, 21, 22])
+    skipped.skipped = ["persistent_workers: needs num_workers > 0"]
+    judge(skipped, base, cfg)
+    assert skipped.verdict == "rejected" and "did not apply" in skipped.reason
+    broken = Measured("broken", "compile", {})
+    broken.errors = ["RuntimeError: boom"]
+    judge(broken, base, cfg)
+    assert broken.verdict == "failed"
+
+
+def test_non_finite_loss_rejects():
+    base = Measured("b", "baseline", {})
+    base.add(make_result(0.1, 1.0))
+    cand = Measured("c", "amp", {})
+    cand.add(make_result(0.05, math.nan))
+    judge(base, base, FixConfig())
+    judge(cand, base, FixConfig())
+    assert cand.verdict == "rejected" and "non-finite" in cand.reason
+
+
+# -------------------------------------------------------------------------------------------- run_fix
+
+
+def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_path, monkeypatch):
+    import pitstop.tune.fix as fixmod
+
+    monkeypatch.setattr(fixmod, "usable_cores", lambda: 2)
+    config = loader_config(tmp_path)
+
+    def step_time(ov: Overrides) -> float:
+        t = 0.10
+        if ov.dataloader.get("num_workers") == 2:
+            t -= 0.05  # the planted problem: data loading
+        if ov.dataloader.get("num_workers") == 4:
+            t -= 0.04
+        return t  # channels_last does nothing (an MLP)
+
+    runner = FakeRunner(step_time, config)
+    r = run_fix(
+        ["python", "train.py"], FixConfig(candidates=("workers", "channels_last"), repeats=3), runner=runner
+    )
+    verdicts = {c.name: c.verdict for c in r.candidates}
+    assert verdicts == {"num_workers=2": "helped", "num_workers=4": "helped", "channels_last": "rejected"}
+    assert r.chosen == ["num_workers=2"]
+    assert r.speedup == pytest.approx(2.0)
+    # interleaved: baseline, candidates, baseline, ... (the first baseline run doubles as round 1's)
+    names = [s.overrides.describe() for s in runner.specs]
+    assert names[:4] == [
+        "none",
+        "num_workers=2, persistent_workers=True",
+        "num_workers=4, persistent_workers=True",
+        "channels_last=True",
+    ]
+    assert names[4] == "none"
+    assert len(runner.specs) == 3 * 4
+    assert all(s.steps == 20 and s.quiet for s in runner.specs)
+    # the diff edits the DataLoader at train.py:5 and nothing else
+    assert r.patch is not None
+    assert "-loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=0)" in r.patch.diff
+    assert (
+        "+loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True)"
+        in r.patch.diff
+    )
+    report, blocks = fix_report(r)
+    ids = {f.id: f for f in report.findings}
+    assert ids["fix.workers"].severity is Severity.WARN
+    assert ids["fix.channels_last"].severity is Severity.INFO and "rejected" in ids["fix.channels_last"].title
+    assert ids["fix.combined"].fix_code == r.patch.diff
+    assert report.sections["fix"]["speedup"] == pytest.approx(2.0)
+    assert blocks
+
+
+def test_fix_combines_fixes_that_helped(tmp_path):
+    config = loader_config(tmp_path)
+
+    def step_time(ov: Overrides) -> float:
+        t = 0.12
+        if ov.autocast:
+            t -= 0.03
+        if ov.optimizer_impl:
+            t -= 0.02
+        return t
+
+    runner = FakeRunner(step_time, config)
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach"), repeats=2), runner=runner)
+    assert r.combined is not None
+    assert set(r.chosen) == {"autocast bfloat16", "optimizer foreach"}
+    assert r.speedup == pytest.approx(0.12 / 0.07)
+    assert r.patch is None  # nothing local to patch: snippets only
+    report, _ = fix_report(r)
+    amp = report.by_id("fix.amp")
+    assert "torch.autocast" in amp.fix_code and amp.location.endswith(":9")
+
+
+def test_auto_mode_profiles_first_and_uses_its_findings(tmp_path, monkeypatch):
+    config = loader_config(tmp_path)
+    runner = FakeRunner(lambda ov: 0.05 if ov.channels_last else 0.1, config)
+
+    def report(self):
+        from pitstop.findings import Report
+
+        return Report(
+            tool="profile",
+            findings=[Finding("memory_format.channels_last", Severity.WARN, "t", est_saving_s=0.05)],
+        )
+
+    monkeypatch.setattr(RunResult, "report", report)
+    r = run_fix(["python", "train.py"], FixConfig(repeats=2), runner=runner)
+    assert runner.specs[0].probes is True  # the profile run
+    assert [c.name for c in r.candidates] == ["channels_last"]
+    assert r.chosen == ["channels_last"]
+
+
+def test_a_script_that_fails_gives_an_error_finding(tmp_path):
+    def runner(spec: RunSpec) -> RunResult:
+        res = make_result(0.1, status="error")
+        res.steps, res.error = [], "ValueError: bad path (at train.py:3)"
+        return res
+
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("workers",)), runner=runner)
+    report, _ = fix_report(r)
+    f = report.by_id("fix.baseline")
+    assert f.severity is Severity.ERROR and "bad path" in f.evidence
+    assert report.error
+
+
+# ---------------------------------------------------------------------------------------------- patch
+
+
+def test_patch_replaces_existing_and_adds_missing_keywords(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(TRAIN)
+    patch = dataloader_patch(f"{p}:5", {"num_workers": 4, "pin_memory": True})
+    new = patch.patched.splitlines()[4]
+    assert new == "loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=4, pin_memory=True)"
+    assert patch.patched.splitlines()[5:] == TRAIN.splitlines()[5:]
+    ml = dataloader_patch(f"{p}:7", {"num_workers": 2})  # a line inside a multi-line call
+    assert "    batch_size=2, num_workers=2,\n)" in ml.patched
+    compile(ml.patched, "x", "exec")
+
+
+def test_patch_errors_are_clear(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(TRAIN)
+    with pytest.raises(ValueError, match="no DataLoader"):
+        dataloader_patch(f"{p}:1", {"num_workers": 2})
+    with pytest.raises(ValueError, match="cannot read"):
+        dataloader_patch(f"{tmp_path}/missing.py:3", {"num_workers": 2})
+    with pytest.raises(ValueError, match="file:line"):
+        dataloader_patch("train.py", {"num_workers": 2})
+
+
+def test_apply_keeps_a_backup_and_the_file_mode(tmp_path):
+    p = tmp_path / "train.py"
+    p.write_text(TRAIN)
+    p.chmod(0o755)
+    patch = dataloader_patch(f"{p}:5", {"num_workers": 2})
+    backup = apply_patch(patch)
+    assert backup.read_text() == TRAIN
+    assert "num_workers=2)" in p.read_text()
+    assert stat.S_IMODE(p.stat().st_mode) == 0o755
+    # a second patch made from the old text is refused: the file changed
+    with pytest.raises(ValueError, match="changed"):
+        apply_patch(patch)
+
+
+def test_candidates_the_scripts_own_facts_rule_out(tmp_path):
+    config = loader_config(tmp_path)
+    config["models"] = [
+        {"first_location": "train.py:9", "conv2d_layers": 0, "input_shapes": [[32, 256]], "autocast": True}
+    ]
+    config["optimizers"] = [{"type": "AdamW", "impl": "foreach"}]
+    cands, skipped = build_candidates(
+        [("channels_last", "requested"), ("amp", "requested"), ("foreach", "requested")], config, FixConfig()
+    )
+    (cl,) = cands
+    assert cl.cannot_help and "no Conv2d" in cl.cannot_help  # still measured, then rejected
+    assert any("already runs" in s for s in skipped) and any("already uses" in s for s in skipped)
+    config["models"][0].update(conv2d_layers=3, input_shapes=[[8, 3, 32, 32]])
+    (cl,) = build_candidates([("channels_last", "requested")], config, FixConfig())[0]
+    assert cl.cannot_help is None
+
+
+def cli(argv: list[str]) -> int:
+    import argparse
+
+    from pitstop.tune.cli import register
+
+    parser = argparse.ArgumentParser(prog="pitstop")
+    register(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(argv)
+    return ns.func(ns)
+
+
+def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, capsys):
+    import json
+
+    import pitstop.tune.fix as fixmod
+
+    config = loader_config(tmp_path)
+    script = tmp_path / "train.py"
+    monkeypatch.setattr(fixmod, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    out = tmp_path / "fix.json"
+    code = cli(
+        [
+            "fix",
+            "--candidates",
+            "workers",
+            "--apply",
+            "--yes",
+            "--json",
+            str(out),
+            "--",
+            "python",
+            str(script),
+        ]
+    )
+    assert code == 0
+    assert "num_workers=" in script.read_text() and "persistent_workers=True" in script.read_text()
+    assert (tmp_path / "train.py.pitstop.bak").read_text() == TRAIN
+    d = json.loads(out.read_text())
+    assert d["tool"] == "fix" and d["sections"]["fix"]["diff"].startswith("--- a/")
+    assert "backup at" in capsys.readouterr().err
+
+
+def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsys):
+    import pitstop.tune.fix as fixmod
+
+    config = loader_config(tmp_path)
+    script = tmp_path / "train.py"
+    monkeypatch.setattr(fixmod, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
+    code = cli(["fix", "--candidates", "workers", "--apply", "-q", "--", "python", str(script)])
+    assert code == 2 and "--yes" in capsys.readouterr().err
+    assert script.read_text() == TRAIN

@@ -1,0 +1,301 @@
+"""pitstop tune loader: the search logic (with a fake measurement), real sweeps on datasets with a
+controlled per-sample cost, memory rejection, worker failures and unpicklable datasets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from pitstop.findings import Severity
+from pitstop.tune.loader import (
+    LoaderPoint,
+    LoaderSetting,
+    LoaderTuneResult,
+    MeasureConfig,
+    TuneConfig,
+    kwargs_diff,
+    measure_setting,
+    picklable,
+    setting_from_kwargs,
+    tune_loader,
+    worker_candidates,
+)
+from pitstop.tune.memwatch import MemLimits, MiB
+
+torch.set_num_threads(1)
+
+
+class SleepDataset(Dataset):
+    """Each item costs ``cost`` seconds of waiting (like reading a file): throughput scales with workers
+    regardless of how busy the shared cores are, so the best setting is known: the most workers."""
+
+    def __init__(self, n: int = 100_000, cost: float = 0.01, dim: int = 8) -> None:
+        self.n, self.cost, self.dim = n, cost, dim
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.cost)
+        return torch.full((self.dim,), float(i)), i % 3
+
+
+class BigItems(Dataset):
+    def __init__(self, n: int = 64, mib: float = 1.0) -> None:
+        self.n, self.numel = n, int(mib * MiB / 4)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return torch.zeros(self.numel)
+
+
+class FailsInWorkers(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        if get_worker_info() is not None:
+            raise ValueError("cannot open shard-7.tar in a worker")
+        return torch.zeros(4)
+
+
+class AlwaysFails(Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        raise KeyError(f"missing label for item {i}")
+
+
+class Unpicklable(Dataset):
+    def __init__(self) -> None:
+        self.transform = lambda x: x  # lambdas do not pickle
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int):
+        return self.transform(torch.zeros(2))
+
+
+def fake_measure(
+    curve: dict[int, float], calls: list[LoaderSetting], uss: int | None = None, bbytes: int = 1024
+):
+    def measure(s: LoaderSetting) -> LoaderPoint:
+        calls.append(s)
+        rate = curve[s.num_workers] * (1.0 if (s.prefetch_factor or 2) == 2 else 0.99)
+        return LoaderPoint(
+            setting=s,
+            batches_per_s=rate,
+            samples_per_s=rate * (s.batch_size or 1),
+            windows=[rate],
+            batches=10,
+            worker_uss=uss if s.num_workers else None,
+            batch_bytes=bbytes,
+        )
+
+    return measure
+
+
+FAST = MeasureConfig(time_per_point=0.4, repeats=2, warmup_batches=1)
+
+
+# ------------------------------------------------------------------------------------------ search logic
+
+
+def test_setting_kwargs_and_defaults():
+    s = setting_from_kwargs({"batch_size": 16, "num_workers": 2})
+    assert s == LoaderSetting(num_workers=2, batch_size=16, prefetch_factor=2)
+    assert setting_from_kwargs({}).kwargs() == {"num_workers": 0, "pin_memory": False, "batch_size": 1}
+    assert setting_from_kwargs({"batch_sampler": object()}).batch_size is None
+    assert kwargs_diff(s, LoaderSetting(num_workers=4, batch_size=16, persistent_workers=True)) == {
+        "num_workers": 4,
+        "persistent_workers": True,
+    }
+    assert worker_candidates(8) == [0, 1, 2, 3, 4, 6, 8]
+    assert worker_candidates(5) == [0, 1, 2, 3, 4, 5]
+
+
+def test_climb_stops_when_throughput_stops_rising_and_finds_the_peak():
+    # Interior optimum at 6 workers; beyond it throughput falls (oversubscription).
+    curve = {0: 10, 1: 18, 2: 30, 3: 41, 4: 50, 5: 55, 6: 60, 7: 57, 8: 52, 12: 40, 16: 30, 24: 20, 32: 10}
+    calls: list[LoaderSetting] = []
+    r = tune_loader(
+        object(),
+        {"batch_size": 4},
+        TuneConfig(max_workers=32, confirm_rounds=1),
+        measure=fake_measure(curve, calls),
+    )
+    assert r.chosen.num_workers == 6
+    measured_workers = {c.num_workers for c in calls}
+    assert 32 not in measured_workers and 24 not in measured_workers  # pruned
+    assert r.meta["climb_stopped_at"] == 12
+    best = max(curve.values())
+    assert curve[r.chosen.num_workers] >= 0.95 * best
+    assert r.speedup == pytest.approx(60 / 10)
+    f = next(f for f in r.findings if f.id == "tune.loader.best")
+    assert f.severity is Severity.WARN and "num_workers=6" in (f.fix_code or "")
+
+
+def test_ties_go_to_fewer_workers():
+    curve = {0: 10, 1: 20, 2: 40, 3: 40.4, 4: 40.2, 6: 40.1, 8: 39}
+    r = tune_loader(object(), {"batch_size": 4}, TuneConfig(max_workers=8), measure=fake_measure(curve, []))
+    assert r.chosen.num_workers == 2
+
+
+def test_baseline_already_best_is_a_pass():
+    curve = {0: 50, 1: 30, 2: 25, 3: 20, 4: 10}
+    r = tune_loader(object(), {"batch_size": 4}, TuneConfig(max_workers=4), measure=fake_measure(curve, []))
+    assert r.chosen.num_workers == 0
+    f = next(f for f in r.findings if f.id == "tune.loader.best")
+    assert f.severity is Severity.PASS
+
+
+def test_memory_prediction_rejects_settings_that_would_exhaust_ram():
+    curve = dict.fromkeys(range(0, 33), 0.0)
+    curve.update({w: 10.0 * (w + 1) for w in range(33)})  # more workers always faster
+    cfg = TuneConfig(max_workers=16, measure=MeasureConfig(limits=MemLimits(ram_available=3 * 2**30)))
+    calls: list[LoaderSetting] = []
+    r = tune_loader(object(), {"batch_size": 4}, cfg, measure=fake_measure(curve, calls, uss=2**30))
+    # 1 GiB per worker, 70% of 3 GiB: two workers fit, three do not.
+    assert r.chosen.num_workers == 2
+    assert max(c.num_workers for c in calls) == 2
+    rejected = [p for p in r.points if p.status == "rejected"]
+    assert rejected and "available RAM" in rejected[0].reason
+    f = next(f for f in r.findings if f.id == "tune.loader.memory")
+    assert f.severity is Severity.WARN and "workers=3" in f.evidence
+
+
+def test_interrupt_keeps_what_was_measured():
+    calls: list[LoaderSetting] = []
+    inner = fake_measure({w: 10.0 + w for w in range(9)}, calls)
+
+    def measure(s: LoaderSetting) -> LoaderPoint:
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return inner(s)
+
+    r = tune_loader(object(), {"batch_size": 4}, TuneConfig(max_workers=8), measure=measure)
+    assert r.interrupted
+    assert [p.setting.num_workers for p in r.points] == [0, 1, 2]
+    assert r.chosen.num_workers == 2
+
+
+def test_result_round_trips_through_json():
+    import json
+
+    r = tune_loader(
+        object(), {"batch_size": 4}, TuneConfig(max_workers=2), measure=fake_measure({0: 1, 1: 2, 2: 3}, [])
+    )
+    back = LoaderTuneResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.chosen == r.chosen and len(back.points) == len(r.points)
+
+
+# ------------------------------------------------------------------------------------------ real loaders
+
+
+def test_measure_setting_counts_batches_and_samples():
+    p = measure_setting(SleepDataset(cost=0.0005), LoaderSetting(num_workers=0, batch_size=4), {}, FAST)
+    assert p.ok and p.batches > 0 and len(p.windows) == 2
+    assert p.samples_per_s == pytest.approx(4 * p.batches_per_s)
+    assert p.batch_bytes == 4 * 8 * 4 + 4 * 8  # float features + int64 labels
+
+
+@pytest.mark.slow
+def test_tuner_is_within_5_percent_of_exhaustive_sweep():
+    ds = SleepDataset(cost=0.01)
+    base = {"batch_size": 4, "num_workers": 0}
+    exhaustive = {
+        w: measure_setting(ds, LoaderSetting(num_workers=w, batch_size=4), base, FAST).batches_per_s
+        for w in worker_candidates(4)
+    }
+    r = tune_loader(
+        ds, base, TuneConfig(max_workers=4, measure=FAST, confirm_rounds=1, prefetch_factors=(2,))
+    )
+    best = max(exhaustive.values())
+    assert exhaustive[r.chosen.num_workers] >= 0.95 * best, (r.chosen, exhaustive)
+    assert r.speedup is not None and r.speedup > 1.5  # 4 waiting workers vs none
+    assert any(f.id == "tune.loader.pin_memory" and not f.data.get("measured") for f in r.findings)
+
+
+@pytest.mark.slow
+def test_shm_limit_rejects_deep_prefetch_of_big_batches():
+    # 4 MiB batches; a (fake) /dev/shm of 20 MiB holds at most 14 MiB (70%) in flight.
+    cfg = TuneConfig(
+        max_workers=4,
+        confirm_rounds=1,
+        measure=MeasureConfig(
+            time_per_point=0.3, repeats=1, warmup_batches=1, limits=MemLimits(shm_free=20 * MiB)
+        ),
+    )
+    r = tune_loader(BigItems(), {"batch_size": 4}, cfg)
+    assert r.chosen.num_workers * (r.chosen.prefetch_factor or 0) * 4 <= 14
+    rejected = [p for p in r.points if p.status == "rejected"]
+    assert rejected and all("/dev/shm" in p.reason for p in rejected)
+
+
+@pytest.mark.slow
+def test_worker_failure_is_a_finding_and_zero_workers_is_kept():
+    r = tune_loader(
+        FailsInWorkers(), {"batch_size": 4}, TuneConfig(max_workers=2, measure=FAST, confirm_rounds=1)
+    )
+    assert r.chosen.num_workers == 0
+    f = next(f for f in r.findings if f.id == "tune.loader.worker_crash")
+    assert f.severity is Severity.ERROR
+    assert "shard-7.tar" in f.evidence and "workers=1" in f.evidence
+
+
+def test_dataset_failing_everywhere_is_reported_not_raised():
+    r = tune_loader(AlwaysFails(), {"batch_size": 2}, TuneConfig(max_workers=2, measure=FAST))
+    f = next(f for f in r.findings if f.id == "tune.loader.dataset_error")
+    assert f.severity is Severity.ERROR and "missing label" in f.evidence
+    assert len(r.points) == 1
+
+
+def test_unpicklable_dataset_with_spawn_is_an_error_and_only_zero_workers_run():
+    ok, why = picklable(Unpicklable())
+    assert not ok and "lambda" in why
+    r = tune_loader(
+        Unpicklable(),
+        {"batch_size": 2, "multiprocessing_context": "spawn"},
+        TuneConfig(measure=FAST, confirm_rounds=1),
+    )
+    f = next(f for f in r.findings if f.id == "tune.loader.unpicklable")
+    assert f.severity is Severity.ERROR and "spawn" in f.evidence
+    assert {p.setting.num_workers for p in r.points} == {0}
+
+
+def test_unpicklable_dataset_with_fork_is_info():
+    r = tune_loader(
+        Unpicklable(),
+        {"batch_size": 2, "multiprocessing_context": "fork"},
+        TuneConfig(max_workers=0, measure=FAST),
+    )
+    f = next(f for f in r.findings if f.id == "tune.loader.unpicklable")
+    assert f.severity is Severity.INFO
+
+
+def test_picklable_gives_up_cheaply_on_huge_objects():
+    ok, _ = picklable(bytearray(10 * MiB), cap=MiB)
+    assert ok
+
+
+def test_h2d_measurement_with_a_fake_device(monkeypatch):
+    from pitstop.tune.h2d import measure_h2d
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone().requires_grad_(False))
+    seen: list[int] = []
+
+    def copy_time(tensors, device):
+        seen.append(len(tensors))
+        return 0.002 if len(seen) % 2 else 0.001  # pageable copies slower than pinned ones (interleaved)
+
+    r = measure_h2d((torch.zeros(4, 8), torch.zeros(4)), "cuda:0", repeats=5, copy_time=copy_time)
+    assert r["bytes"] == 4 * 8 * 4 + 4 * 4
+    assert r["pageable_s"] == 0.002 and r["pinned_s"] == 0.001
+    assert len(seen) == 2 + 2 * 5 and set(seen) == {2}
