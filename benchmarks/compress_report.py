@@ -15,7 +15,7 @@ top-1 accuracy on the digits test split (397 images), and the fraction of weight
 
 Writes benchmarks/results/compress_report.md.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/compress_report.py [--no-resnet] [--rounds 3]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/compress_report.py [--no-resnet] [--rounds 5] [--threads 1]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,11 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, str, Any]]:
 
     from pitstop.compress import ReportOptions, compress_report, digits
 
-    common = {"min_run_time": args.min_run_time, "latency_rounds": args.rounds}
+    common = {
+        "min_run_time": args.min_run_time,
+        "latency_rounds": args.rounds,
+        "threads": args.threads or None,
+    }
     out = []
 
     def progress(name: str, done: int, total: int) -> None:
@@ -98,8 +103,8 @@ def table(rep: Any) -> list[str]:
     rows = rep.sections["compress"]["rows"]
     base = next(r for r in rows if r["method"] == "baseline")
     lines = [
-        "| method | library | saved KB | smaller | gzip KB | batch 1 ms median (min) | vs base | "
-        "batch N ms median (min) | vs base | accuracy % | weights zero % |",
+        "| method | library | saved KB | smaller | gzip KB | batch 1 ms median (min) | vs base median (min) | "
+        "batch N ms median (min) | vs base median (min) | accuracy % | weights zero % |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -112,11 +117,17 @@ def table(rep: Any) -> list[str]:
         def ratio(key: str, r: dict[str, Any] = r) -> str:
             return f"{base[key] / r[key]:.2f}x" if base.get(key) and r.get(key) else "–"
 
+        def ratios(key: str, batch: str, r: dict[str, Any] = r) -> str:
+            bmin = base["extra"].get("latency_min_s", {}).get(batch)
+            rmin = r["extra"].get("latency_min_s", {}).get(batch)
+            by_min = f" ({bmin / rmin:.2f}x)" if bmin and rmin else ""
+            return ratio(key) + by_min
+
         lines.append(
             f"| {r['method']} | {r['library']} | {_f(r['size_bytes'], 1e-3, 1)} | {ratio('size_bytes')} | "
             f"{_f(r['gzip_bytes'], 1e-3, 1)} | {_f(r['latency_b1_s'], 1e3, 3)} ({_f(mins.get('batch_1'), 1e3, 3)}) | "
-            f"{ratio('latency_b1_s')} | {_f(r['latency_bn_s'], 1e3, 3)} ({_f(mins.get('batch_n'), 1e3, 3)}) | "
-            f"{ratio('latency_bn_s')} | {_f(r['accuracy'], 100, 1)} | {_f(r['weight_sparsity'], 100, 1)} |"
+            f"{ratios('latency_b1_s', 'batch_1')} | {_f(r['latency_bn_s'], 1e3, 3)} ({_f(mins.get('batch_n'), 1e3, 3)}) | "
+            f"{ratios('latency_bn_s', 'batch_n')} | {_f(r['accuracy'], 100, 1)} | {_f(r['weight_sparsity'], 100, 1)} |"
         )
     return lines
 
@@ -124,8 +135,15 @@ def table(rep: Any) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-resnet", action="store_true", help="skip ResNet-18 (the slowest part)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved latency rounds (default 3)")
-    ap.add_argument("--min-run-time", type=float, default=0.6, help="timing seconds per model and batch size")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved latency rounds (default 5)")
+    ap.add_argument("--min-run-time", type=float, default=1.0, help="timing seconds per model and batch size")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads while timing (default 1: on a shared machine a descheduled OpenMP thread stalls "
+        "the others, so multi-thread timings there are mostly noise; 0 = torch's default)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -133,7 +151,9 @@ def main() -> int:
     from pitstop.machine import machine_line
 
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
     results = run_all(args)
+    took = time.perf_counter() - t0
     cmd = "flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/compress_report.py" + (
         " " + " ".join(sys.argv[1:]) if sys.argv[1:] else ""
     )
@@ -141,16 +161,17 @@ def main() -> int:
         "# compress: quantization, pruning and distillation, measured",
         "",
         f"- machine: {machine_line()}",
-        f"- date: {started}",
+        f"- date: {started}; the whole run took {took:.0f} s",
         f"- command: `{cmd}`",
-        f"- latency: torch.utils.benchmark blocked_autorange, {torch.get_num_threads()} threads, no_grad; all "
+        f"- latency: torch.utils.benchmark blocked_autorange, {args.threads or torch.get_num_threads()} thread(s), no_grad; all "
         f"models of one table timed round-robin over {args.rounds} rounds ({args.min_run_time:g} s per model "
         "and batch size in all); median and (min) over the pooled block times. 'vs base' = baseline / method "
         "(above 1 = smaller or faster)",
         "- size: torch.save(state_dict) on disk; static int8 = the converted graph with int8 weights (the "
         "running model holds oneDNN-packed weights that torch.save cannot write)",
         "- accuracy: top-1 on the digits test split (397 images, never trained on)",
-        "- measured on a shared machine (other work was running): latency ratios within ~20% are noise",
+        "- measured on a shared machine (other work was running): medians can carry load spikes that the "
+        "mins do not; latency ratios within ~20% are noise",
         "",
     ]
     for title, _, rep in results:

@@ -40,6 +40,13 @@ EXAMPLES: dict[str, tuple[list[str], dict[str, list[Any]]]] = {
 }
 
 
+def env(args: argparse.Namespace) -> dict[str, str]:
+    """--threads N pins OpenMP/MKL threads in every run (the same for baseline, candidates and grid)."""
+    if not args.threads:
+        return {}
+    return {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+
+
 def overrides_for(cell: dict[str, Any]) -> Any:
     from pitstop.profile.overrides import Overrides
 
@@ -71,6 +78,7 @@ def run_grid(
 
     cells = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     runs: dict[str, list[float]] = {label(c, axes): [] for c in cells}
+    failures: dict[str, list[str]] = {}
     n = len(cells) * args.repeats
     i = 0
     for _ in range(args.repeats):
@@ -78,18 +86,20 @@ def run_grid(
             i += 1
             print(f"  grid run {i}/{n}: {label(c, axes)}", file=sys.stderr, flush=True)
             spec = RunSpec(cmd, steps=args.steps, warmup=args.warmup, overrides=overrides_for(c), probes=False,
-                           quiet=True, timeout=600, cwd=str(ROOT))  # fmt: skip
+                           quiet=True, timeout=600, cwd=str(ROOT), env=env(args))  # fmt: skip
             res = run(spec)
             if res.ok and res.steps:
                 runs[label(c, axes)].append(res.steps_per_s())
+            else:
+                failures.setdefault(label(c, axes), []).append(res.error or res.status)
     return {
         label(c, axes): {
             "cell": c,
             "runs": runs[label(c, axes)],
-            "median": statistics.median(runs[label(c, axes)]),
+            "median": statistics.median(runs[label(c, axes)]) if runs[label(c, axes)] else None,
+            "failed": failures.get(label(c, axes), []),
         }
         for c in cells
-        if runs[label(c, axes)]
     }
 
 
@@ -101,7 +111,12 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"{name}: pitstop fix", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     cfg = FixConfig(
-        steps=args.steps, warmup=args.warmup, repeats=args.repeats, skip=("compile",), cwd=str(ROOT)
+        steps=args.steps,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        skip=("compile",),
+        cwd=str(ROOT),
+        env=env(args),
     )
     fix = run_fix(cmd, cfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     fix_s = time.perf_counter() - t0
@@ -119,8 +134,8 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     grid_s = time.perf_counter() - t0
     base_label = label({k: v[0] for k, v in axes.items()}, axes)
     base = grid.get(base_label, {}).get("median")
-    ranked = sorted(grid.values(), key=lambda g: -g["median"])
-    best = ranked[0]
+    ranked = sorted((g for g in grid.values() if g["median"]), key=lambda g: -g["median"])
+    best = ranked[0] if ranked else {"cell": {}, "median": None}
     chosen_label = label({**{k: v[0] for k, v in axes.items()}, **chosen_cell}, axes)
     chosen_in_grid = grid.get(chosen_label)
     rank = next((i + 1 for i, g in enumerate(ranked) if label(g["cell"], axes) == chosen_label), None)
@@ -130,16 +145,19 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "fix_candidates": ", ".join(f"{m.name}: {m.verdict}" for m in fix.candidates) or "none",
         "fix_speedup": fix.speedup,
         "chosen_label": chosen_label,
-        "chosen_vs_best": chosen_in_grid["median"] / best["median"] if chosen_in_grid else None,
+        "chosen_vs_best": chosen_in_grid["median"] / best["median"]
+        if chosen_in_grid and chosen_in_grid["median"] and best["median"]
+        else None,
         "chosen_rank": rank,
-        "grid_best": label(best["cell"], axes),
-        "grid_best_speedup": best["median"] / base if base else None,
-        "grid_size": len(grid),
+        "grid_best": label(best["cell"], axes) if ranked else "– (every grid run failed)",
+        "grid_best_speedup": best["median"] / base if base and best["median"] else None,
+        "grid_size": len(ranked),
         "fix_runs": fix_runs,
         "grid_runs": len(grid) * args.repeats,
         "fix_s": fix_s,
         "grid_s": grid_s,
         "grid": {k: v["runs"] for k, v in grid.items()},
+        "grid_failed": {k: v["failed"] for k, v in grid.items() if v["failed"]},
     }
 
 
@@ -158,7 +176,7 @@ def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/fix_vs_grid.py', *sys.argv[1:]])}`  ",
         f"Each run: {args.warmup} warm-up + {args.steps} measured optimizer steps of the unmodified example; "
         f"{args.repeats} interleaved runs per configuration, median steps/s. `fix` in auto mode with "
-        "torch.compile skipped.",
+        "torch.compile skipped." + (f" OMP/MKL threads per run: {args.threads}." if args.threads else ""),
         "",
         "| example | fix chose | fix's speed-up (its runs) | grid best | grid best vs baseline | fix's choice vs grid best "
         "(grid runs) | rank of fix's choice | script runs: fix / grid | wall s: fix / grid |",
@@ -174,7 +192,9 @@ def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for r in rows:
         lines.append(f"- **{r['example']}** (fix's candidates: {r['fix_candidates']})")
         for k, v in r["grid"].items():
-            lines.append(f"  - {k}: " + ", ".join(f"{x:.3g}" for x in v))
+            failed = r["grid_failed"].get(k)
+            note = f" (failed runs: {'; '.join(failed)})" if failed else ""
+            lines.append(f"  - {k}: " + ", ".join(f"{x:.3g}" for x in v) + note)
     text = "\n".join(lines) + "\n"
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(text)
@@ -187,6 +207,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP/MKL threads per run (default: as the environment has it)",
+    )
     args = ap.parse_args()
     names = [n.strip() for n in args.examples.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXAMPLES]

@@ -6,7 +6,7 @@ run, stopping disabled so the script's own timing covers the same steps). Plain 
 alternate, each in a fresh process; the table gives min and median over the repeats and the overhead of
 the medians. The requirement is < 5% of step time.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead.py [--repeats 3]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead.py [--repeats 4]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _ms(stdout: str) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="OMP threads for every run (default 1)")
     ap.add_argument("--only", nargs="*", help="example file names to run (default: all)")
     args = ap.parse_args()

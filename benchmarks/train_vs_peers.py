@@ -20,7 +20,7 @@ measured inside the worker (perf_counter, CPU work is synchronous); we report me
 Peak memory is each worker's peak RSS (getrusage) and its growth during training.
 Writes benchmarks/results/train_vs_peers.md.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 6] [--steps 10]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 30] [--steps 5]
 """
 
 from __future__ import annotations
@@ -302,10 +302,26 @@ def fmt_table(workers: dict[str, Worker], a: argparse.Namespace) -> list[str]:
     return rows
 
 
+def goal_lines(workers: dict[str, Worker]) -> list[str]:
+    """The issue's goals, checked against the medians just measured."""
+    med = {n: 1.0 / statistics.median(w.chunk_s) for n, w in workers.items() if w.chunk_s}
+    if "pitstop" not in med:
+        return []
+    out = []
+    if "naive" in med:
+        r = med["pitstop"] / med["naive"]
+        out.append(f"- pitstop vs naive: {r:.2f}x (goal >= 1.5x: {'met' if r >= 1.5 else 'not met'})")
+    for peer in ("lightning", "accelerate"):
+        if peer in med:
+            r = med["pitstop"] / med[peer]
+            out.append(f"- pitstop vs {peer}: {r:.2f}x (goal >= 1.0x: {'met' if r >= 1.0 else 'not met'})")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--chunks", type=int, default=12, help="chunks per contender (the first is warm-up)")
+    ap.add_argument("--chunks", type=int, default=30, help="chunks per contender (the first is warm-up)")
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps per chunk")
     ap.add_argument("--width", type=int, default=16, help="channels of the first conv (then 2x, 4x)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = torch default)")
@@ -313,6 +329,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=32, help="image side (3 x size x size inputs)")
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (default: %(default)s)")
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, a)
@@ -348,12 +365,14 @@ def main() -> None:
             "",
             *table,
             "",
+            *goal_lines(workers),
+            "",
         ]
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(text)
     print(text)
-    print(f"written: {RESULTS.relative_to(ROOT)}", file=sys.stderr)
+    print(f"written: {a.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""Planted problem: host syncs. Per-sample statistics read with ``.item()`` every step.
+"""Planted problem: host syncs. Per-sample results read one element at a time, every step.
 
-An MLP classifier on in-memory features (bf16 autocast where the CPU has fast bf16); after each step the script records every sample's loss with
-``.item()`` in a Python loop. On a GPU each call stalls until the GPU has caught up; on CPU each one is
-still a round trip through the dispatcher. `pitstop profile -- python examples/item_sync.py` should
-rank `sync.item` first, pointing at the loop's line. The fix: one ``.tolist()`` (or keep the values on
-the device and read them every N steps).
+An MLP classifier on in-memory features (bf16 autocast where the CPU has fast bf16); after each step the
+script records whether each sample was classified correctly, one ``bool(...)`` per sample. On a GPU each
+call stalls until the GPU has caught up; on CPU each one is still a round trip through the dispatcher,
+inside a Python loop over the batch. `pitstop profile -- python examples/item_sync.py` should rank
+`sync.item` first, pointing at the loop's line. The fix: ``(preds == y).tolist()`` once, or keep the
+count on the device (``correct += (preds == y).sum()``) and read it every N steps.
 
-    python examples/item_sync.py [--steps 40] [--batch-size 512]
+    python examples/item_sync.py [--steps 40] [--batch-size 128]
 """
 
 import argparse
@@ -29,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--features", type=int, default=128)
     args = ap.parse_args()
 
@@ -38,13 +39,13 @@ def main() -> None:
     x_all = torch.randn(n, args.features)
     y_all = (x_all[:, 0] > 0).long() + (x_all[:, 1] > 0).long()
     model = nn.Sequential(
-        nn.Linear(args.features, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3)
+        nn.Linear(args.features, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 3)
     )
     use_bf16 = fast_bf16()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
     loss_fn = nn.CrossEntropyLoss(reduction="none")
 
-    per_sample_history: list[float] = []
+    per_sample_correct: list[bool] = []
     t_start = None
     for step in range(args.steps):
         if step == args.warmup:
@@ -52,13 +53,14 @@ def main() -> None:
         idx = torch.randint(0, n, (args.batch_size,))
         x, y = x_all[idx], y_all[idx]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
-            losses = loss_fn(model(x), y)
-        loss = losses.mean()
+            logits = model(x)
+            loss = loss_fn(logits, y).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        for v in losses.detach():  # the planted problem: one host sync per sample
-            per_sample_history.append(v.item())
+        preds = logits.detach().argmax(1)
+        for i in range(len(y)):  # the planted problem: one host sync per sample
+            per_sample_correct.append(bool(preds[i] == y[i]))
     if t_start is not None:
         k = args.steps - args.warmup
         dt = time.perf_counter() - t_start

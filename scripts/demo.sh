@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-.venv/bin/pitstop profile --steps 20 --html pitstop-profile.html "$@" -- python examples/slow_loader.py
-echo "open pitstop-profile.html; try the other examples too: examples/item_sync.py, conv_fp32.py, healthy.py" >&2
+.venv/bin/pitstop profile --steps 20 --html pitstop-report-profile.html "$@" -- python examples/slow_loader.py
+echo "open pitstop-report-profile.html; try the other examples too: examples/item_sync.py, conv_fp32.py, healthy.py" >&2

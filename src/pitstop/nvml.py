@@ -73,6 +73,7 @@ class GpuInfo:
     sm_clock_max_mhz: int | None
     mem_clock_max_mhz: int | None
     power_limit_w: float | None
+    power_limit_default_w: float | None = None  # the board's default; below it an admin capped the power
 
 
 @dataclass
@@ -208,6 +209,7 @@ class Nvml:
         power_mw = opt(lambda: lib.nvmlDeviceGetEnforcedPowerLimit(h))
         if power_mw is None:
             power_mw = opt(lambda: lib.nvmlDeviceGetPowerManagementLimit(h))
+        default_mw = opt(lambda: lib.nvmlDeviceGetPowerManagementDefaultLimit(h))
         return GpuInfo(
             index=index,
             name=None if name is None else _text(name),
@@ -225,6 +227,7 @@ class Nvml:
             sm_clock_max_mhz=_int(opt(lambda: lib.nvmlDeviceGetMaxClockInfo(h, clock_sm))),
             mem_clock_max_mhz=_int(opt(lambda: lib.nvmlDeviceGetMaxClockInfo(h, clock_mem))),
             power_limit_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_default_w=None if default_mw is None else default_mw / 1000.0,
         )
 
     def sample(self, index: int) -> GpuSample:

@@ -81,9 +81,12 @@ def test_table_and_report_structure(tiny_result, tmp_path):
     d = json.loads(to_json(report))
     jsonschema.validate(d, load_schema())
     ids = {f["id"] for f in d["findings"]}
-    assert {"bench.amp_bf16", "bench.checkpoint", "bench.amp_fp16"} <= ids
+    assert {"bench.amp_bf16", "bench.amp_bf16_memory", "bench.checkpoint", "bench.amp_fp16"} <= ids
     assert d["sections"]["bench"]["columns"] == list(COLUMNS)
     assert len(d["sections"]["bench"]["rows"]) == len(tiny_result.rows)
+    base = tiny_result.rows[0]
+    mem = next(f for f in d["findings"] if f["id"] == "bench.amp_bf16_memory")
+    assert mem["data"]["measured"] == pytest.approx(amp.activation_bytes / base.activation_bytes)
     fp16 = next(f for f in findings(tiny_result) if f.id == "bench.amp_fp16")
     assert "not measured" in fp16.evidence
 
@@ -117,10 +120,13 @@ def test_cli_runs_end_to_end_and_writes_outputs(tmp_path, capsys):
         (["--only", "warp_drive"], "unknown config"),
         (["--model", "no_such_module_xyz:make", "--no-compile"], "--model"),
         (["--repeats", "0"], "at least 1"),
+        (["--model", "torch.nn:Identity", "--batch-size", "3"], "failed one forward/backward"),
     ],
 )
 def test_cli_bad_input_is_a_usage_error(args, message, capsys):
-    code = main(["bench", "--workload", "tabular", "--size", "tiny", "-q", "--ddp", "0", *args])
+    code = main(
+        ["bench", "--workload", "tabular", "--size", "tiny", "-q", "--ddp", "0", "--threads", "1", *args]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
@@ -136,3 +142,57 @@ def test_user_model_factory(tmp_path):
     res = run_bench(opts)
     assert [r.status for r in res.rows] == [MEASURED, MEASURED]
     assert res.flops_per_sample == 6 * 16 * 4 + 4 * 32 * 16  # input grads skipped for the first layer
+
+
+@pytest.mark.slow
+def test_vision_peers_and_channels_last_on_real_jpegs(tmp_path):
+    opts = BenchOptions(workload="vision", size="tiny", steps=1, repeats=2, warmup=1, threads=1,
+                        only=("channels_last", "lightning", "accelerate"), compile=False, ddp_procs=0,
+                        schedules=False, data_dir=str(tmp_path))  # fmt: skip
+    res = run_bench(opts)
+    rows = {r.name: r for r in res.rows}
+    assert list(rows) == ["baseline", "channels_last", "lightning", "accelerate"]
+    for r in rows.values():
+        assert r.status == MEASURED, (r.name, r.reason)
+        assert len(r.block_step_s) == 2
+    assert rows["lightning"].peak_mem_bytes is None  # Lightning owns its loop: no memory probe
+    assert rows["accelerate"].activation_bytes is not None
+    assert rows["lightning"].speedup == pytest.approx(
+        rows["lightning"].samples_per_s / rows["baseline"].samples_per_s
+    )
+    assert len(list(tmp_path.glob("class_*/*.jpg"))) == 32  # the generated ImageFolder, kept where asked
+
+
+def test_interrupt_keeps_what_was_measured():
+    class StopAfter:
+        def __init__(self, n):
+            self.n = n
+
+        def set_total(self, total):
+            pass
+
+        def advance(self, description):
+            self.n -= 1
+            if self.n == 0:
+                raise KeyboardInterrupt
+
+    opts = BenchOptions(workload="tabular", size="tiny", steps=1, repeats=3, warmup=1, threads=1,
+                        only=("fused",), peers=False, compile=False, ddp_procs=0)  # fmt: skip
+    # 3 setup units + 2 warm-ups + 3 blocks, then stop during the second repeat
+    res = run_bench(opts, StopAfter(3 + 2 + 3))
+    assert res.interrupted
+    rows = {r.name: r for r in res.rows}
+    assert 1 <= len(rows["baseline"].block_step_s) <= 2 and rows["baseline"].status == MEASURED
+    assert rows["onecycle"].status == SKIPPED and "interrupted" in rows["onecycle"].reason
+    assert to_report(res).error.startswith("interrupted")
+
+
+def test_budget_scales_steps_after_an_untimed_calibration():
+    opts = BenchOptions(workload="tabular", size="tiny", budget_s=12, repeats=2, warmup=1, threads=1, max_steps=8,
+                        only=("fused",), peers=False, compile=False, ddp_procs=0, schedules=False)  # fmt: skip
+    res = run_bench(opts)
+    assert 1 <= res.steps <= 8
+    for r in res.rows:
+        assert r.status == MEASURED
+        assert r.steps_per_block == res.steps
+        assert len(r.block_step_s) == 2  # the calibration block is not a result

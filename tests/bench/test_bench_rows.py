@@ -88,3 +88,22 @@ def test_parse_budget(text, seconds):
 def test_parse_budget_rejects_bad_input(text):
     with pytest.raises(ValueError):
         parse_budget(text)
+
+
+def test_cuda_choices_with_a_faked_gpu(monkeypatch):
+    import torch
+
+    from pitstop.bench.runner import BenchOptions, _ddp_procs, _ddp_unavailable
+
+    cfgs = {c.name: c for c in ablation("cuda", True, "float16")}
+    assert cfgs["workers"].pin_memory is True  # the guides' claim is workers + pinned memory
+    assert effective(cfgs["workers"], "cuda", True).pin_memory is True
+    assert cfgs["all"].amp == "float16"  # pre-Ampere GPU: the fast AMP dtype is fp16
+    assert "bf16" in why_not(cfgs["amp_bf16"], "cuda", cuda_available=True, bf16_ok=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert _ddp_procs(BenchOptions(), "cuda") == 4
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _ddp_procs(BenchOptions(), "cuda") == 0
+    assert "CUDA device" in _ddp_unavailable("cuda").reason
+    assert _ddp_procs(BenchOptions(ddp_procs=3), "cpu") == 3
+    assert _ddp_procs(BenchOptions(ddp_procs=1), "cpu") == 0

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from pitstop.compress import digits, measure
-from pitstop.compress.quantize import NotApplicable, quantize, quantize_detailed
+from pitstop.compress.quantization import NotApplicable, quantize, quantize_detailed
 
 
 def test_dynamic_int8_shrinks_the_mlp_3x_and_keeps_accuracy(trained_mlp, test_loader):
@@ -109,3 +109,40 @@ def test_dynamic_int8_quantizes_lstm_layers_too():
     x = torch.randn(3, 7, 16)
     with torch.no_grad():
         assert torch.allclose(q.model(x), m(x), atol=0.05)
+
+
+def test_dynamic_int8_falls_back_to_torchao_without_torch_ao(monkeypatch, trained_mlp, test_loader):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch_ao(name, globals=None, *args, **kwargs):
+        # only pitstop's own import fails: torchao 0.18 itself still imports parts of torch.ao
+        if (
+            name == "torch.ao.quantization"
+            and (globals or {}).get("__name__") == "pitstop.compress.quantization"
+        ):
+            raise ImportError("simulated removal")
+        return real_import(name, globals, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch_ao)
+    q = quantize_detailed(trained_mlp, "dynamic_int8")
+    assert q.library == "torchao" and q.quantized_layers == 3
+    assert measure.serialized_size(trained_mlp).bytes / measure.serialized_size(q.portable).bytes >= 3.0
+    base = measure.accuracy(trained_mlp, test_loader).value
+    assert abs(measure.accuracy(q.model, test_loader).value - base) <= 0.02
+    with pytest.raises(NotApplicable, match="Linear only"):
+        quantize(_Tagger().lstm, "dynamic_int8")
+
+
+def test_missing_torchao_is_not_applicable(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a)
+    )
+    with pytest.raises(NotApplicable, match="torchao"):
+        quantize(digits.mlp(), "int8_weight_only")
+    with pytest.raises(NotApplicable, match="pitstop\\[compress\\]"):
+        quantize(digits.cnn(), "static_int8", calib_loader=[(torch.randn(4, 1, 8, 8), None)])

@@ -108,6 +108,7 @@ class FakeNvmlLib:
             "nvmlDeviceGetClockInfo": lambda h, t: h["clock"][t],
             "nvmlDeviceGetEnforcedPowerLimit": lambda h: h["power_limit_mw"],
             "nvmlDeviceGetPowerManagementLimit": lambda h: h["power_limit_mw"],
+            "nvmlDeviceGetPowerManagementDefaultLimit": lambda h: h.get("power_default_mw", 400000),
             "nvmlDeviceGetPowerUsage": lambda h: h["power_mw"],
             "nvmlDeviceGetTemperature": lambda h, s: h["temp"],
             "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=h["util"][0], memory=h["util"][1]),

@@ -188,3 +188,13 @@ def test_thermal_slowdown_is_a_warning(fake_nvml, tmp_path):
     f = {x.id: x for x in gpu.check_settings(gpu.read_gpus(fake_nvml, tmp_path))}
     assert f["gpu.clocks"].severity is Severity.WARN
     assert f["gpu.clocks"].data["slowdown"] == {0: ["hw_thermal_slowdown"]}
+
+
+def test_power_capped_gpu(fake_nvml, tmp_path):
+    f = {x.id: x for x in gpu.check_settings(gpu.read_gpus(fake_nvml, tmp_path))}
+    assert f["gpu.power_limit"].severity is Severity.PASS
+    fake_nvml.gpus[0]["power_limit_mw"] = 250000  # admin lowered 400 W -> 250 W
+    f = {x.id: x for x in gpu.check_settings(gpu.read_gpus(fake_nvml, tmp_path))}
+    assert f["gpu.power_limit"].severity is Severity.WARN
+    assert "limit 250 W, default 400 W" in f["gpu.power_limit"].evidence
+    assert f["gpu.power_limit"].fix_code == "sudo nvidia-smi -i 0 -pl 400"

@@ -20,7 +20,7 @@ def test_info_reads_every_field(fake_nvml):
     assert info.ecc_enabled is True and info.persistence_mode is True
     assert (info.pcie_gen, info.pcie_gen_max, info.pcie_width, info.pcie_width_max) == (4, 4, 16, 16)
     assert info.sm_clock_max_mhz == 1410 and info.mem_clock_max_mhz == 1215
-    assert info.power_limit_w == 400.0
+    assert info.power_limit_w == 400.0 and info.power_limit_default_w == 400.0
     assert fake_nvml.inits == 1 and fake_nvml.shutdowns == 1
 
 

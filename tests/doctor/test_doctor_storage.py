@@ -121,10 +121,49 @@ def test_measure_writes_and_removes_temp_file(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the test file is gone
 
 
-def test_buffered_fallback_drops_cache(tmp_path):
-    (tmp_path / "f").write_bytes(b"y" * 2**20)
-    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
+def _synced(path, data: bytes):
+    """Write and flush, so the pages are clean and fadvise(DONTNEED) can drop them."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def test_cache_drop_verified_with_mincore(tmp_path):
+    f = _synced(tmp_path / "f", os.urandom(2**20))
+    f.read_bytes()  # now cached
+    assert storage.resident_fraction(f) == 1.0
+    assert storage.drop_cache(f) and storage.resident_fraction(f) == 0.0
+    assert storage.resident_fraction(tmp_path / "missing") is None
+    assert storage.resident_fraction(_synced(tmp_path / "empty", b"")) is None
+
+
+def test_default_read_is_verified_cold_buffered(tmp_path):
+    f = _synced(tmp_path / "f", b"y" * 2**20)
+    f.read_bytes()
+    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False)
     assert r.method == "fadvise(DONTNEED)" and not r.cached_possible and r.bytes_read == 2**20
+    assert "0% of the range was cached" in r.note
+    assert storage.resident_fraction(f) == 0.0  # the read left the page cache as it found it
+
+
+def test_cache_drop_that_does_not_take_falls_back_to_o_direct(tmp_path, monkeypatch):
+    _synced(tmp_path / "f", b"y" * 2**20)
+    monkeypatch.setattr(storage, "resident_fraction", lambda path, length=None: 0.9)  # e.g. mapped elsewhere
+    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False)
+    assert "did not take (90% still cached)" in r.note
+    assert r.method in ("O_DIRECT", "buffered")  # a filesystem may refuse O_DIRECT; then: may be cached
+    assert r.cached_possible is (r.method == "buffered")
+    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
+    assert r.method == "buffered" and r.cached_possible
+
+
+def test_unverifiable_drop_is_said(tmp_path, monkeypatch):
+    _synced(tmp_path / "f", b"y" * 2**20)
+    monkeypatch.setattr(storage, "resident_fraction", lambda path, length=None: None)  # no mincore
+    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
+    assert r.method == "fadvise(DONTNEED), unverified" and "not verified" in r.note
 
 
 def test_read_speed_finding_when_nothing_to_read(tmp_path):

@@ -310,3 +310,21 @@ def test_duration_stops_the_command_with_ctrl_c(tmp_path):
     assert rc in (7, 1, 130)
     f = {x["id"]: x for x in json.loads(out.read_text())["findings"]}
     assert f"command exited with {rc if rc != 130 else -2}" in f["monitor.run"]["evidence"]
+
+
+def test_live_screen_path(capsys):
+    rc = monitor(
+        "--interval",
+        "0.05",
+        "--duration",
+        "0.15",
+        "--window",
+        "0.05",
+        nvml_lib=fake_pynvml(util=10),
+        live=True,
+    )
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert (
+        "GPUs (NVML)" in out and "Host (psutil)" in out and "low GPU utilization" in out and "1 warn" in out
+    )

@@ -174,6 +174,10 @@ def test_torchrun_multi_node_sets_interface_that_reaches_master(monkeypatch):
 
 
 def test_multi_node_errors():
+    with pytest.raises(LaunchError, match="use --nproc-per-node"):
+        build_plan(LaunchOptions(["t.py"], nproc_per_node=2, ninstances=2), TOPO, {}, NUMACTL)
+    with pytest.raises(LaunchError, match=r"--node-rank 2 must be in 0\.\.1"):
+        build_plan(LaunchOptions(["t.py"], nnodes=2, node_rank=2, master_addr="10.0.0.1"), TOPO, {}, NUMACTL)
     with pytest.raises(LaunchError, match="needs --master-addr"):
         build_plan(LaunchOptions(["t.py"], nnodes=2), TOPO, {}, NUMACTL)
     with pytest.raises(LaunchError, match="loopback"):

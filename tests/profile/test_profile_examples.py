@@ -48,8 +48,8 @@ def test_item_loop_ranks_sync_item_first():
     report = profile_example("item_sync.py")
     top = report.ranked()[0]
     assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in report.ranked()]
-    assert top.location.endswith(f"item_sync.py:{line_of('item_sync.py', 'v.item()')}")
-    assert top.data["syncs_per_step"] == 256
+    assert top.location.endswith(f"item_sync.py:{line_of('item_sync.py', 'bool(preds[i] == y[i])')}")
+    assert top.data["syncs_per_step"] == 128
     assert ".tolist()" in top.fix_code
 
 

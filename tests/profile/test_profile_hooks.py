@@ -9,7 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, finish_optimizer_facts
+from pitstop.profile.facts import finish_optimizer_facts
+from pitstop.profile.hooks import Config, Instrumentation, StopProfiling
 from pitstop.profile.overrides import Overrides
 
 torch.set_num_threads(1)
@@ -151,7 +152,7 @@ def test_model_overrides_channels_last_autocast_and_optimizer_impl(instrument):
     assert seen == {"cl": True, "dtype": torch.bfloat16}
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert all(g["foreach"] for g in opt.param_groups)
-    finish_optimizer_facts(inst)
+    finish_optimizer_facts(inst.captured.optimizers, inst.optimizer_facts)
     assert inst.optimizer_facts[0]["impl"] == "foreach" and inst.optimizer_facts[0]["override"] == "foreach"
 
 
@@ -159,7 +160,7 @@ def test_default_cpu_optimizer_is_reported_as_for_loop(instrument):
     inst = instrument()
     model = nn.Linear(2, 2)
     torch.optim.SGD(model.parameters(), lr=0.1)
-    finish_optimizer_facts(inst)
+    finish_optimizer_facts(inst.captured.optimizers, inst.optimizer_facts)
     assert inst.optimizer_facts[0]["impl"] == "for-loop"
 
 
@@ -224,3 +225,30 @@ def test_steps_holding_a_validation_pass_are_flagged_and_set_apart(instrument):
     assert flags == [False, False, False, True, False, False]
     recs = [StepRecord.from_dict(r) for r in inst.records]
     assert [s.index for s in usable_steps(recs)] == [0, 1, 2, 4, 5]
+
+
+def test_printing_and_formatting_tensors_count_once_each(instrument, capsys):
+    inst = instrument(warmup=0, steps=100, full=True)
+    inst.warm_done = True
+    t = torch.tensor(2.0)
+    print(t)  # __repr__ (which itself calls .item() inside torch: not counted twice)
+    print(f"{t:.2f}")  # __format__ -> .item()
+    float(t)
+    rows = sorted((r["method"], r["count"]) for r in inst.sync_site_rows())
+    assert rows == [("__float__", 1), ("__format__", 1), ("__repr__", 1)]
+
+
+def test_gradscaler_loop_gives_one_step_per_iteration(instrument):
+    inst = instrument(warmup=0, steps=100, full=True)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    for _ in range(5):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    inst.close_pending()
+    assert len(inst.records) == 5
+    assert all(r["optimizer_s"] > 0 for r in inst.records)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pitstop.findings import Severity
-from pitstop.profile.hooks import GpuSampler
+from pitstop.profile.facts import GpuSampler
 from pitstop.profile.rules import findings_for
 from pitstop.profile.timeline import StepRecord, breakdown
 
@@ -112,11 +112,13 @@ def test_sync_loop_cost_includes_the_loop_between_calls():
             "loop_gap_s": 0.05,
         }
     ]
+    # the hooks put both the calls and the loop between them in the step's sync part
     found, _ = findings_for(
-        steps(n=10, total=0.02, syncs=256, sync_s=0.00025), {"sync_sites": sites}, cores=2
+        steps(n=10, total=0.02, syncs=256, sync_s=0.00525), {"sync_sites": sites}, cores=2
     )
     f = next(f for f in found if f.id == "sync.item")
-    assert abs(f.est_saving_s - (0.00025 + 0.005)) < 1e-9  # inside the calls + the loop, per step
+    assert abs(f.est_saving_s - 0.00525) < 1e-9 and abs(f.share - 0.2625) < 1e-9
+    assert f.data["loop_s"] == 0.005 and f.data["sync_s"] == 0.00025
     assert f.severity is Severity.WARN and ".tolist()" in f.fix_code and f.location == "t.py:9"
 
 

@@ -73,6 +73,14 @@ def test_tracker_counts_allocations_and_frees() -> None:
         del b, c
 
     assert peak_memory_bytes(work) == 6000
+
+    def views() -> None:  # views and in-place ops share the storage: counted once
+        a = torch.empty(1000)
+        b = a.view(10, 100).t()
+        a.add_(1)
+        del b
+
+    assert peak_memory_bytes(views) == 4000
     with TensorMemoryTracker() as t:
         keep = torch.ones(10)
     assert t.current_bytes == 40 and keep.sum() == 10

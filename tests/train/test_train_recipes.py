@@ -133,6 +133,7 @@ def test_make_optimizer_fused_and_no_decay_groups() -> None:
     assert [p.dim() for p in decay["params"]] == [2] and decay["weight_decay"] == 0.1
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
     assert opt.defaults["fused"] is True  # CPU fused AdamW exists in this torch
+    assert len(make_optimizer(net, "adamw", lr=0.01).param_groups) == 1  # no decay: one kernel launch
     sgd = make_optimizer(net.parameters(), "sgd", lr=0.1, fused=False, momentum=0.9)
     assert sgd.defaults["foreach"] is True
     with pytest.raises(ValueError, match="optimizer"):
@@ -214,3 +215,76 @@ def test_fit_max_steps_and_compute_loss_and_eval() -> None:
     assert res.val and "loss" in res.val[0]
     with pytest.raises(TypeError, match="loss_fn"):
         fit(torch.nn.Linear(4, 2), None, loader, config=TrainConfig(progress=False))
+
+
+def test_unwrap_removes_only_known_wrappers() -> None:
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(2, 2)  # a user's attribute that happens to be called module
+
+    h = Holder()
+    assert unwrap(h) is h
+    assert unwrap(maybe_compile(h)) is h
+    assert unwrap(torch.nn.DataParallel(h)) is h
+
+
+def test_onecycle_is_sized_to_max_steps_when_training_stops_early() -> None:
+    x, y = torch.randn(40, 4), torch.randint(0, 2, (40,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    cfg = TrainConfig(epochs=5, max_steps=7, schedule="onecycle", max_lr=0.1, progress=False, log_every=1)
+    res = fit(torch.nn.Linear(4, 2), None, loader, torch.nn.functional.cross_entropy, cfg)
+    assert res.steps == 7
+    assert res.history[-1]["lr"] < 0.1 / 1000  # the last step used the cycle's final LR
+
+
+def test_progress_shows_loss_lr_and_throughput() -> None:
+    import io
+
+    from rich.console import Console
+
+    from pitstop.train import TrainProgress
+
+    buf = io.StringIO()
+    with TrainProgress(4, console=Console(file=buf, width=120, force_terminal=False)) as prog:
+        prog.advance(2, samples=64)
+        rate = prog.log(0.5, 1e-3)
+    assert rate > 0
+    out = buf.getvalue()
+    assert "loss 0.5000" in out and "samples/s" in out and "2/4" in out, out
+    silent = TrainProgress(4, enabled=False)
+    with silent:
+        silent.advance(1, 8)
+        assert silent.log(1.0, 0.1) > 0
+
+
+def test_init_distributed_outside_torchrun_is_single_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pitstop.train import init_distributed
+
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    env = init_distributed("cpu")
+    assert (env.rank, env.world_size, env.is_distributed, env.is_main) == (0, 1, False, True)
+    assert env.device == torch.device("cpu")
+
+
+def test_ctrl_c_returns_what_was_measured_and_keeps_the_last_checkpoint(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from pitstop.train import load_checkpoint
+
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    calls = []
+
+    def compute(m: torch.nn.Module, batch: tuple) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return torch.nn.functional.cross_entropy(m(batch[0]), batch[1])
+
+    path = Path(str(tmp_path)) / "c.pt"
+    cfg = TrainConfig(progress=False, log_every=1, checkpoint_path=str(path), checkpoint_every=2)
+    res = fit(torch.nn.Linear(4, 2), None, loader, config=cfg, compute_loss=compute)
+    assert res.interrupted and res.steps == 3 and len(res.history) == 3
+    assert load_checkpoint(path, torch.nn.Linear(4, 2)).step == 2  # not overwritten mid-step

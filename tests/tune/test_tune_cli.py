@@ -69,6 +69,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def validate_report(d: dict) -> None:
+    import jsonschema
+
+    from pitstop.report.jsonfmt import load_schema
+
+    jsonschema.validate(d, load_schema())
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="pitstop")
     register(parser.add_subparsers(dest="command", required=True))
@@ -102,6 +110,7 @@ def test_tune_loader_factory_mode_writes_json_html_and_plot(factory, tmp_path, c
     )  # fmt: skip
     assert code == 0
     d = json.loads(out.read_text())
+    validate_report(d)
     assert d["tool"] == "tune loader"
     best = next(f for f in d["findings"] if f["id"] == "tune.loader.best")
     assert best["data"]["chosen"].startswith("workers=2")
@@ -121,6 +130,7 @@ def test_tune_lr_and_batch_size_factory_mode(factory, tmp_path):
     )  # fmt: skip
     assert code == 0
     d = json.loads(out.read_text())
+    validate_report(d)
     f = next(f for f in d["findings"] if f["id"] == "tune.lr.suggestion")
     assert f["data"]["suggested_max_lr"] > 0
     out2 = tmp_path / "bs.json"
@@ -132,6 +142,7 @@ def test_tune_lr_and_batch_size_factory_mode(factory, tmp_path):
     )  # fmt: skip
     assert code == 0
     d = json.loads(out2.read_text())
+    validate_report(d)
     f = next(f for f in d["findings"] if f["id"] == "tune.batch_size.best")
     assert f["data"]["best"] == 64  # a tiny model: the cap is reached inside a 64 MiB budget
 
@@ -193,3 +204,15 @@ def test_script_mode_reports_a_script_that_fails(tmp_path, capsys):
     assert code == 1
     d = json.loads(out.read_text())
     assert d["findings"][0]["id"] == "tune.script" and d["error"]
+
+
+def test_batches_of_any_size_from_the_scripts_last_batch():
+    import torch
+
+    from pitstop.tune.script import batch_from_last
+
+    make = batch_from_last((torch.arange(6).reshape(3, 2), torch.tensor([0, 1, 2]), "meta"))
+    x, y, tag = make(7)
+    assert x.shape == (7, 2) and y.tolist() == [0, 1, 2, 0, 1, 2, 0] and tag == "meta"
+    d = batch_from_last({"input_ids": torch.ones(2, 5, dtype=torch.long)})(3)
+    assert d["input_ids"].shape == (3, 5)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.hardware import usable_cores
+from pitstop.hardware import cpu_has_fast_bf16, usable_cores
 from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -88,7 +88,7 @@ def test_fix_measures_a_speedup_for_the_planted_loader_problem():
     assert workers.speedup > 1.0, (workers.steps_per_s, r.baseline.steps_per_s)
     report, _ = fix_report(r)
     f = report.by_id("fix.workers")
-    assert f.location and f.location.endswith("slow_loader.py:58")
+    assert f.location and "slow_loader.py:" in f.location
     if workers.verdict == "helped":  # the diff targets the example's own DataLoader(...) line
         assert r.patch is not None and "num_workers=2" in r.patch.diff
 
@@ -105,3 +105,26 @@ def test_fix_rejects_channels_last_on_an_mlp():
     assert r.chosen == []
     report, _ = fix_report(r)
     assert report.by_id("fix.none") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_has_fast_bf16(), reason="the planted fp32 problem needs fast bf16 hardware")
+def test_fix_measures_a_speedup_for_the_planted_precision_problem():
+    cmd = [
+        sys.executable,
+        str(EXAMPLES / "conv_fp32.py"),
+        "--batch-size",
+        "16",
+        "--size",
+        "32",
+        "--steps",
+        "100000",
+    ]
+    r = run_fix(cmd, FixConfig(steps=6, warmup=2, repeats=2, candidates=("amp",), timeout=300))
+    (amp,) = r.candidates
+    assert amp.overrides["autocast"] == "bfloat16"
+    assert amp.speedup is not None and amp.speedup > 1.0, (amp.steps_per_s, r.baseline.steps_per_s)
+    assert amp.verdict in ("helped", "inconclusive"), amp.reason  # finite loss close to fp32's
+    report, _ = fix_report(r)
+    f = report.by_id("fix.amp")
+    assert "torch.autocast" in (f.fix_code or "") and "conv_fp32.py:" in f.location

@@ -299,3 +299,58 @@ def test_h2d_measurement_with_a_fake_device(monkeypatch):
     assert r["bytes"] == 4 * 8 * 4 + 4 * 4
     assert r["pageable_s"] == 0.002 and r["pinned_s"] == 0.001
     assert len(seen) == 2 + 2 * 5 and set(seen) == {2}
+
+
+def test_iterable_dataset_gets_a_sharding_note():
+    from torch.utils.data import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(torch.zeros(64, 2))
+
+    r = tune_loader(Stream(), {"batch_size": 8}, TuneConfig(max_workers=0, measure=FAST))
+    f = next(f for f in r.findings if f.id == "tune.loader.iterable")
+    assert "get_worker_info" in f.evidence
+    assert r.points[0].ok
+
+
+@pytest.mark.parametrize("pinned_loader_speed, recommended", [(0.9, True), (0.0001, False)])
+def test_pin_memory_on_cuda_weighs_the_copy_saving_against_the_loader(
+    monkeypatch, pinned_loader_speed, recommended
+):
+    """The CUDA path with fakes: copies 3 ms faster from pinned memory; pinning costs the loader a little
+    (recommended) or nearly everything (not recommended)."""
+    from dataclasses import replace
+
+    import pitstop.tune.h2d as h2d
+    import pitstop.tune.loader as loader
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        h2d,
+        "measure_h2d",
+        lambda batch: {
+            "device": "cuda",
+            "bytes": 1 << 20,
+            "pageable_s": 0.004,
+            "pinned_s": 0.001,
+            "repeats": 10,
+        },
+    )
+    real = loader.measure_setting
+
+    def fake_measure(ds, s, base=None, cfg=None):
+        p = real(ds, replace(s, pin_memory=False), base, cfg)  # no device to pin for here
+        p.setting = s
+        if s.pin_memory and p.ok:
+            p.batches_per_s *= pinned_loader_speed
+        return p
+
+    monkeypatch.setattr(loader, "measure_setting", fake_measure)
+    r = tune_loader(
+        SleepDataset(cost=0.001), {"batch_size": 4}, TuneConfig(max_workers=0, measure=FAST, confirm_rounds=1)
+    )
+    f = next(f for f in r.findings if f.id == "tune.loader.pin_memory")
+    assert f.data["measured"] and "4.00 ms pageable" in f.evidence and "batches/s pinning" in f.evidence
+    assert f.data["recommend"] is recommended
+    assert r.chosen.pin_memory is recommended

@@ -127,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             return usage_error(f"--model: {e}")
         except (ValueError, TypeError) as e:
             return usage_error(str(e))
+        except OSError as e:  # e.g. no space for the generated images
+            err.print(f"pitstop bench: {e}")
+            return 1
     report = to_report(result)
     if args.png:
         write_png(result, args.png)
@@ -140,4 +143,5 @@ def run(args: argparse.Namespace) -> int:
         print_table(result, Console())
         for note in result.notes:
             err.print(f"note: {note}")
-    return finish(report, args, html_blocks(result))
+    code = finish(report, args, html_blocks(result))
+    return 130 if result.interrupted else code

@@ -75,7 +75,8 @@ def warm_up(
                 if device == "cuda":
                     torch.cuda.synchronize()
                 live.row.warmup_s.append(time.perf_counter() - t)
-            live.estimate_s = live.row.warmup_s[-1]
+            # The fastest warm-up step after the first (which pays one-off set-up) sizes the blocks.
+            live.estimate_s = min(live.row.warmup_s[1:] or live.row.warmup_s)
             failed = live.session.compile_error()
             if failed is not None:  # pitstop.train fell back to eager: this row would not measure compile
                 raise RuntimeError(f"torch.compile failed, eager fallback: {failed}")
@@ -89,6 +90,22 @@ def warm_up(
         if progress:
             progress(f"warm-up {config.name}")
     return out
+
+
+def calibrate(lives: list[Live], threads: int, progress: Progress | None = None) -> None:
+    """One untimed 1-step block per config, in the conditions the timed blocks will see (warm-up may have
+    shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results."""
+    for lv in lives:
+        if lv.session is None:
+            continue
+        try:
+            lv.estimate_s = lv.session.block(1, threads)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            _fail(lv, "calibration", e)
+    if progress:
+        progress("calibration")
 
 
 def interleave(

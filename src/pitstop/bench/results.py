@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_value
+from pitstop.bench.configs import MEMORY_CLAIMS
+from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_value, verdict
 from pitstop.bench.runner import BenchResult
 from pitstop.findings import Finding, Report, Severity
 from pitstop.report.html import Block, bar_chart, table
@@ -72,9 +74,15 @@ def _severity(row: Row) -> Severity:
 
 
 def findings(result: BenchResult) -> list[Finding]:
-    """One finding per claim row: the guide's claim next to what this machine measured."""
+    """One finding per claim: the guide's claim next to what this machine measured."""
+    rows = list(result.rows)
+    for r in result.rows:  # a second claim on the same measurements (AMP's memory promise)
+        if r.name in MEMORY_CLAIMS:
+            second = replace(r, name=f"{r.name}_memory", claim=MEMORY_CLAIMS[r.name])
+            second.verdict = verdict(second)
+            rows.append(second)
     out = []
-    for r in result.rows:
+    for r in rows:
         if r.claim is None:
             continue
         data = {

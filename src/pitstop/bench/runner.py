@@ -16,6 +16,7 @@ from pitstop.bench.configs import BASELINE, CLAIMS, Config, ablation, effective,
 from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
+from pitstop.factory import FactoryError
 from pitstop.hardware import usable_cores
 
 
@@ -80,7 +81,8 @@ class BenchResult:
 
 # After warm-up: fixed reserves for the DDP launches and the schedule comparison, then this share of the
 # rest for the interleaved ablation; torch.compile goes last and gets whatever is left.
-DDP_RESERVE_S, SCHEDULES_RESERVE_S = 70.0, 8.0
+DDP_RESERVE_S, SCHEDULES_RESERVE_S = 70.0, 20.0
+TIMER_WARMUP = 1  # untimed steps Session.block runs before each timed block
 # torch.compile must have compiled (in its worker, overlapping this process's warm-up) by this share of
 # the budget, or its rows report that it did not fit.
 COMPILE_READY_SHARE = 0.5
@@ -108,8 +110,10 @@ def amp_dtype_for(device: str) -> str | None:
 def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[Config]:
     import torch
 
-    amp = amp_dtype_for(device) or ("bfloat16" if device == "cpu" else None)
-    configs = ablation(device, workload.image_input, amp, workers=opts.workers, peers=opts.peers)
+    # "all" uses the AMP dtype this hardware is fast at (none: it stays fp32); the AMP rows run regardless.
+    configs = ablation(
+        device, workload.image_input, amp_dtype_for(device), workers=opts.workers, peers=opts.peers
+    )
     if not opts.compile:
         configs = [c for c in configs if not c.compile]
     if opts.only:
@@ -123,7 +127,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     import torch
 
     from pitstop.bench.measure import flops_per_sample
-    from pitstop.bench.measure_configs import close_all, interleave, new_row, warm_up
+    from pitstop.bench.measure_configs import calibrate, close_all, interleave, new_row, warm_up
 
     progress = progress or _NoProgress()
     t_start = time.monotonic()
@@ -141,15 +145,17 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     res = BenchResult(opts, workload.describe(), device, threads)
     res.load_avg["start"] = _load()
     configs = select_configs(opts, device, workload)
-    inproc = [c for c in configs if not c.isolate and why_not(c, device, torch.cuda.is_available()) is None]
+    cuda, bf16_ok = torch.cuda.is_available(), device != "cuda" or torch.cuda.is_bf16_supported()
+    inproc = [c for c in configs if not c.isolate and why_not(c, device, cuda, bf16_ok) is None]
     isolated = [c for c in configs if c.isolate]
     ddp_n = _ddp_procs(opts, device)
     sched_units = opts.schedule_seeds if opts.schedules else 0
     progress.set_total(
-        3 + len(inproc) * (1 + opts.repeats) + sched_units + (2 if ddp_n else 0) + (1 if isolated else 0)
+        4 + len(inproc) * (1 + opts.repeats) + sched_units + (2 if ddp_n else 0) + (1 if isolated else 0)
     )
     lives: list[Any] = []
     compiler: Any = None  # the held torch.compile worker (subproc.WorkerHandle)
+    compile_result: Any = None  # its WorkerResult once it has ended
     extras_spec = {
         "workload": spec.to_dict(),
         "device": device,
@@ -165,7 +171,17 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
                 spec.data_dir or "", p["images"], p["classes"], image_side(workload), seed=opts.seed
             )
         progress.advance("data")
-        res.flops_per_sample = flops_per_sample(workload, device)
+        try:
+            res.flops_per_sample = flops_per_sample(workload, device)
+        except Exception as e:  # the model cannot train on this data at all: nothing to benchmark
+            if own_data:
+                shutil.rmtree(own_data, ignore_errors=True)
+            if isinstance(e, FactoryError):
+                raise
+            raise ValueError(
+                f"the model failed one forward/backward on the {workload.spec.name} data "
+                f"({workload.describe()}): {type(e).__name__}: {e}"
+            ) from e
         progress.advance("FLOPs")
         res.peaks = _peaks(device)
         progress.advance("matmul peak")
@@ -195,15 +211,26 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         if compiler is not None:
             t = time.monotonic()
             ready_by = t_start + COMPILE_READY_SHARE * opts.budget_s
-            if compiler.wait_until(lambda h: h.phase() == "ready", ready_by):
-                worker_step_s = _worker_estimate(compiler.payload())
+            if not compiler.wait_until(
+                lambda h: h.phase() == "ready", ready_by
+            ):  # still compiling: end it now so it cannot disturb the timed blocks
+                compile_result = compiler.finish(0)
+                compiler = None
             res.phases_s["compile wait"] = time.monotonic() - t
 
         # Scale steps so the interleaved blocks (here and in the compile worker) fit what is left.
+        if not opts.steps:
+            calibrate(lives, threads, progress=progress.advance)
+        if compiler is not None:  # its configs cost about a baseline step each (compiled ones less)
+            base_live = next((lv for lv in lives if lv.config.name == "baseline" and lv.session), None)
+            worker_step_s = (1 + len(isolated)) * (base_live.estimate_s if base_live else 0.0)
         left = deadline - time.monotonic()
         per_step = sum(lv.estimate_s for lv in lives if lv.session is not None) + worker_step_s or 1e-3
         share = _ablation_budget(left, opts, ddp_n)
-        steps = opts.steps or int(max(1, min(opts.max_steps, share / (opts.repeats * per_step))))
+        # Each block also runs one untimed re-warm step (Session.block).
+        steps = opts.steps or int(
+            max(1, min(opts.max_steps, share / (opts.repeats * per_step) - TIMER_WARMUP))
+        )
         res.steps = steps
         t = time.monotonic()
         res.repeats_done = interleave(
@@ -221,8 +248,10 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         close_all(lives)
 
     res.rows = [lv.row for lv in lives]
+    if res.interrupted:  # interleave() did not return: count the repeats from what was kept
+        res.repeats_done = min((len(r.block_step_s) for r in res.rows if r.block_step_s), default=0)
     for c in configs:
-        reason = why_not(c, device, torch.cuda.is_available())
+        reason = why_not(c, device, cuda, bf16_ok)
         if reason:
             r = new_row(c)
             r.status, r.reason = SKIPPED, reason
@@ -242,6 +271,8 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             res.schedules = compare_schedules(seeds=opts.schedule_seeds, progress=progress.advance)
             res.rows.append(_schedule_row(res.schedules))
             res.phases_s["schedules"] = time.monotonic() - t
+        if not ddp_n and opts.ddp_procs is None:
+            res.rows.append(_ddp_unavailable(device))
         if ddp_n:
             t = time.monotonic()
             left = deadline - time.monotonic()
@@ -252,13 +283,14 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             t = time.monotonic()
             if compiler.phase() == "ready":
                 compiler.go(res.steps or 1)
-                result = compiler.finish(deadline - time.monotonic() - 2)
+                compile_result = compiler.finish(deadline - time.monotonic() - 2)
             else:
-                result = compiler.finish(0)
+                compile_result = compiler.finish(0)
             compiler = None
-            res.rows += _isolated_rows(result, isolated, time.monotonic() - t_start)
-            progress.advance("torch.compile")
             res.phases_s["compile"] = time.monotonic() - t
+        if compile_result is not None:
+            res.rows += _isolated_rows(compile_result, isolated, time.monotonic() - t_start)
+            progress.advance("torch.compile")
     except KeyboardInterrupt:
         res.interrupted = True
     finally:
@@ -268,12 +300,21 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         if own_data:
             shutil.rmtree(own_data, ignore_errors=True)
     done = {r.name for r in res.rows}
-    for c in configs:
+    planned = list(configs)
+    if opts.schedules:
+        planned.append(Config("onecycle", "OneCycle vs StepLR", claim=CLAIMS["onecycle"]))
+    if ddp_n:
+        planned.append(Config("ddp", f"DDP {ddp_n} processes", claim=CLAIMS["ddp"]))
+    for c in planned:
         if c.name not in done:
             r = new_row(c)
-            r.status, r.reason = SKIPPED, "interrupted before it ran" if res.interrupted else "not run"
+            r.status = SKIPPED
+            r.reason = (
+                "interrupted before it ran" if res.interrupted else "the --budget ran out before it ran"
+            )
             res.rows.append(r)
-    order = {c.name: i for i, c in enumerate(configs)}
+    order = {c.name: float(i) for i, c in enumerate(configs)}
+    order[COMPILE_REF.name] = order.get("compile", len(order)) - 0.5  # the compile rows' own baseline
     res.rows.sort(key=lambda r: order.get(r.name, len(order)))
     for r in res.rows:
         derive(r, res.flops_per_sample, res.peaks)
@@ -321,17 +362,21 @@ def _ddp_procs(opts: BenchOptions, device: str) -> int:
     return 2 if usable_cores() >= 2 else 0
 
 
+def _ddp_unavailable(device: str) -> Row:
+    row = Row("ddp", "DDP", "1 vs N processes", status=SKIPPED, claim=CLAIMS["ddp"])
+    row.reason = (
+        "only one CUDA device: DDP scaling needs 2 or more"
+        if device == "cuda"
+        else "only one usable CPU core: DDP scaling needs 2 or more"
+    )
+    return row
+
+
 def _ablation_budget(left: float, opts: BenchOptions, ddp: int) -> float:
     """Seconds for the interleaved blocks (with the compile worker's, which use the same step count):
     what is left, less fixed reserves for the DDP launches (each pays interpreter + torch start-up)."""
     reserve = (DDP_RESERVE_S if ddp else 0.0) + (SCHEDULES_RESERVE_S if opts.schedules else 0.0)
     return max(0.25 * left, 0.85 * (left - reserve))
-
-
-def _worker_estimate(payload: dict[str, Any] | None) -> float:
-    """Seconds per step of all the worker's configs together, from their last warm-up step."""
-    rows = (payload or {}).get("rows") or {}
-    return sum((r.get("warmup_s") or [0.0])[-1] for r in rows.values())
 
 
 def _peaks(device: str) -> dict[str, float]:
@@ -341,7 +386,7 @@ def _peaks(device: str) -> dict[str, float]:
     out = {}
     for dt in dtypes:
         try:
-            out[dt] = matmul_peak(dt, device, min_run_time=0.3).flops_per_s
+            out[dt] = matmul_peak(dt, device).flops_per_s
         except RuntimeError:  # dtype unsupported by this build/device
             continue
     return out
@@ -352,7 +397,7 @@ def _schedule_row(s: ScheduleResult) -> Row:
     row = Row(
         "onecycle",
         "OneCycle vs StepLR",
-        f"steps to {100 * s.target_accuracy:.0f}% held-out accuracy on {s.task}",
+        f"shortest run (40-{s.horizon} steps, x1.5 apart) to {100 * s.target_accuracy:.0f}% held-out accuracy on {s.task}",
         claim=CLAIMS["onecycle"],
     )
     row.extra = {
@@ -402,7 +447,13 @@ def _ddp_rows(
         s = dict(spec, threads=per_proc, configs=[cfg.to_dict()], memory=False)
         if baseline_step:  # keep the two launches inside the budget: at most ~1/3 of it timing steps each
             s["steps"] = int(
-                max(2, min(s["steps"], budget_s / 6 / (s["repeats"] * baseline_step * threads / per_proc)))
+                max(
+                    2,
+                    min(
+                        s["steps"],
+                        budget_s / 6 / (s["repeats"] * baseline_step * threads / per_proc) - TIMER_WARMUP,
+                    ),
+                )
             )
         left = budget_s - sum(r.seconds for r in results.values())
         results[procs] = r = run_worker(
@@ -475,5 +526,5 @@ def _finish_worker_row(row: Row, r: Any, what: str) -> None:
     elif not row.block_step_s:
         row.status = FAILED
         row.reason = f"{what} exited with code {r.returncode}: {error_line(r.stderr_tail)[:300]}"
-    elif r.timed_out:
-        row.reason = f"timed out after {len(row.block_step_s)} of the planned repeats; measured blocks kept"
+    elif r.timed_out and not (r.payload or {}).get("done"):
+        row.reason = f"timed out after {len(row.block_step_s)} timed blocks; the measured blocks are kept"

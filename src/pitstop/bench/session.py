@@ -107,11 +107,25 @@ class Session:
         return getattr(self.forward, "failed", None)
 
     def block(self, steps: int, threads: int) -> float:
-        """Mean seconds per step over one block of ``steps`` steps (torch.utils.benchmark: syncs CUDA)."""
-        from torch.utils.benchmark import Timer
+        """Mean seconds per step over one block of ``steps`` steps, after one untimed step that re-warms
+        caches and allocator after the other configs ran (torch.utils.benchmark's recipe: warm-up, fixed
+        threads, CUDA synchronized at both ends of the timed region)."""
+        prev = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            self.step()
+            self._sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                self.step()
+            self._sync()
+            return (time.perf_counter() - t0) / steps
+        finally:
+            torch.set_num_threads(prev)
 
-        timer = Timer(stmt="step()", globals={"step": self.step}, num_threads=threads)
-        return float(timer.timeit(steps).mean)
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def close(self) -> None:
         # Ends persistent loader workers now rather than at interpreter exit.

@@ -9,14 +9,45 @@ Common case::
     distill(teacher, student, train_loader, T=4.0, alpha=0.9, steps=500)
 
 ``compress_report`` (and ``pitstop compress report``) measures all of them side by side.
-Importing this package imports torch.
+Importing this package does not import torch; using a name from it does.
 """
 
-from pitstop.compress.distill import distill, distillation_loss
-from pitstop.compress.measure import accuracy, latency, param_count, serialized_size, sparsity
-from pitstop.compress.prune import prune, prune_detailed
-from pitstop.compress.quantize import METHODS, NotApplicable, quantize, quantize_detailed
-from pitstop.compress.report import ALL_METHODS, DEFAULT_METHODS, ReportOptions, Row, compress_report
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Names resolve on first use (PEP 562) so that importing ``pitstop.compress.cli`` for ``pitstop --help``
+# does not import torch.
+_WHERE = {
+    "distill": "distillation",
+    "distillation_loss": "distillation",
+    "accuracy": "measure",
+    "latency": "measure",
+    "param_count": "measure",
+    "serialized_size": "measure",
+    "sparsity": "measure",
+    "prune": "pruning",
+    "prune_detailed": "pruning",
+    "METHODS": "quantization",
+    "NotApplicable": "quantization",
+    "quantize": "quantization",
+    "quantize_detailed": "quantization",
+    "ALL_METHODS": "report",
+    "DEFAULT_METHODS": "report",
+    "ReportOptions": "report",
+    "Row": "report",
+    "compress_report": "report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"pitstop.compress.{_WHERE[name]}"), name)
+    if name == "digits":
+        return importlib.import_module("pitstop.compress.digits")
+    raise AttributeError(f"module 'pitstop.compress' has no attribute {name!r}")
+
 
 __all__ = [
     "ALL_METHODS",

@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--structured-amount", type=float, default=0.3, help="channel fraction per layer (default 0.3)"
     )
     r.add_argument(
+        "--keep-channels",
+        action="store_true",
+        help="structured pruning: keep zeroed channels in place (default: remove them where exact)",
+    )
+    r.add_argument(
         "--finetune-steps", type=int, default=100, help="fine-tune steps after pruning (default 100)"
     )
     r.add_argument("--distill-steps", type=int, default=200, help="student training steps (default 200)")
@@ -165,6 +170,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         methods=methods,
         prune_amount=args.prune_amount,
         structured_amount=args.structured_amount,
+        remove_channels=not args.keep_channels,
         finetune_steps=args.finetune_steps,
         lr=args.lr,
         distill_steps=args.distill_steps,

@@ -64,18 +64,23 @@ def rows_of(x: Any) -> int:
     return int(as_args(x)[0].shape[0])
 
 
+_INT_WEIGHTS = (torch.int8, torch.uint8, torch.qint8, torch.quint8)
+
+
 def param_count(model: nn.Module) -> int:
-    """Weight and bias elements in the state_dict, however stored (fp32 parameters, int8 buffers, torch.ao
-    packed weights), not counting quantization scales and zero points. Equals ``sum(p.numel())`` for a
-    plain float model; a quantized model keeps its count (its elements are smaller, not fewer)."""
-    total = 0
+    """Parameter elements, however stored: ``nn.Parameter``s plus int8 weight buffers (PT2E's frozen int8
+    weights) and torch.ao's packed (weight, bias) pairs. Buffers such as BatchNorm running statistics and
+    quantization scales do not count. Equals ``sum(p.numel() for p in model.parameters())`` for a float
+    model; a quantized model keeps its count (its elements are smaller, not fewer)."""
+    total = sum(p.numel() for p in model.parameters())
+    params = {name for name, _ in model.named_parameters()}
     for name, v in model.state_dict().items():
-        leaf = name.rsplit(".", 1)[-1]
-        if "scale" in leaf or "zero_point" in leaf or leaf.endswith("_mask"):
+        if name in params:
             continue
-        for t in v if isinstance(v, tuple) else (v,):  # torch.ao dynamic Linear packs (weight, bias)
-            if isinstance(t, torch.Tensor) and t.dim() > 0:
-                total += t.numel()
+        if isinstance(v, tuple):  # torch.ao dynamic Linear packs (weight, bias)
+            total += sum(t.numel() for t in v if isinstance(t, torch.Tensor))
+        elif isinstance(v, torch.Tensor) and v.dtype in _INT_WEIGHTS and v.dim() > 1:
+            total += v.numel()
     return total
 
 

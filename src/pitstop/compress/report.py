@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pitstop.compress.distill import distill
+from pitstop.compress.distillation import distill
 from pitstop.compress.measure import (
     accuracy,
     interleaved_latency,
@@ -28,9 +28,10 @@ from pitstop.compress.measure import (
     split_batch,
     take_rows,
 )
-from pitstop.compress.prune import prune_detailed
-from pitstop.compress.quantize import NotApplicable, quantize_detailed
+from pitstop.compress.pruning import prune_detailed
+from pitstop.compress.quantization import NotApplicable, quantize_detailed
 from pitstop.findings import Finding, Report, Severity
+from pitstop.machine import machine_line
 
 QUANT_METHODS = ("dynamic_int8", "static_int8", "int8_weight_only")
 PRUNE_METHODS = ("prune_global", "prune_structured")
@@ -48,6 +49,7 @@ class ReportOptions:
     methods: Sequence[str] = DEFAULT_METHODS
     prune_amount: float = 0.5
     structured_amount: float = 0.3
+    remove_channels: bool = True  # structured: delete zeroed channels where exact (pitstop.compress.shrink)
     finetune_steps: int = 100
     lr: float = 1e-3
     distill_steps: int = 200
@@ -154,6 +156,7 @@ def compress_report(
     report = Report(tool="compress", meta=dict(meta or {}))
     report.meta.update(
         {
+            "machine": machine_line(),
             "threads": threads,
             "batch_n": rows_of(x),
             "device": "cpu",
@@ -211,89 +214,25 @@ def _build(
     student: nn.Module | Callable[[], nn.Module] | None,
     opts: ReportOptions,
 ) -> _Built:
+    """Apply one method and measure everything but latency; a failure becomes the row's error."""
     row = Row(method)
     t0 = time.perf_counter()
     try:
         if method == "baseline":
             row.library = "torch (fp32)"
-            _static_measures(row, model, model, eval_loader, opts)
-            return _Built(row, model)
-        if method in QUANT_METHODS:
-            q = quantize_detailed(model, method, calib, opts.calib_batches)
+            run, saved = model, model
+        elif method in QUANT_METHODS:
+            run, saved = _quantized(row, model, calib, opts)
+        elif method in PRUNE_METHODS:
+            run = saved = _pruned(row, model, train_loader, opts)
+        elif method in DISTILL_METHODS:
+            run = saved = _student(row, model, train_loader, student, opts)
+        else:
+            raise ValueError(f"unknown method {method!r}")
+        if method != "baseline":
             row.apply_s = time.perf_counter() - t0
-            row.library, row.notes = q.library, q.notes
-            row.extra["quantized_layers"] = q.quantized_layers
-            _static_measures(row, q.model, q.portable, eval_loader, opts)
-            return _Built(row, q.model)
-        if method in PRUNE_METHODS:
-            structured = method == "prune_structured"
-            amount = opts.structured_amount if structured else opts.prune_amount
-            steps = opts.finetune_steps if train_loader is not None else 0
-            p = prune_detailed(
-                model,
-                amount,
-                structured,
-                finetune_loader=train_loader,
-                finetune_steps=steps,
-                lr=opts.lr,
-                seed=opts.seed,
-            )
-            row.apply_s = time.perf_counter() - t0
-            row.library = "torch.nn.utils.prune"
-            what = (
-                f"{amount:.0%} of output channels (L2) per layer" if structured else f"{amount:.0%} global L1"
-            )
-            tune = (
-                f"fine-tuned {p.finetune.steps} steps ({p.finetune.loop})"
-                if p.finetune
-                else "no fine-tune (no train data)"
-            )
-            row.notes = f"{what}; {tune}; zeros stored dense"
-            row.extra.update(
-                {
-                    "amount": amount,
-                    "structured": structured,
-                    "finetune_steps": p.finetune.steps if p.finetune else 0,
-                }
-            )
-            _static_measures(row, p.model, p.model, eval_loader, opts)
-            return _Built(row, p.model)
-        if method in DISTILL_METHODS:
-            if student is None:
-                raise NotApplicable("needs a student model (--student)")
-            if train_loader is None:
-                raise NotApplicable("needs training data (--train-data)")
-            torch.manual_seed(opts.seed)
-            s = (
-                student()
-                if callable(student) and not isinstance(student, nn.Module)
-                else copy.deepcopy(student)
-            )
-            alpha = opts.alpha if method == "distill" else 0.0
-            res = distill(
-                model,
-                s,
-                train_loader,
-                T=opts.temperature,
-                alpha=alpha,
-                steps=opts.distill_steps,
-                lr=opts.lr,
-                seed=opts.seed,
-            )
-            s.eval()
-            row.apply_s = time.perf_counter() - t0
-            row.library = (
-                f"KL(T={opts.temperature:g}) x{alpha:g} + CE ({res.loop})"
-                if alpha
-                else f"CE only ({res.loop})"
-            )
-            row.notes = f"student trained {res.steps} steps" + (
-                " with the teacher" if alpha else " on labels alone"
-            )
-            row.extra.update({"steps": res.steps, "alpha": alpha, "T": opts.temperature})
-            _static_measures(row, s, s, eval_loader, opts)
-            return _Built(row, s)
-        raise ValueError(f"unknown method {method!r}")
+        _static_measures(row, run, saved, eval_loader, opts)
+        return _Built(row, run)
     except NotApplicable as e:
         row.applicable, row.reason = False, str(e)
     except KeyboardInterrupt:
@@ -302,6 +241,88 @@ def _build(
         first_line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         row.error = f"{type(e).__name__}: {first_line}"
     return _Built(row)
+
+
+def _quantized(
+    row: Row, model: nn.Module, calib: Iterable[Any], opts: ReportOptions
+) -> tuple[nn.Module, nn.Module]:
+    q = quantize_detailed(model, row.method, calib, opts.calib_batches)
+    row.library, row.notes = q.library, q.notes
+    row.extra["quantized_layers"] = q.quantized_layers
+    return q.model, q.portable
+
+
+def _pruned(row: Row, model: nn.Module, train_loader: Iterable[Any] | None, opts: ReportOptions) -> nn.Module:
+    structured = row.method == "prune_structured"
+    amount = opts.structured_amount if structured else opts.prune_amount
+    p = prune_detailed(
+        model,
+        amount,
+        structured,
+        finetune_loader=train_loader,
+        finetune_steps=opts.finetune_steps if train_loader is not None else 0,
+        lr=opts.lr,
+        seed=opts.seed,
+        remove_channels=structured and opts.remove_channels,
+    )
+    row.library = "torch.nn.utils.prune"
+    what = f"{amount:.0%} of output channels (L2) per layer" if structured else f"{amount:.0%} global L1"
+    tune = (
+        f"fine-tuned {p.finetune.steps} steps ({p.finetune.loop})"
+        if p.finetune
+        else "no fine-tune (no train data)"
+    )
+    if p.shrunk is not None:
+        stored = (
+            f"{p.shrunk.channels_removed} of {p.shrunk.channels_total} channels removed from "
+            f"{p.shrunk.layers_changed} layer pairs, the rest stored dense"
+        )
+    else:
+        stored = "zeros stored dense"
+    row.notes = f"{what}; {tune}; {stored}"
+    row.extra.update(
+        {
+            "amount": amount,
+            "structured": structured,
+            "finetune_steps": p.finetune.steps if p.finetune else 0,
+            "channels_removed": p.shrunk.channels_removed if p.shrunk else 0,
+        }
+    )
+    return p.model
+
+
+def _student(
+    row: Row,
+    teacher: nn.Module,
+    train_loader: Iterable[Any] | None,
+    student: nn.Module | Callable[[], nn.Module] | None,
+    opts: ReportOptions,
+) -> nn.Module:
+    """``student``: trained on labels alone; ``distill``: the same start, steps and batches, with the teacher."""
+    if student is None:
+        raise NotApplicable("needs a student model (--student)")
+    if train_loader is None:
+        raise NotApplicable("needs training data (--train-data)")
+    torch.manual_seed(opts.seed)
+    s = student() if callable(student) and not isinstance(student, nn.Module) else copy.deepcopy(student)
+    alpha = opts.alpha if row.method == "distill" else 0.0
+    res = distill(
+        teacher,
+        s,
+        train_loader,
+        T=opts.temperature,
+        alpha=alpha,
+        steps=opts.distill_steps,
+        lr=opts.lr,
+        seed=opts.seed,
+    )
+    s.eval()
+    row.library = (
+        f"KL(T={opts.temperature:g}) x{alpha:g} + CE ({res.loop})" if alpha else f"CE only ({res.loop})"
+    )
+    row.notes = f"student trained {res.steps} steps" + (" with the teacher" if alpha else " on labels alone")
+    row.extra.update({"steps": res.steps, "alpha": alpha, "T": opts.temperature})
+    return s
 
 
 def _kb(n: int | None) -> str:
@@ -329,7 +350,7 @@ FIX_CODE = {
     "static_int8": 'from pitstop.compress import quantize\nqmodel = quantize(model, method="static_int8", calib_loader=loader)',
     "int8_weight_only": 'from pitstop.compress import quantize\nqmodel = quantize(model, method="int8_weight_only")',
     "prune_global": "from pitstop.compress import prune\npmodel = prune(model, amount={amount}, finetune_loader=train_loader, finetune_steps={steps})",
-    "prune_structured": "from pitstop.compress import prune\npmodel = prune(model, amount={amount}, structured=True, finetune_loader=train_loader, finetune_steps={steps})",
+    "prune_structured": "from pitstop.compress import prune\npmodel = prune(model, amount={amount}, structured=True, remove_channels=True, finetune_loader=train_loader, finetune_steps={steps})",
     "distill": "from pitstop.compress import distill\ndistill(teacher, student, train_loader, T={T}, alpha={alpha}, steps={steps})",
 }
 
@@ -367,7 +388,39 @@ def findings_from_rows(rows: Sequence[Row], opts: ReportOptions) -> list[Finding
             out.append(_student_finding(fid, r, base, alone))
             continue
         out.append(_compare(fid, r, base, opts))
+    noisy = _latency_noise(rows)
+    if noisy is not None:
+        out.append(noisy)
     return out
+
+
+NOISE_RATIO = 2.0  # median over min beyond this: the timings carry interference, not the model
+
+
+def _latency_noise(rows: Sequence[Row]) -> Finding | None:
+    """Flag timings whose median is far above their min: another process took the cores mid-measurement,
+    so latency ratios between rows are not trustworthy (sizes and accuracies are unaffected)."""
+    worst: tuple[float, str, str, float, float] | None = None
+    for r in rows:
+        mins = r.extra.get("latency_min_s", {})
+        for batch, med in (("batch_1", r.latency_b1_s), ("batch_n", r.latency_bn_s)):
+            lo = mins.get(batch)
+            if med and lo and (worst is None or med / lo > worst[0]):
+                worst = (med / lo, r.method, batch, med, lo)
+    if worst is None or worst[0] <= NOISE_RATIO:
+        return None
+    ratio, method, batch, med, lo = worst
+    where = "batch 1" if batch == "batch_1" else f"batch {rows[0].batch_n}"
+    return Finding(
+        "compress.latency_noise",
+        Severity.WARN,
+        "latency timings were disturbed: compare speeds with care",
+        f"{method} at {where}: median {fmt_time(med)} vs fastest run {fmt_time(lo)} ({ratio:.1f}x); "
+        "other work competed for the CPU while timing (sizes and accuracies are unaffected)",
+        data={"method": method, "batch": batch, "median_s": med, "min_s": lo, "ratio": ratio},
+        fix="re-run on a quiet machine, or with fewer threads (--threads 1) and more --rounds",
+        fix_code="pitstop compress report ... --threads 1 --rounds 8",
+    )
 
 
 def _student_finding(fid: str, r: Row, teacher: Row, alone: Row | None) -> Finding:
@@ -383,8 +436,17 @@ def _student_finding(fid: str, r: Row, teacher: Row, alone: Row | None) -> Findi
     if r.method == "distill" and alone is not None:
         parts[-1] += f", same student without the teacher {_pct(alone.accuracy)}"
     ev = "; ".join(p for p in parts if p) + f" on {r.eval_samples} samples ({r.notes})"
-    if r.method == "student" or alone is None or r.accuracy is None or alone.accuracy is None:
-        return Finding(fid, Severity.INFO, f"{r.method}: student measured", ev, data=r.to_dict())
+    if r.method == "student":
+        return Finding(
+            fid,
+            Severity.INFO,
+            "student: trained on labels alone (the distill baseline)",
+            ev,
+            data=r.to_dict(),
+        )
+    if alone is None or r.accuracy is None or alone.accuracy is None:
+        title = "distill: measured, but not against the same student trained alone (add method 'student')"
+        return Finding(fid, Severity.INFO, title, ev, data=r.to_dict())
     gain = r.accuracy - alone.accuracy
     if gain > 0:
         code = FIX_CODE["distill"].format(

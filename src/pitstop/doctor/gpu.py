@@ -248,6 +248,41 @@ def check_settings(inv: GpuInventory) -> list[Finding]:
         f"{', '.join(s.clock_reasons) or 'nothing' if s.clock_reasons is not None else 'not reported'}"
         for s in inv.samples
     )
+    capped = {
+        g.index: (g.power_limit_w, g.power_limit_default_w)
+        for g in inv.gpus
+        if g.power_limit_w and g.power_limit_default_w and g.power_limit_w < 0.95 * g.power_limit_default_w
+    }
+    if capped:
+        out.append(
+            Finding(
+                "gpu.power_limit",
+                Severity.WARN,
+                "GPU power limit set below the board default: clocks drop under load",
+                "; ".join(
+                    f"GPU {i}: limit {lim:.0f} W, default {dflt:.0f} W" for i, (lim, dflt) in capped.items()
+                ),
+                {"capped": {i: [lim, dflt] for i, (lim, dflt) in capped.items()}},
+                fix="Restore the default limit unless the cap is deliberate (shared power budget, cooling).",
+                fix_code="\n".join(
+                    f"sudo nvidia-smi -i {i} -pl {dflt:.0f}" for i, (_, dflt) in capped.items()
+                ),
+            )
+        )
+    elif any(g.power_limit_default_w for g in inv.gpus):
+        out.append(
+            Finding(
+                "gpu.power_limit",
+                Severity.PASS,
+                "GPU power limits at their defaults",
+                "; ".join(
+                    f"GPU {g.index}: limit {g.power_limit_w or 0:.0f} W, default {g.power_limit_default_w:.0f} W"
+                    for g in inv.gpus
+                    if g.power_limit_default_w
+                ),
+                {"limits": {g.index: [g.power_limit_w, g.power_limit_default_w] for g in inv.gpus}},
+            )
+        )
     # Slowdowns that mean hardware trouble (cooling, power delivery), not a busy or idle GPU.
     held = {s.index: sorted(set(s.clock_reasons or []) & HW_SLOWDOWNS) for s in inv.samples}
     held = {i: r for i, r in held.items() if r}

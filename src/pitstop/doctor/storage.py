@@ -267,6 +267,66 @@ def _read_buffered(path: Path, max_bytes: int, max_seconds: float, block: int) -
         return total, time.perf_counter() - t0
 
 
+def drop_cache(path: Path) -> bool:
+    """Ask the kernel to drop ``path``'s clean cached pages. False where fadvise is unavailable or refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    except (OSError, AttributeError):
+        return False
+    finally:
+        os.close(fd)
+
+
+def resident_fraction(path: Path, length: int | None = None) -> float | None:
+    """Fraction of the first ``length`` bytes of ``path`` now in the page cache (mincore(2)), or None when
+    it cannot be told (no libc mmap/mincore, empty file)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        c_mmap, c_munmap, c_mincore = libc.mmap, libc.munmap, libc.mincore
+    except (OSError, AttributeError):
+        return None
+    c_mmap.restype = ctypes.c_void_p
+    c_mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    c_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    c_mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        n = size if length is None else min(size, length)
+        if n <= 0:
+            return None
+        addr = c_mmap(None, n, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:  # MAP_FAILED
+            return None
+        try:
+            pages = -(-n // mmap.PAGESIZE)
+            vec = ctypes.create_string_buffer(pages)
+            if c_mincore(addr, n, vec) != 0:
+                return None
+            return sum(b & 1 for b in vec.raw[:pages]) / pages
+        finally:
+            c_munmap(addr, n)
+    finally:
+        os.close(fd)
+
+
 def measure_read(
     root: str | os.PathLike[str],
     max_bytes: int = 256 * MiB,
@@ -277,8 +337,9 @@ def measure_read(
     direct: bool = True,
     walked: Scan | None = None,
 ) -> ReadResult:
-    """Sequential read of the largest file under ``root`` (or a temp file written there), page cache bypassed
-    with O_DIRECT, else dropped with posix_fadvise(DONTNEED), else reported as possibly cached."""
+    """Sequential read of the largest file under ``root`` (or a temp file written there) from the device, not
+    the page cache: cached pages dropped with posix_fadvise(DONTNEED) and verified gone with mincore, else
+    bypassed with O_DIRECT, else reported as possibly cached."""
     base = Path(root)
     sc = walked if walked is not None else scan(base)
     path, size = sc.largest, sc.largest_size
@@ -300,9 +361,20 @@ def measure_read(
     if size < min_file:
         note += f"largest file is only {_size(size)}, so the number is rough; "
     try:
-        method, cached = "buffered", True
-        result = None
-        if direct and hasattr(os, "O_DIRECT"):
+        method, cached, result = "buffered", True, None
+        # 1. Drop the file's cached pages and check with mincore that they are gone: then plain buffered
+        #    reads (with the kernel's readahead, as a DataLoader gets) measure the device.
+        dropped = drop_cache(path)
+        before = resident_fraction(path, max_bytes) if dropped else None
+        if before is not None and before < 0.05:
+            result = _read_buffered(path, max_bytes, max_seconds, block)
+            method, cached = "fadvise(DONTNEED)", False
+            note += f"{100 * before:.0f}% of the range was cached before the read (mincore); "
+            drop_cache(path)  # leave the page cache as we found it
+        elif before is not None:
+            note += f"cache drop did not take ({100 * before:.0f}% still cached); "
+        # 2. Bypass the cache: one request at a time, so a floor on what the device does.
+        if result is None and direct and hasattr(os, "O_DIRECT"):
             try:
                 result = _read_direct(path, max_bytes, max_seconds, block)
                 method, cached = "O_DIRECT", False
@@ -310,17 +382,12 @@ def measure_read(
                 if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
                     raise
                 note += "O_DIRECT not supported here; "
+        # 3. Dropped but unverifiable (no mincore), or nothing worked: say so.
         if result is None:
-            with contextlib.suppress(OSError, AttributeError):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                    method, cached = "fadvise(DONTNEED)", False
-                finally:
-                    os.close(fd)
             result = _read_buffered(path, max_bytes, max_seconds, block)
-            if method == "fadvise(DONTNEED)":
-                note += "cache dropped with fadvise (advisory: pages another process holds may stay cached); "
+            if dropped and before is None:
+                method, cached = "fadvise(DONTNEED), unverified", False
+                note += "cache dropped with fadvise but not verified (advisory: pages another process holds stay); "
         nbytes, secs = result
         return ReadResult(
             str(path), size, nbytes, secs, method, temp, cached, note.strip("; "), block, size < min_file
@@ -569,6 +636,13 @@ def check_device(
     return out
 
 
+READ_METHODS = {
+    "fadvise(DONTNEED)": "page cache dropped (fadvise DONTNEED, verified empty with mincore), buffered reads "
+    "with readahead as a DataLoader gets",
+    "O_DIRECT": "O_DIRECT (cache bypassed, one request at a time: a floor)",
+}
+
+
 def check_read_speed(path: str | os.PathLike[str], allow_write: bool = True, **kw: Any) -> list[Finding]:
     try:
         r = measure_read(path, allow_write=allow_write, **kw)
@@ -588,7 +662,7 @@ def check_read_speed(path: str | os.PathLike[str], allow_write: bool = True, **k
     what = "a temporary test file" if r.temp_file else r.path
     ev = (
         f"read {_size(r.bytes_read)} of {what} ({_size(r.file_bytes)}) in {r.seconds:.3f} s: "
-        f"{mbs:.0f} MB/s, sequential {r.block_bytes // MiB} MiB reads, {r.method}"
+        f"{mbs:.0f} MB/s, sequential {r.block_bytes // MiB} MiB reads, {READ_METHODS.get(r.method, r.method)}"
         + (" - page cache not bypassed, the number may be cached" if r.cached_possible else "")
         + (f"; {r.note}" if r.note else "")
     )

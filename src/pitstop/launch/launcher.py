@@ -12,7 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -312,20 +312,20 @@ def _torchrun_plan(
 def describe(plan: LaunchPlan) -> str:
     """The exact commands and environment, one shell line per process (copy-pasteable)."""
     lines = [f"# {n}" for n in plan.notes]
-    for p in plan.procs:
+    for i, p in enumerate(plan.procs):
         if p.label == "torchrun":
             ranks = ", ".join(f"rank {s.index}: {s.cpulist}" for s in plan.slots)
             lines.append(f"# torchrun, local rank CPUs {ranks}")
         else:
             how = " (sched_setaffinity by pitstop)" if p.affinity is not None else ""
             how = how if p.bound else " (threads only, not bound: --bind none)"
-            lines.append(f"# {p.label}: CPUs {plan.slots[int(p.env['PITSTOP_INSTANCE'])].cpulist}{how}")
+            lines.append(f"# {p.label}: CPUs {plan.slots[i].cpulist}{how}")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
         lines.append(f"env {env} {shlex.join(p.argv)}" if env else shlex.join(p.argv))
     return "\n".join(lines)
 
 
-def _preexec(cpus: tuple[int, ...] | None):  # type: ignore[no-untyped-def]
+def _preexec(cpus: tuple[int, ...] | None) -> Callable[[], None] | None:
     if cpus is None:
         return None
 
@@ -338,7 +338,8 @@ def _preexec(cpus: tuple[int, ...] | None):  # type: ignore[no-untyped-def]
 def run_plan(plan: LaunchPlan, log_dir: str | None = None, err: IO[str] | None = None) -> int:
     """Start every process, wait for all, return the first non-zero exit code (128+N for signal N).
 
-    Ctrl-C is forwarded to the children (they may be saving a checkpoint) before pitstop waits for them.
+    On Ctrl-C the children (which got it too) have a moment to finish, e.g. a checkpoint save; then
+    pitstop sends SIGINT to the rest, then kills what is still running after 30 s.
     """
     err = err or sys.stderr
     children: list[tuple[Proc, subprocess.Popen[bytes]]] = []

@@ -61,6 +61,12 @@ def plot_csv(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = 
             pts = [(x, y) for x, y in zip(t, cols[name], strict=False) if x is not None and y is not None]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, linewidth=1.2)
         ax.set_ylabel(title, fontsize=8)
+        # percentages on a fixed 0-100 scale, amounts from zero: flat lines must not look like swings
+        if title.endswith("%"):  # a process tree's CPU % goes past 100 on several cores
+            top = max((v for n in names for v in cols[n] if v is not None), default=100.0)
+            ax.set_ylim(0, max(105.0, top * 1.05))
+        else:
+            ax.set_ylim(bottom=0)
         ax.legend(loc="upper right", fontsize=7)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("seconds")

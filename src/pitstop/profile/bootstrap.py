@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -24,7 +25,7 @@ MEASUREMENTS = "measurements.json"
 
 def _describe_error(e: BaseException) -> tuple[str, str]:
     """A one-line quote of the exception with the innermost user file:line, and the traceback text."""
-    from pitstop.profile.hooks import is_user_file
+    from pitstop.profile.where import is_user_file
 
     where = None
     for fs in reversed(traceback.extract_tb(e.__traceback__)):
@@ -44,7 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg = json.loads(Path(argv[0]).read_text())
     out_dir = Path(cfg["out_dir"])
+    try:
+        return _main(cfg, out_dir)
+    except KeyboardInterrupt:  # Ctrl-C / timeout while torch was still importing: nothing measured yet
+        record = {"version": 1, "status": "interrupted", "error": "interrupted before the script started"}
+        (out_dir / MEASUREMENTS).write_text(json.dumps({**record, "steps": [], "exit_code": 130}))
+        os._exit(130)
 
+
+def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, write_json_atomic
     from pitstop.profile.overrides import Overrides
 
@@ -90,15 +99,29 @@ def main(argv: list[str] | None = None) -> int:
         status, code, error = "interrupted", 130, "interrupted (SIGINT / Ctrl-C)"
     except BaseException as e:
         status, code = "error", 1
-        error, tb = _describe_error(e)
+        error = f"{type(e).__name__}: {e}"
+        try:
+            _quiet_sigchld()
+            error, tb = _describe_error(e)
+        except BaseException as late:  # e.g. torch's worker-death handler firing while we report
+            error = f"{error}; then {type(late).__name__}: {late}"
+        dead = _dead_workers(inst)
+        if dead and "DataLoader worker" not in error:
+            error = f"{error}; {dead}"
         e.__traceback__ = None
+    _quiet_sigchld()
     try:
         data = finalize(inst, status)
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
     data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
-    write_json_atomic(inst.flush_path, data)
+    for _ in range(3):  # a late signal handler raising mid-write must not lose the record
+        try:
+            write_json_atomic(inst.flush_path, data)
+            break
+        except BaseException:
+            continue
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -107,13 +130,39 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(code if 0 <= code <= 255 else 1)
 
 
+def _dead_workers(inst: Any) -> str | None:
+    """'DataLoader worker (pid N) exited with code C' for workers of the script's loaders that died."""
+    dead = []
+    with contextlib.suppress(Exception):
+        for ref in inst._iterators:
+            it = ref()
+            for w in getattr(it, "_workers", None) or []:
+                if w.exitcode not in (None, 0):
+                    dead.append(f"DataLoader worker (pid {w.pid}) exited with code {w.exitcode}")
+    return "; ".join(dead) or None
+
+
+def _quiet_sigchld() -> None:
+    """torch's DataLoader SIGCHLD handler raises in the main thread each time a worker dies; once the
+    script is over it would interrupt pitstop's own reporting."""
+    with contextlib.suppress(Exception):
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def finalize(inst: Any, status: str) -> dict[str, Any]:
     import torch
 
-    from pitstop.profile.hooks import finish_optimizer_facts, shutdown_loader_workers, write_json_atomic
+    from pitstop.profile.facts import finish_optimizer_facts
+    from pitstop.profile.hooks import shutdown_loader_workers, write_json_atomic
 
     inst.close_pending()
     inst.uninstall()
+    if inst.captured.device is None:  # data made on the device directly: take the model's device
+        for m in inst.captured.models:
+            p = next(m.parameters(), None)
+            if p is not None and not p.is_cpu:
+                inst.captured.device = p.device
+                break
     shutdown_loader_workers(inst)
     if inst.gpu_sampler is not None:
         inst.gpu_sampler.stop()
@@ -129,7 +178,7 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
             losses.append(None if t is None else float(t.float().mean()))
         except Exception:
             losses.append(None)
-    finish_optimizer_facts(inst)
+    finish_optimizer_facts(inst.captured.optimizers, inst.optimizer_facts)
     trace = None
     if inst.tracer is not None:
         inst.tracer.finish()

@@ -56,7 +56,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error(str(e))
     out_dir = Path(args.out_dir) if args.out_dir else None
     if args.trace and out_dir is None:
-        out_dir = Path("pitstop-profile")
+        out_dir = Path("pitstop-report-profile")
     spec = RunSpec(
         command=cmd,
         steps=args.steps,

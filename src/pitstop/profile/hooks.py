@@ -14,8 +14,9 @@ patch lives in this module and is undone by ``Instrumentation.uninstall``:
 - host-to-device copies: ``Tensor.to`` / ``Tensor.cuda`` from CPU to another device (CUDA events on
   CUDA, read at the end: no added syncs).
 - host syncs: targeted wrappers on ``Tensor.item/tolist/numpy/cpu/__float__/__int__/__bool__/__index__
-  /__repr__/__format__``; nothing else pays for them. On an accelerator tensor every call is a sync; on
-  CPU a call made directly from user code counts, so the logic is the same (and tested) without a GPU.
+  /__repr__/__format__`` (``pitstop.profile.syncs``); nothing else pays for them. On an accelerator tensor
+  every call is a sync; on CPU a call made directly from user code counts, so the logic is the same (and
+  tested) without a GPU. On CUDA, ``torch.cuda.set_sync_debug_mode("warn")`` adds syncs inside torch calls.
 - models: global forward hooks find the top-level module with parameters that runs forward during the
   first step, then per-model hooks replace them (no per-module cost after the first step).
 - losses: ``Tensor.backward`` keeps a detached reference per step, read once at the end.
@@ -32,9 +33,6 @@ import inspect
 import json
 import os
 import resource
-import sys
-import sysconfig
-import threading
 import time
 import warnings
 import weakref
@@ -46,12 +44,15 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.overrides import Overrides
+from pitstop.profile.syncs import SYNC_METHODS, make_sync, new_site
+from pitstop.profile.where import location, user_location
 
 clock = time.perf_counter
-FLUSH_EVERY_S = 1.0
+# how often measurements reach the parent while steps run; the env var is for tests and debugging
+FLUSH_EVERY_S = float(os.environ.get("PITSTOP_PROFILE_FLUSH_S", "1.0"))
 CUDA_SYNC_WARNING = ".*synchronizing CUDA operation.*"
-LOOP_GAP_S = 0.0005  # consecutive syncs at one line closer than this are one per-element loop
 
 
 class StopProfiling(BaseException):
@@ -60,54 +61,6 @@ class StopProfiling(BaseException):
     A BaseException so a script's ``except Exception`` does not swallow it. The bootstrap catches it and
     reports a clean stop.
     """
-
-
-# ----------------------------------------------------------------------------------------------- where
-
-
-def _library_prefixes() -> tuple[str, ...]:
-    paths = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the pitstop package
-    paths.add(os.path.dirname(os.path.abspath(torch.__file__)))
-    return tuple(sorted(p.rstrip(os.sep) + os.sep for p in paths if p))
-
-
-_LIB_PREFIXES = _library_prefixes()
-
-
-@functools.cache
-def is_user_file(filename: str) -> bool:
-    """Code the user wrote: not the standard library, not an installed package, not pitstop or torch."""
-    if not filename or filename.startswith("<"):
-        return False
-    return not os.path.abspath(filename).startswith(_LIB_PREFIXES)
-
-
-def user_location(depth: int = 2) -> str | None:
-    """``file:line`` of the innermost frame in user code, walking out from the caller's caller."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return None
-    while frame is not None:
-        code = frame.f_code
-        if is_user_file(code.co_filename):
-            return _location(code.co_filename, frame.f_lineno)
-        frame = frame.f_back
-    return None
-
-
-@functools.cache
-def _location(filename: str, line: int) -> str:
-    return f"{_short(filename)}:{line}"
-
-
-def _short(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    return rel if not rel.startswith("..") else filename
 
 
 # ------------------------------------------------------------------------------------------- captured
@@ -183,18 +136,6 @@ class Captured:
 
 # ------------------------------------------------------------------------------------------ the state
 
-SYNC_METHODS = (
-    "item",
-    "tolist",
-    "numpy",
-    "cpu",
-    "__float__",
-    "__int__",
-    "__bool__",
-    "__index__",
-    "__repr__",
-    "__format__",
-)
 _DL_SIG = inspect.signature(DataLoader.__init__)
 _OPTIMIZER_SIG_CACHE: dict[type, inspect.Signature] = {}
 
@@ -243,8 +184,11 @@ class Instrumentation:
         self.records: list[dict[str, Any]] = []
         self.losses: list[torch.Tensor | None] = []
         self.h2d_events: list[list[tuple[Any, Any]]] = []
-        self._last_key: tuple[Any, ...] | None = None
-        self._last_sync_end = 0.0
+        self._last_site: list[Any] | None = None  # the sync site called last, and its code/line/method
+        self._last_code: Any = None
+        self._last_lasti = -1
+        self._last_name = ""
+        self._last_sync_end = -1.0
         # (code|location, line, method) -> [calls, measured seconds, measured calls, measured loop gaps]
         self._sites: dict[tuple[Any, ...], list[Any]] = {}
         self.totals = {"data_wait_s": 0.0, "batches": 0, "forward_s": 0.0, "forwards": 0, "backward_s": 0.0}
@@ -262,6 +206,7 @@ class Instrumentation:
         self._autocast_ctx: list[Any] = []
         self._iterators: list[weakref.ref[Any]] = []
         self._pending_cl: set[int] = set()
+        self._cuda_debug_on = False
         self.override_errors: list[str] = []
 
     def start_gpu_sampler(self, device: torch.device) -> None:
@@ -286,13 +231,11 @@ class Instrumentation:
         self._patch(torch.Tensor, "cuda", _make_to(self, torch.Tensor.cuda))
         self._patch(torch.Tensor, "backward", _make_backward(self, torch.Tensor.backward))
         for name in SYNC_METHODS:
-            self._patch(torch.Tensor, name, _make_sync(self, name, getattr(torch.Tensor, name)))
+            self._patch(torch.Tensor, name, make_sync(self, name, getattr(torch.Tensor, name)))
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._handles.append(register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(register_optimizer_step_post_hook(self._opt_post))
-        if torch.cuda.is_available():
-            self._install_cuda_sync_debug()
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         self._global_fwd = [
@@ -302,7 +245,11 @@ class Instrumentation:
 
     def _install_cuda_sync_debug(self) -> None:
         """CUDA syncs our wrappers cannot see (inside torch calls): ``set_sync_debug_mode("warn")`` makes
-        torch warn on each; the warnings are counted at the user's line and not shown."""
+        torch warn on each; the warnings are counted at the user's line and not shown. Only once the script
+        itself has initialised CUDA: the call initialises it, which a CPU-only script must not pay for."""
+        if self._cuda_debug_on or not torch.cuda.is_initialized():
+            return
+        self._cuda_debug_on = True
         try:
             torch.cuda.set_sync_debug_mode("warn")
         except Exception:
@@ -334,10 +281,7 @@ class Instrumentation:
         if self.in_sync or self.in_next:
             return  # a sync our own wrappers are already timing, or inside data loading
         self.n_syncs += 1
-        key = (user_location(3) or "<library>", 0, "cuda-sync")
-        site = self._sites.get(key)
-        if site is None:
-            site = self._sites[key] = [0, 0.0, 0, 0.0]
+        site = new_site(self, (user_location(3) or "<library>", 0, "cuda-sync"), None, 0, "cuda-sync")
         site[0] += 1
         if self.warm_done:
             site[2] += 1
@@ -385,7 +329,9 @@ class Instrumentation:
         self._h2d_events = []
         self.stepped = set()
         self._depth = 0
-        self._last_key = None
+        self._last_site = None
+        self._last_code = None
+        self._last_sync_end = -1.0  # no loop spans a step boundary
         self._eval_seen = False
         if not self.warm_done and len(self.records) >= self.cfg.warmup:
             self._warmup_finished()
@@ -416,6 +362,8 @@ class Instrumentation:
             self.tracer.step()
         if n == 0 and self._global_fwd and self.captured.models:
             self._drop_global_forward_hooks()
+        if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
+            self._install_cuda_sync_debug()
         if now - self._last_flush > self._flush_every:
             self._last_flush = now
             self.flush("running")
@@ -567,20 +515,26 @@ class Instrumentation:
 
     # ------------------------------------------------------------------------------------ output
     def sync_site_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for (where, line, method), (count, time_s, measured, loop_s) in self._sites.items():
-            location = where if isinstance(where, str) else _location(where.co_filename, line)
-            rows.append(
+        """One row per (location, method); several call sites on one line add up."""
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for (where, _at, method), (count, time_s, measured, loop_s, code, line, *_) in self._sites.items():
+            at = where if isinstance(where, str) else location(code.co_filename, line)
+            row = rows.setdefault(
+                (at, method),
                 {
-                    "location": location,
+                    "location": at,
                     "method": method,
-                    "count": count,
-                    "time_s": time_s,
-                    "measured_count": measured,
-                    "loop_gap_s": loop_s,
-                }
+                    "count": 0,
+                    "time_s": 0.0,
+                    "measured_count": 0,
+                    "loop_gap_s": 0.0,
+                },
             )
-        return rows
+            row["count"] += count
+            row["time_s"] += time_s
+            row["measured_count"] += measured
+            row["loop_gap_s"] += loop_s
+        return list(rows.values())
 
     def flush(self, status: str, **extra: Any) -> None:
         if self.flush_path is None:
@@ -590,14 +544,15 @@ class Instrumentation:
         data.update(extra)
         write_json_atomic(self.flush_path, data)
         # a long --full run grows the record: flush less often so writing it stays under ~2% of the time
-        self._flush_every = max(FLUSH_EVERY_S, 50 * (clock() - t))
+        if len(self.records) >= 1000:
+            self._flush_every = max(FLUSH_EVERY_S, 50 * (clock() - t))
 
     def snapshot(self, status: str, final: bool = True) -> dict[str, Any]:
         facts = []
         for m in self.captured.models:
             f = dict(self.model_facts.get(id(m), {}))
             if final:
-                f.update(_model_facts(m))
+                f.update(model_facts(m))
             facts.append(f)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         memory: dict[str, Any] = {"peak_rss_bytes": usage.ru_maxrss * 1024}
@@ -617,7 +572,7 @@ class Instrumentation:
             "models": facts,
             "optimizers": self.optimizer_facts,
             "device": str(dev) if dev is not None else None,
-            "torch": _torch_facts(),
+            "torch": torch_facts(),
             "memory": memory,
             "callback_result": self.callback_result,
             "callback_error": self.callback_error,
@@ -716,11 +671,11 @@ def _make_next(inst: Instrumentation, orig: Any) -> Any:
             return orig(self)
         t = clock()
         inst.boundary(t)
-        inst.in_next = True
+        inst.in_next = inst.in_sync = True  # syncs inside data loading are data wait, not syncs
         try:
             batch = orig(self)
         finally:
-            inst.in_next = False
+            inst.in_next = inst.in_sync = False
             dt = clock() - t
             inst.data += dt
             inst.totals["data_wait_s"] += dt
@@ -792,6 +747,7 @@ def _make_to(inst: Instrumentation, orig: Any) -> Any:
                 inst.captured.device = out.device
                 if out.device.type == "cuda":
                     inst.start_gpu_sampler(out.device)
+                    inst._install_cuda_sync_debug()
         return out
 
     return to
@@ -811,66 +767,6 @@ def _make_backward(inst: Instrumentation, orig: Any) -> Any:
             inst.totals["backward_s"] += dt
 
     return backward
-
-
-def _make_sync(inst: Instrumentation, name: str, orig: Any) -> Any:
-    user_code = _user_code
-
-    @functools.wraps(orig)
-    def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if inst.in_sync or inst.in_next:
-            return orig(self, *args, **kwargs)
-        if self.is_cpu:
-            # CPU: no device to wait for; count calls made directly from user code, so the same logic
-            # that finds GPU syncs is exercised (and shown) on a CPU run. `.cpu()` of a CPU tensor is a no-op.
-            frame = sys._getframe(1)
-            code = frame.f_code
-            if name == "cpu" or not user_code(code):
-                return orig(self, *args, **kwargs)
-            key: tuple[Any, ...] = (code, frame.f_lineno, name)
-        else:
-            key = (None, 0, name)
-        inst.in_sync = True
-        t = clock()
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            end = clock()
-            dt = end - t
-            inst.in_sync = False
-            inst.sync += dt
-            inst.n_syncs += 1
-            if key[0] is None:  # called through library code: find the user's line (rare path)
-                key = (user_location(2) or "<library>", 0, name)
-            site = inst._sites.get(key)
-            if site is None:
-                site = inst._sites[key] = [0, 0.0, 0, 0.0]
-            site[0] += 1
-            if inst.warm_done:  # time and loop gaps over the measured steps only
-                site[1] += dt
-                site[2] += 1
-                # a per-element loop of syncs at one line: the time between its calls is the loop's too
-                if key == inst._last_key:
-                    gap = t - inst._last_sync_end
-                    if gap < LOOP_GAP_S:
-                        site[3] += gap
-            inst._last_key = key
-            inst._last_sync_end = end
-
-    return wrapper
-
-
-_USER_CODE: dict[Any, bool] = {}
-
-
-def _user_code(code: Any) -> bool:
-    v = _USER_CODE.get(code)
-    if v is None:
-        v = _USER_CODE[code] = is_user_file(code.co_filename)
-    return v
-
-
-# ------------------------------------------------------------------------------------------- facts
 
 
 def _has_params(module: torch.nn.Module) -> bool:
@@ -924,125 +820,6 @@ def _forward_facts(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[
             for t in inputs
         ),
     }
-
-
-def _model_facts(module: torch.nn.Module) -> dict[str, Any]:
-    params = list(module.parameters())
-    convs = [m for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
-    inner = getattr(module, "_orig_mod", module)
-    compiled = inner is not module or getattr(module, "_compiled_call_impl", None) is not None
-    return {
-        "type": type(inner).__name__,
-        "params": sum(p.numel() for p in params),
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
-        "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
-        "device": str(params[0].device) if params else None,
-        "conv2d_layers": len(convs),
-        "channels_last": bool(convs)
-        and all(
-            c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous()
-            for c in convs
-            if c.weight.shape[-1] > 1 or c.weight.shape[-2] > 1
-        ),
-        "compiled": compiled,
-        "dataparallel": isinstance(module, torch.nn.DataParallel),
-        "ddp": isinstance(module, torch.nn.parallel.DistributedDataParallel),
-        "training": module.training,
-    }
-
-
-def _torch_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "version": torch.__version__,
-        "num_threads": torch.get_num_threads(),
-        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cuda_available": torch.cuda.is_available(),
-    }
-    with contextlib.suppress(Exception):
-        facts["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
-        facts["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
-    with contextlib.suppress(Exception):
-        from torch._dynamo.utils import counters
-
-        facts["dynamo_graphs"] = int(counters["stats"].get("unique_graphs", 0))
-    return facts
-
-
-def finish_optimizer_facts(inst: Instrumentation) -> None:
-    """Which implementation each optimizer actually ran (foreach/fused/for-loop), from its params' device."""
-    from torch.optim.optimizer import _default_to_fused_or_foreach
-
-    for opt, facts in zip(inst.captured.optimizers, inst.optimizer_facts, strict=False):
-        groups = opt.param_groups
-        if any(g.get("fused") for g in groups):
-            facts["impl"] = "fused"
-        elif any(g.get("foreach") for g in groups):
-            facts["impl"] = "foreach"
-        elif not facts["supports_foreach"]:
-            facts["impl"] = "n/a"
-        elif all(g.get("foreach") is None and not g.get("differentiable") for g in groups):
-            params = [p for g in groups for p in g["params"]]
-            try:
-                _, foreach = _default_to_fused_or_foreach(params, differentiable=False)
-            except Exception:
-                foreach = False
-            facts["impl"] = "foreach" if foreach else "for-loop"
-        else:
-            facts["impl"] = "for-loop"
-        facts["params"] = sum(len(g["params"]) for g in groups)
-
-
-class GpuSampler:
-    """NVML utilization of the training GPU, sampled every 100 ms in a thread (no CUDA calls, no syncs)."""
-
-    def __init__(self, index: int, t0: float) -> None:
-        self.index = index
-        self.t0 = t0
-        self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self.error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="pitstop-gpu-sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        from pitstop.nvml import Nvml, NvmlUnavailable
-
-        try:
-            with Nvml() as nv:
-                while not self._stop.wait(0.1):
-                    util = nv.sample(self.index).util_gpu_pct
-                    if util is not None:
-                        self.samples.append((clock(), float(util)))
-        except NvmlUnavailable as e:
-            self.error = e.reason
-        except Exception as e:
-            self.error = f"{type(e).__name__}: {e}"
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-
-    def summary(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Mean utilization over the measured steps (all samples when no step was measured)."""
-        measured = [r for r in records if not r["warmup"]]
-        vals = [u for _, u in self.samples]
-        window = "whole run"
-        if measured:
-            lo = self.t0 + measured[0]["start_s"]
-            hi = self.t0 + measured[-1]["start_s"] + measured[-1]["total_s"]
-            inside = [u for t, u in self.samples if lo <= t <= hi]
-            if inside:
-                vals, window = inside, "measured steps"
-        return {
-            "index": self.index,
-            "error": self.error,
-            "samples": len(vals),
-            "window": window,
-            "mean_util_pct": sum(vals) / len(vals) if vals else None,
-        }
 
 
 def shutdown_loader_workers(inst: Instrumentation) -> None:

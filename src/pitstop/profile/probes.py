@@ -160,7 +160,13 @@ def _model_probes(
         out["precision"] = {"dtype": None, "skipped": f"no fast bf16/fp16 path on this {dev}"}
 
     # memory format: conv nets fed NCHW
-    if facts.get("conv2d_layers") and not facts.get("channels_last"):
+    if (
+        facts.get("conv2d_layers")
+        and not facts.get("channels_last")
+        and facts.get("param_bytes", 0) * 2 > MAX_COPY_BYTES
+    ):
+        out.setdefault("skipped", []).append("channels_last: model too large to copy for the probe")
+    elif facts.get("conv2d_layers") and not facts.get("channels_last"):
         cl_args = tuple(_inputs_to_channels_last(a) for a in args)
         cl_kwargs = {k: _inputs_to_channels_last(v) for k, v in kwargs.items()}
         cl_model = copy.deepcopy(model).to(memory_format=torch.channels_last)

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from pitstop.findings import Report
 from pitstop.profile.timeline import PART_LABELS, PARTS
-from pitstop.report.html import PALETTE, Block, line_chart, stacked_bar, table
+from pitstop.report.html import PALETTE, Block, bar_chart, line_chart, stacked_bar, table
 
 _RICH_COLORS = ["blue", "dark_orange", "red", "cyan", "green", "yellow", "magenta"]
 
@@ -25,6 +25,16 @@ def breakdown_parts(report: Report) -> dict[str, float]:
 def html_blocks(report: Report) -> list[Block]:
     s = report.sections
     blocks: list[Block] = []
+    costed = [f for f in report.ranked() if f.est_saving_s and f.est_saving_s > 0]
+    if costed:
+        blocks.append(
+            bar_chart(
+                "What each finding costs per step (measured in this run)",
+                [f.id for f in costed],
+                [f.est_saving_s * 1000 for f in costed],
+                unit="ms",
+            )
+        )
     bd = s.get("breakdown")
     if bd:
         blocks.append(

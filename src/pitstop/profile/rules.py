@@ -148,9 +148,10 @@ def dataloader_rules(
 
 
 def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n_steps: int) -> list[Finding]:
-    """Cost: time blocked in the calls, plus (for a per-element loop of them at one line) the loop's time
-    between the calls, which one ``.tolist()`` would also remove."""
-    measured = [s for s in sites if s.get("measured_count")]
+    """Cost: the step's sync part, i.e. the time blocked in the calls plus, for per-element loops of them
+    (syncs less than ``LOOP_GAP_S`` apart), the loop's time between the calls, which one ``.tolist()`` or
+    a vectorised expression would also remove."""
+    measured = [dict(s) for s in sites if s.get("measured_count")]
     if not measured or bd.syncs_per_step <= 0:
         return []
     steps = max(1, n_steps)
@@ -158,9 +159,10 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
         s["cost_per_step_s"] = (s.get("time_s", 0.0) + s.get("loop_gap_s", 0.0)) / steps
     measured.sort(key=lambda s: (-s["cost_per_step_s"], -s["measured_count"]))
     top = measured[0]
-    inside = bd.parts["sync_s"]
+    # the step's sync part already holds both: time inside the calls and the per-element loops around them
     loops = sum(s.get("loop_gap_s", 0.0) for s in measured) / steps
-    saving, share = _cost(bd, inside + loops)
+    inside = sum(s.get("time_s", 0.0) for s in measured) / steps
+    saving, share = _cost(bd, bd.parts["sync_s"])
     on_cpu = not device or device == "cpu"
     where = ", ".join(
         f"{s['location']} .{s['method'].strip('_')}() x{s['measured_count'] / steps:.3g}/step"
@@ -171,7 +173,12 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
         if on_cpu
         else "Each one blocks the host until the GPU has finished all queued work."
     )
-    loop_note = f", plus {_ms(loops)} in the per-element loop around them" if loops > 0.0001 else ""
+    parts = []
+    if inside >= 0.00005 or loops < 0.0001:
+        parts.append(f"{_ms(inside)} blocked inside them")
+    if loops >= 0.0001:
+        parts.append(f"{_ms(loops)} in the per-element loop that makes them")
+    spent = " plus ".join(parts)
     per_element = top["measured_count"] / steps >= 8
     fix = (
         "Read the whole tensor once with `.tolist()` instead of an `.item()` per element, or keep the values "
@@ -189,7 +196,7 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
             id="sync.item",
             severity=_sev(share),
             title=f"{bd.syncs_per_step:.3g} host-device syncs per step (.item(), .cpu(), printing tensors ...)",
-            evidence=f"{bd.syncs_per_step:.3g} syncs per step, {_ms(inside)} inside them{loop_note} "
+            evidence=f"{bd.syncs_per_step:.3g} syncs per step, {spent} "
             f"({_pct(share)} of the step) over {bd.n} steps, from {where}. {meaning}",
             data={
                 "syncs_per_step": bd.syncs_per_step,

@@ -9,8 +9,8 @@ defaults, so code written to the agreed interface keeps working):
 - ``RunSpec.quiet`` (default False): the script's stdout/stderr go to ``stdout.txt``/``stderr.txt`` in
   the run folder instead of the terminal. ``RunSpec.stdout_to_stderr``: the script's stdout goes to our
   stderr (``--json -`` keeps stdout for the report).
-- ``run(spec, out_dir, progress=None)``: ``progress(measured_steps, total_steps)`` is called about twice
-  a second while the script runs.
+- ``run(spec, out_dir, progress=None)``: ``progress(steps_so_far, warmup + steps)`` is called each time
+  the child's periodic record changes (about once a second); steps_so_far includes warm-up steps.
 - ``RunResult.status``: "completed" | "stopped" | "exited" | "error" | "interrupted" | "timeout" |
   "killed" | "not_started"; ``stopped`` is the clean stop after ``steps`` (or after the callback).
 - ``RunResult.warmup_steps``, ``RunResult.data`` (the raw measurements), ``RunResult.out_dir``,
@@ -245,6 +245,10 @@ def run(
         _reap_group(proc)
     returncode = proc.returncode if proc.returncode is not None else -9
     result = _collect(spec, measurements, returncode, status_override, time.perf_counter() - start)
+    if spec.quiet and result.status == "killed" and not result.data:
+        tail = _tail(out / "stderr.txt")
+        if tail:
+            result.error = f"{result.error}; its stderr ends with:\n{tail}"
     result.out_dir = None if temp and not spec.trace else out
     if temp and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)
@@ -290,6 +294,13 @@ def _reap_group(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=5)
 
 
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 def _steps_so_far(path: Path) -> int:
     try:
         return len(json.loads(path.read_text()).get("steps", []))
@@ -324,7 +335,7 @@ def _collect(
     if status in ("running", "probing") or not data:
         # the child never wrote its final record: killed, crashed hard, or hung past the grace period
         status = "killed"
-        error = f"the script was killed (exit status {returncode}); partial measurements shown"
+        error = f"the script ended abruptly (exit status {returncode}, e.g. os._exit or a crash in native code); partial measurements shown"
         if returncode < 0:
             with contextlib.suppress(ValueError):
                 error = (

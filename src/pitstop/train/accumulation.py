@@ -16,10 +16,27 @@ T = TypeVar("T")
 
 
 def sync_context(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
-    """``model.no_sync()`` when ``sync`` is False and the model has it (DDP, FSDP1); a no-op otherwise."""
-    if not sync and hasattr(model, "no_sync"):
+    """Skip the gradient all-reduce when ``sync`` is False: DDP's ``no_sync()``, or FSDP2's
+    ``set_requires_gradient_sync(False)`` for the duration; a no-op for plain models or when syncing.
+
+    Wrap the micro-batch's forward *and* backward in it (the reduction is triggered by backward).
+    """
+    if sync:
+        return contextlib.nullcontext()
+    if hasattr(model, "no_sync"):
         return model.no_sync()  # type: ignore[operator]
+    if hasattr(model, "set_requires_gradient_sync"):
+        return _fsdp2_no_sync(model)
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _fsdp2_no_sync(model: torch.nn.Module) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
 def scale_loss(loss: torch.Tensor, accum_steps: int) -> torch.Tensor:

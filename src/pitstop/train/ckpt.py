@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-# Test-only: when set to a FIFO path, a save stops half-way through writing the temp file, announces it
-# on the FIFO and waits to be killed, so a test can SIGKILL the process deterministically mid-save.
+# Test-only: when set to a writable path (a FIFO, or /dev/stdout of a child process the test reads), a
+# save stops half-way through writing the temp file, writes "mid-save" there and waits to be killed, so
+# a test can SIGKILL the process deterministically in the middle of a save.
 PAUSE_ENV = "PITSTOP_TEST_CKPT_PAUSE_FIFO"
 
 
@@ -116,6 +117,28 @@ class TrainState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def is_fsdp(model: torch.nn.Module) -> bool:
+    """Whether ``model`` was sharded with FSDP2 ``fully_shard`` (its state is DTensors across ranks)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def _full_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    if not is_fsdp(model):
+        return model.state_dict(), optimizer.state_dict() if optimizer is not None else None
+    # FSDP2: gather full, unsharded tensors to CPU (a collective: every rank calls it; rank 0 gets them).
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    msd, osd = get_state_dict(model, [optimizer] if optimizer is not None else [], options=opts)
+    return msd, (osd if optimizer is not None else None)
+
+
 def save_checkpoint(
     path: str | os.PathLike[str],
     model: torch.nn.Module,
@@ -123,17 +146,24 @@ def save_checkpoint(
     scheduler: Any = None,
     scaler: torch.amp.GradScaler | None = None,
     state: TrainState | None = None,
+    write: bool = True,
 ) -> Path:
     """Save model, optimizer, scheduler, scaler, step/epoch and RNG states atomically to ``path``.
 
     ``model`` should be the plain model (``pitstop.train.compile.unwrap`` removes compile/DDP wrappers).
-    When ``state.rng`` is None the calling process's RNG state is captured.
+    When ``state.rng`` is None the calling process's RNG state is captured. For an FSDP2 model every
+    rank must call this (the full state is gathered collectively) with ``write=True`` only on rank 0;
+    the file then holds plain full tensors, loadable by any world size.
     """
     st = state or TrainState()
+    model_sd, optim_sd = _full_state(model, optimizer)
+    path = Path(path)
+    if not write:
+        return path
     payload: dict[str, Any] = {
         "version": 1,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "model": model_sd,
+        "optimizer": optim_sd,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
         "step": st.step,
@@ -160,9 +190,21 @@ def load_checkpoint(
     (``fit`` replays the epoch's shuffle first). Use ``restore_rng_state(state.rng[rank])`` by hand.
     """
     payload = torch.load(path, map_location=map_location, weights_only=True)
-    model.load_state_dict(payload["model"])
-    if optimizer is not None and payload.get("optimizer") is not None:
-        optimizer.load_state_dict(payload["optimizer"])
+    if is_fsdp(model):  # every rank loads the full state and keeps its own shard
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        optim_sd = payload.get("optimizer") if optimizer is not None else None
+        set_state_dict(
+            model,
+            [optimizer] if optim_sd is not None else [],
+            model_state_dict=payload["model"],
+            optim_state_dict=optim_sd or {},
+            options=StateDictOptions(full_state_dict=True),
+        )
+    else:
+        model.load_state_dict(payload["model"])
+        if optimizer is not None and payload.get("optimizer") is not None:
+            optimizer.load_state_dict(payload["optimizer"])
     if scheduler is not None and payload.get("scheduler") is not None:
         scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and payload.get("scaler") is not None:

@@ -70,9 +70,16 @@ def maybe_compile(model: torch.nn.Module, enabled: bool = True, **compile_kwargs
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's model under compile/DDP wrappers, for saving and for attribute access."""
+    """The user's model under compile/DDP/DataParallel wrappers, for saving and attribute access.
+
+    Only known wrappers are removed: a user's own module with a ``module`` attribute stays as it is.
+    """
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
     while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if not isinstance(inner, torch.nn.Module):
+        if isinstance(model, (CompiledWithFallback, DistributedDataParallel, DataParallel)):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):  # torch.compile's wrapper
+            model = model._orig_mod  # type: ignore[assignment]
+        else:
             return model
-        model = inner

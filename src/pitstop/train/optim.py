@@ -15,7 +15,12 @@ OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed matrices/conv kernels, and undecayed 1-d parameters (biases, norm scales)."""
+    """Two groups: decayed matrices/conv kernels, and undecayed 1-d parameters (biases, norm scales).
+
+    Without weight decay, one group: each group is a separate (fused) optimizer kernel launch.
+    """
+    if not weight_decay:
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": 0.0}]
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:

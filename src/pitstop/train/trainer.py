@@ -24,12 +24,21 @@ from pitstop.train.checkpointing import Target, apply_activation_checkpointing
 from pitstop.train.ckpt import (
     TrainState,
     capture_rng_state,
+    is_fsdp,
     load_checkpoint,
     restore_rng_state,
     save_checkpoint,
 )
 from pitstop.train.compile import maybe_compile, unwrap
-from pitstop.train.distributed import DistEnv, init_distributed, set_epoch, wrap_ddp, wrap_fsdp
+from pitstop.train.distributed import (
+    DistEnv,
+    barrier,
+    default_device,
+    init_distributed,
+    set_epoch,
+    wrap_ddp,
+    wrap_fsdp,
+)
 from pitstop.train.memory_format import has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
@@ -94,6 +103,7 @@ class FitResult:
     val: list[dict[str, float]] = field(default_factory=list)
     applied: dict[str, Any] = field(default_factory=dict)
     resumed_from_step: int | None = None
+    interrupted: bool = False
 
     @property
     def final_loss(self) -> float:
@@ -162,6 +172,9 @@ def _make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, n_batche
         return None
     max_lr = cfg.max_lr if cfg.max_lr is not None else cfg.lr
     if cfg.schedule == "onecycle":
+        planned = total_steps(n_batches, cfg.epochs, cfg.accum_steps)
+        if cfg.max_steps is not None and cfg.max_steps < planned:  # the cycle ends where training ends
+            return one_cycle(optimizer, max_lr, cfg.max_steps, epochs=1)
         return one_cycle(optimizer, max_lr, n_batches, cfg.epochs, cfg.accum_steps)
     if cfg.schedule == "cyclic":
         base = cfg.base_lr if cfg.base_lr is not None else max_lr / 10
@@ -197,13 +210,19 @@ def fit(
     loss_fn: ``(output, target) -> loss`` for ``(x, y)`` batches; or ``compute_loss(model, batch)`` for
     anything else (e.g. distillation). scheduler: an LR scheduler stepped once per optimizer step, or
     set ``config.schedule``. Under torchrun, only rank 0 shows progress and writes checkpoints.
+    Ctrl-C stops training and returns what was measured (``interrupted=True``); the last periodic
+    checkpoint remains the resume point.
     """
     cfg = config or TrainConfig()
     if cfg.accum_steps < 1:
         raise ValueError("accum_steps must be >= 1")
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed)
-    env = init_distributed(_resolve_device(cfg))
+    if cfg.distributed == "none":  # single-process on purpose: do not join a torchrun group
+        dev = _resolve_device(cfg) or default_device()
+        env = DistEnv(device=dev)
+    else:
+        env = init_distributed(_resolve_device(cfg))
     amp = Amp.create(cfg.precision, env.device)
     model, applied = prepare_model(model, cfg, env, amp)
     if optimizer is None:
@@ -247,8 +266,9 @@ def fit(
         if n_batches is not None and consumed >= n_batches:  # a finished epoch resumes at the next one
             ep, consumed, epoch_rng = ep + 1, 0, None
         st = TrainState(step, ep, consumed, epoch_rng, _gather_rng(env))
-        if env.is_main:
-            save_checkpoint(ckpt, unwrap(model), optimizer, scheduler, amp.scaler, st)  # type: ignore[arg-type]
+        plain = unwrap(model)
+        if env.is_main or is_fsdp(plain):  # FSDP gathers the full state collectively; rank 0 writes
+            save_checkpoint(ckpt, plain, optimizer, scheduler, amp.scaler, st, write=env.is_main)  # type: ignore[arg-type]
 
     def log(ep: int) -> None:
         loss = loss_avg.read()
@@ -265,67 +285,73 @@ def fit(
     consumed = state.batches_in_epoch
     epoch_rng: list[dict[str, Any]] | None = None
     first = True
+    interrupted = False
     step_lr = optimizer.param_groups[0]["lr"]
     with TrainProgress(planned, enabled=cfg.progress and env.is_main) as prog:
         prog.advance(step)
-        while epoch < cfg.epochs and not done:
-            resuming = first and resumed is not None
-            first = False
-            skip = state.batches_in_epoch if resuming else 0
-            if resuming and skip and state.epoch_rng:
-                # Replay the epoch's start so the loader draws the same shuffle, skip what was trained on,
-                # then continue from the RNG state at the moment of saving.
-                restore_rng_state(pick(state.epoch_rng))
-            elif resuming and state.rng:
-                restore_rng_state(pick(state.rng))
-            epoch_rng = _gather_rng(env) if ckpt is not None else None
-            set_epoch(loader, epoch)
-            data = iter(loader)
-            for _ in range(skip):
-                next(data)
-            if resuming and skip and state.rng:
-                restore_rng_state(pick(state.rng))
-            consumed = skip
-            step_samples = 0
-            for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
-                consumed += 1
-                with sync_context(model, last):
-                    with nvtx_range("forward", nvtx), amp.autocast():
-                        loss = compute(model, batch)
-                    with nvtx_range("backward", nvtx):
-                        amp.backward(scale_loss(loss, cfg.accum_steps))
-                n = batch_size(batch)
-                step_samples += n
-                loss_avg.update(loss, n)
-                if not last:
-                    continue
-                step_lr = optimizer.param_groups[0]["lr"]  # the LR this step used, for the log
-                with nvtx_range("optimizer", nvtx):
-                    amp.step(optimizer, cfg.clip_grad_norm, params)
-                    if scheduler is not None:
-                        scheduler.step()
-                step += 1
-                samples += step_samples
-                prog.advance(1, step_samples)
+        try:
+            while epoch < cfg.epochs and not done:
+                resuming = first and resumed is not None
+                first = False
+                skip = state.batches_in_epoch if resuming else 0
+                if resuming and skip and state.epoch_rng:
+                    # Replay the epoch's start so the loader draws the same shuffle, skip what was trained on,
+                    # then continue from the RNG state at the moment of saving.
+                    restore_rng_state(pick(state.epoch_rng))
+                elif resuming and state.rng:
+                    restore_rng_state(pick(state.rng))
+                epoch_rng = _gather_rng(env) if ckpt is not None else None
+                set_epoch(loader, epoch)
+                data = iter(loader)
+                for _ in range(skip):
+                    next(data)
+                if resuming and skip and state.rng:
+                    restore_rng_state(pick(state.rng))
+                consumed = skip
                 step_samples = 0
-                if step % cfg.log_every == 0:
+                for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
+                    consumed += 1
+                    with sync_context(model, last):
+                        with nvtx_range("forward", nvtx), amp.autocast():
+                            loss = compute(model, batch)
+                        with nvtx_range("backward", nvtx):
+                            amp.backward(scale_loss(loss, cfg.accum_steps))
+                    n = batch_size(batch)
+                    step_samples += n
+                    loss_avg.update(loss, n)
+                    if not last:
+                        continue
+                    step_lr = optimizer.param_groups[0]["lr"]  # the LR this step used, for the log
+                    with nvtx_range("optimizer", nvtx):
+                        amp.step(optimizer, cfg.clip_grad_norm, params)
+                        if scheduler is not None:
+                            scheduler.step()
+                    step += 1
+                    samples += step_samples
+                    prog.advance(1, step_samples)
+                    step_samples = 0
+                    if step % cfg.log_every == 0:
+                        log(epoch)
+                    if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                        save(epoch_rng, epoch, consumed)
+                    if cfg.max_steps is not None and step >= cfg.max_steps:
+                        done = True
+                        break
+                if loss_avg.count:
                     log(epoch)
-                if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    save(epoch_rng, epoch, consumed)
-                if cfg.max_steps is not None and step >= cfg.max_steps:
-                    done = True
-                    break
-            if loss_avg.count:
-                log(epoch)
-            if n_batches is None or consumed >= n_batches:
-                epoch, consumed = epoch + 1, 0
-            if val_loader is not None and env.is_main:
-                val_history.append(
-                    {"epoch": epoch, **evaluate(model, val_loader, loss_fn, compute_loss, amp, env.device)}
-                )
-                model.train()
-        if ckpt is not None:
+                if n_batches is None or consumed >= n_batches:
+                    epoch, consumed = epoch + 1, 0
+                if val_loader is not None:  # every rank: FSDP needs all of them, DDP averages their shares
+                    val = evaluate(
+                        model, val_loader, loss_fn, compute_loss, amp, env.device, env.is_distributed
+                    )
+                    val_history.append({"epoch": epoch, **val})
+        except KeyboardInterrupt:  # stop cleanly: keep what was measured; resume from the last checkpoint
+            interrupted = True
+        if ckpt is not None and not interrupted:  # mid-step state is not a resume point
             save(epoch_rng, epoch, consumed)
+            if env.is_distributed:
+                barrier()  # no rank returns before the final checkpoint is on disk
     elapsed = time.perf_counter() - t0
     return FitResult(
         steps=step,
@@ -337,6 +363,7 @@ def fit(
         val=val_history,
         applied=applied,
         resumed_from_step=resumed,
+        interrupted=interrupted,
     )
 
 
@@ -360,10 +387,13 @@ def evaluate(
     compute_loss: ComputeLoss | None = None,
     amp: Amp | None = None,
     device: torch.device | str = "cpu",
+    all_ranks: bool = False,
 ) -> dict[str, float]:
     """Mean loss over ``loader`` and, for ``(x, y)`` batches with class logits, accuracy. One sync at the end.
 
     ``(x, y)`` batches with ``loss_fn``: ``loss_fn(model(x), y)``; otherwise ``compute_loss(model, batch)``.
+    ``all_ranks``: every rank evaluates its share (e.g. a DistributedSampler) and the totals are summed
+    over ranks, so all ranks return the same numbers.
     """
     if loss_fn is None and compute_loss is None:
         raise ValueError("evaluate needs loss_fn or compute_loss")
@@ -371,11 +401,11 @@ def evaluate(
     model.eval()
     dev = torch.device(device)
     ctx = amp.autocast if amp is not None else contextlib.nullcontext
-    loss_avg = RunningMean(dev)
-    correct = torch.zeros((), dtype=torch.int64, device=dev)
-    n_cls = 0
+    # [loss sum, samples, correct, classified samples], on the device until the end.
+    totals = torch.zeros(4, dtype=torch.float64, device=dev)
     for batch in loader:
         batch = move_to(batch, dev)
+        n = batch_size(batch)
         with ctx():
             if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
                 x, y = batch
@@ -387,13 +417,17 @@ def evaluate(
                     and y.dim() == 1
                     and not y.is_floating_point()
                 ):
-                    correct += (out.argmax(1) == y).sum()
-                    n_cls += int(y.shape[0])
+                    totals[2] += (out.argmax(1) == y).sum()
+                    totals[3] += n
             else:
                 value = (compute_loss or default_compute_loss(loss_fn))(model, batch)
-        loss_avg.update(value.float(), batch_size(batch))
+        totals[0] += value.detach().double() * n
+        totals[1] += n
     model.train(was_training)
-    res = {"loss": loss_avg.read()}
+    if all_ranks and dist.is_initialized():
+        dist.all_reduce(totals)
+    loss_sum, count, correct, n_cls = totals.tolist()
+    res = {"loss": loss_sum / count if count else float("nan")}
     if n_cls:
-        res["accuracy"] = float(correct.item()) / n_cls
+        res["accuracy"] = correct / n_cls
     return res

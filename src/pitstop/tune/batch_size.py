@@ -7,7 +7,7 @@ up (references dropped, ``empty_cache``). On CPU the peak is the process's resid
 (Linux VmHWM, reset through /proc/self/clear_refs; freed heap returned with malloc_trim first), measured
 as growth over the RSS when the search started. A size whose peak, extrapolated from the sizes already
 measured, would exceed the budget is not run at all, so a CPU search never pushes the machine past it.
-Peaks are growth over the memory held after one warm-up step at batch size 1 (model, optimizer state,
+Peaks are growth over the memory held after one warm-up step at batch size 2 (model, optimizer state,
 kernel libraries), so the budget is what a training step may add. The model and optimizer are restored
 to their state before the search.
 """
@@ -214,11 +214,11 @@ def find_batch_size(
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-9)
     saved = SavedState(model, optimizer)
     model.train()
-    # One step at batch size 1 first, so one-time costs (kernel libraries, optimizer state, allocator
-    # pools) are part of the origin and not charged to the first size tried.
+    # One step at batch size 2 first (1 would trip BatchNorm in training mode), so one-time costs (kernel
+    # libraries, optimizer state, allocator pools) are part of the origin, not charged to the first size.
     warm_error = None
     try:
-        train_step(model, optimizer, to_device(batch_fn(1), device), loss_fn).item()
+        train_step(model, optimizer, to_device(batch_fn(2), device), loss_fn).item()
     except KeyboardInterrupt:
         saved.restore()
         raise
@@ -232,7 +232,7 @@ def find_batch_size(
     if warm_error is not None and not is_oom(warm_error):
         saved.restore()
         msg = str(warm_error).splitlines()[0][:200] if str(warm_error) else ""
-        result.trials.append(BatchTrial(1, "failed", reason=f"{type(warm_error).__name__}: {msg}"))
+        result.trials.append(BatchTrial(2, "failed", reason=f"{type(warm_error).__name__}: {msg}"))
         return result
 
     def trial(bs: int) -> BatchTrial:
@@ -283,22 +283,30 @@ def find_batch_size(
     lo, hi = 0, None
     try:
         bs = max(1, start)
-        while bs <= max_batch_size:
-            t = trial(bs)
-            result.trials.append(t)
-            if t.status == "failed":
+        for _ in range(
+            4
+        ):  # a re-checked edge that fits restarts the doubling above it (rarely more than once)
+            failed = False
+            hi = None
+            while bs <= max_batch_size:
+                t = trial(bs)
+                result.trials.append(t)
+                if t.status == "failed":
+                    failed = True
+                    break
+                if not t.fits:
+                    hi = bs
+                    break
+                lo = bs
+                bs *= 2
+            if failed or hi is None or lo == 0:
                 break
-            if not t.fits:
-                hi = bs
-                break
-            lo = bs
-            bs *= 2
-        if hi is not None and lo > 0:
             while hi - lo > max(1, int(lo * tolerance)):
                 mid = (lo + hi) // 2
                 t = trial(mid)
                 result.trials.append(t)
                 if t.status == "failed":
+                    failed = True
                     break
                 if t.fits:
                     lo = mid
@@ -307,13 +315,16 @@ def find_batch_size(
             # The edge may be a size that was only predicted not to fit, from an extrapolation made before
             # the sizes near it were measured: re-predict with them, and measure it if it may fit now.
             edge = next((t for t in reversed(result.trials) if t.batch_size == hi), None)
-            if edge is not None and edge.status == "predicted_over":
-                pred = _predict(result.trials, hi)
-                if pred is not None and pred <= budget:
-                    t = trial(hi)
-                    result.trials.append(t)
-                    if t.fits:
-                        lo = hi
+            if failed or edge is None or edge.status != "predicted_over":
+                break
+            pred = _predict(result.trials, hi)
+            if pred is None or pred > budget:
+                break
+            t = trial(hi)
+            result.trials.append(t)
+            if not t.fits:
+                break
+            lo, bs = hi, hi * 2
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
@@ -353,8 +364,9 @@ def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
             )
         return out
     best = next(t for t in fits if t.batch_size == result.best)
+    fit_sizes = {t.batch_size for t in fits}
     first_bad = min(
-        (t for t in result.trials if not t.fits and t.status != "failed"),
+        (t for t in result.trials if not t.fits and t.status != "failed" and t.batch_size not in fit_sizes),
         key=lambda t: t.batch_size,
         default=None,
     )

@@ -36,6 +36,19 @@ def _command(ns: argparse.Namespace) -> list[str]:
     return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
+def _save_plot(path: str, *args: Any, **kwargs: Any) -> None:
+    """Write a PNG; a bad path is a message, not a traceback (the report is still written)."""
+    from rich.console import Console
+
+    from pitstop.tune.plot import save_line_png
+
+    try:
+        save_line_png(path, *args, **kwargs)
+        Console(stderr=True).print(f"plot: {path}")
+    except (OSError, ValueError) as e:
+        Console(stderr=True).print(f"pitstop: could not write the plot {path}: {e}")
+
+
 def _add_script_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("script mode (instead of factories)")
     g.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
@@ -276,10 +289,9 @@ def cmd_loader(ns: argparse.Namespace) -> int:
     _print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
     if ns.plot:
         from pitstop.tune.loader import worker_curve
-        from pitstop.tune.plot import save_line_png
 
         xs, ys = worker_curve(result)
-        save_line_png(
+        _save_plot(
             ns.plot,
             xs,
             {"batches/s": ys},
@@ -481,12 +493,10 @@ def cmd_lr(ns: argparse.Namespace) -> int:
             )
     report, blocks = lr_report(result, meta)
     if ns.plot and result.lrs:
-        from pitstop.tune.plot import save_line_png
-
-        marks = {"max_lr": result.suggested_max_lr} if result.suggested_max_lr else None
         from pitstop.tune.reports import lr_plot_series
 
-        save_line_png(
+        marks = {"max_lr": result.suggested_max_lr} if result.suggested_max_lr else None
+        _save_plot(
             ns.plot,
             result.lrs,
             lr_plot_series(result),

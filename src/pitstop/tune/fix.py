@@ -140,6 +140,7 @@ class FixResult:
     baseline_error: str | None = None
     interrupted: bool = False
     skipped_candidates: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # the FixConfig it ran with
 
     @property
     def baseline_steps(self) -> bool:
@@ -262,6 +263,11 @@ def judge(m: Measured, base: Measured, cfg: FixConfig) -> None:
     """Set ``m.median``, ``m.speedup``, ``m.verdict`` and ``m.reason`` against the baseline."""
     if m.steps_per_s:
         m.median = statistics.median(m.steps_per_s)
+    if m is base:
+        m.verdict, m.speedup = "baseline", 1.0 if m.median else None
+        if m.errors:
+            m.reason = m.errors[0]
+        return
     if base.median and m.median:
         m.speedup = m.median / base.median
     if m.errors and not m.steps_per_s:
@@ -288,8 +294,8 @@ def judge(m: Measured, base: Measured, cfg: FixConfig) -> None:
     if m.speedup >= 1 + cfg.min_gain and consistent:
         m.verdict, m.reason = "helped", f"{m.speedup:.2f}x steps/s"
     elif m.speedup >= 1 + cfg.min_gain:
-        m.verdict = "rejected"
-        m.reason = f"{m.speedup:.2f}x median but not faster in every run (noise)"
+        m.verdict = "inconclusive"
+        m.reason = f"{m.speedup:.2f}x median, but not faster in every run: the runs are too noisy to tell"
     else:
         m.verdict = "rejected"
         m.reason = f"{m.speedup:.2f}x: below the {1 + cfg.min_gain:.2f}x needed"
@@ -346,6 +352,7 @@ def run_fix(
     runner = runner or run
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
+    result.settings = {k: v for k, v in asdict(cfg).items() if k != "env"}
     try:
         if cfg.candidates is None:
             if progress:
@@ -357,9 +364,9 @@ def run_fix(
                 return _finish(result, cfg)
             result.config = prof.config
             result.profile_findings = prof.report().findings
-            kinds = [(k, why) for k, why in kinds_from_findings(result.profile_findings) if k not in cfg.skip]
+            kinds = kinds_from_findings(result.profile_findings)
         else:
-            kinds = [(k, "requested") for k in cfg.candidates if k not in cfg.skip]
+            kinds = [(k, "requested") for k in cfg.candidates]
             if progress:
                 progress("baseline run")
             first = runner(_spec(command, cfg, Overrides()))
@@ -368,7 +375,12 @@ def run_fix(
                 result.baseline_error = first.error or f"the script ended with status {first.status}"
                 return _finish(result, cfg)
             result.config = first.config
-        cands, result.skipped_candidates = build_candidates(kinds, result.config, cfg)
+        user_skipped = [
+            f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
+        ]
+        kinds = [(k, why) for k, why in kinds if k not in cfg.skip]
+        cands, skipped = build_candidates(kinds, result.config, cfg)
+        result.skipped_candidates = user_skipped + skipped
         measured = [
             Measured(
                 c.name, c.kind, c.overrides.to_dict(), c.why, skipped=[c.cannot_help] if c.cannot_help else []
@@ -516,6 +528,19 @@ def fix_findings(result: FixResult) -> list[Finding]:
                     share=(saving / base_step) if saving and base_step else None,
                 )
             )
+        elif m.verdict == "inconclusive":
+            out.append(
+                Finding(
+                    id=f"fix.{m.kind}",
+                    severity=Severity.INFO,
+                    title=f"{m.name}: inconclusive (noisy runs)",
+                    evidence=f"{m.reason}; {numbers}{loss}",
+                    data=m.to_dict(),
+                    fix="Not proven either way: re-run with more --repeats and --steps, on a quieter machine.",
+                    fix_code=code,
+                    location=where,
+                )
+            )
         else:
             out.append(
                 Finding(
@@ -606,7 +631,7 @@ def fix_report(result: FixResult, meta: dict[str, Any] | None = None) -> tuple[R
                 "profile_findings": [f.id for f in result.profile_findings],
             }
         },
-        meta=meta or {},
+        meta={**result.settings, **(meta or {})},
         error=result.baseline_error if not result.baseline.steps_per_s else None,
     )
     if result.interrupted:

@@ -270,11 +270,15 @@ def measure_setting(
             point.batch_bytes = batch_nbytes(first)
             per_batch = batch_len(first)
             for _ in range(cfg.warmup_batches):
+                if time.perf_counter() - t0 > cfg.time_per_point:
+                    break  # batches so slow that warming up would eat the point's budget
                 try:
                     next(it)
                 except StopIteration:
                     it = fresh()
             for _ in range(cfg.repeats):
+                if point.windows and time.perf_counter() - t0 > 3 * cfg.time_per_point:
+                    break  # bounded time per point, even when one batch takes longer than a window
                 n, paused = 0, 0.0
                 start = time.perf_counter()
                 while True:
@@ -535,6 +539,19 @@ def tune_loader(
                     )
                 )
 
+    if measure is None and _is_iterable(dataset):
+        findings.append(
+            Finding(
+                id="tune.loader.iterable",
+                severity=Severity.INFO,
+                title="IterableDataset: each worker runs its own copy of the iterator",
+                evidence=f"{type(dataset).__name__} is an IterableDataset; batches/s with N workers counts "
+                "what N iterators yield, which is only real throughput if the dataset splits its stream by "
+                "torch.utils.data.get_worker_info() (otherwise every sample is loaded N times).",
+                fix="Shard the stream by worker id in __iter__ before using the chosen num_workers.",
+            )
+        )
+
     interrupted = False
     chosen = baseline
     try:
@@ -601,7 +618,15 @@ def tune_loader(
         if sweep.best is not None:
             chosen = sweep.best.setting
 
-    findings.append(_pin_memory_finding(base_kwargs, chosen, dataset if measure is None else None, cfg))
+    if not interrupted:
+        try:
+            pin = _pin_memory_finding(base_kwargs, chosen, dataset if measure is None else None, cfg)
+        except KeyboardInterrupt:
+            interrupted = True
+        else:
+            findings.append(pin)
+            if pin.data.get("recommend"):
+                chosen = replace(chosen, pin_memory=True)
 
     # 6. confirm: baseline and chosen again, interleaved, for the speed-up.
     base_rate = chosen_rate = speedup = None
@@ -750,19 +775,42 @@ def _pin_memory_finding(
         return Finding(id="tune.loader.pin_memory", severity=Severity.INFO, title="pin_memory not measured")
     from pitstop.tune.h2d import measure_h2d
 
-    r = measure_h2d(next(iter(make_loader(dataset, base_kwargs, chosen))))
-    helps = r["pinned_s"] < r["pageable_s"] * (1 - cfg.min_gain)
+    try:
+        r = measure_h2d(next(iter(make_loader(dataset, base_kwargs, replace(chosen, pin_memory=False)))))
+    except Exception as e:  # a dataset that fails was reported by the sweep already
+        return Finding(
+            id="tune.loader.pin_memory",
+            severity=Severity.INFO,
+            title="pin_memory not measured",
+            evidence=f"could not time a copy: {describe_failure(e)}",
+            data={"measured": False},
+        )
+    copy_saving = r["pageable_s"] - r["pinned_s"]
+    evidence = (
+        f"copy of one batch ({r['bytes'] / MiB:.1f} MiB) to {r['device']}: {r['pageable_s'] * 1000:.2f} ms "
+        f"pageable, {r['pinned_s'] * 1000:.2f} ms pinned (median of {r['repeats']}, CUDA events)"
+    )
+    loader_cost = 0.0
+    if copy_saving > r["pageable_s"] * cfg.min_gain:
+        # Pinning is done by a thread in the training process: measure what it costs the loader.
+        off = measure_setting(dataset, replace(chosen, pin_memory=False), base_kwargs, cfg.measure)
+        on = measure_setting(dataset, replace(chosen, pin_memory=True), base_kwargs, cfg.measure)
+        if off.ok and on.ok:
+            loader_cost = max(0.0, 1 / on.batches_per_s - 1 / off.batches_per_s)  # type: ignore[operator]
+            evidence += f"; the loader gives {on.batches_per_s:.1f} batches/s pinning vs {off.batches_per_s:.1f} without"
+            r.update(loader_pinned_batches_per_s=on.batches_per_s, loader_batches_per_s=off.batches_per_s)
+    net = copy_saving - loader_cost
+    recommend = copy_saving > r["pageable_s"] * cfg.min_gain and net > 0
     return Finding(
         id="tune.loader.pin_memory",
-        severity=Severity.WARN if helps and not chosen.pin_memory else Severity.INFO,
+        severity=Severity.WARN if recommend and not chosen.pin_memory else Severity.INFO,
         title="pin_memory=True speeds the host-to-device copy"
-        if helps
-        else "pin_memory does not speed the copy",
-        evidence=f"copy of one batch ({r['bytes'] / MiB:.1f} MiB) to {r['device']}: "
-        f"{r['pageable_s'] * 1000:.2f} ms pageable, {r['pinned_s'] * 1000:.2f} ms pinned (median of {r['repeats']})",
-        data={"measured": True, **r},
-        est_saving_s=max(0.0, r["pageable_s"] - r["pinned_s"]),
-        fix="Pass pin_memory=True and copy with .to(device, non_blocking=True)." if helps else "",
+        if recommend
+        else "pin_memory does not pay off here",
+        evidence=evidence,
+        data={"measured": True, "recommend": recommend, "net_saving_s": net, **r},
+        est_saving_s=max(0.0, net),
+        fix="Pass pin_memory=True and copy with .to(device, non_blocking=True)." if recommend else "",
     )
 
 
@@ -881,3 +929,9 @@ def tune_config_from_dict(d: dict[str, Any]) -> TuneConfig:
         if key in d:
             d[key] = tuple(d[key])
     return TuneConfig(**d, measure=MeasureConfig(**m))
+
+
+def _is_iterable(dataset: Any) -> bool:
+    from torch.utils.data import IterableDataset
+
+    return isinstance(dataset, IterableDataset)

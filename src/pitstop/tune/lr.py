@@ -31,6 +31,7 @@ class LRResult:
     cyclic_base_lr: float | None = None
     cyclic_max_lr: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the exception that ended the test (loss function, batch format ...)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -151,6 +152,10 @@ def lr_range_test(
                 break
     except KeyboardInterrupt:
         res.stop = "interrupted"
+    except Exception as e:  # the user's loss/model failed: a finding, with the state still restored
+        res.stop = "error"
+        lines = str(e).strip().splitlines()
+        res.error = f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
     finally:
         saved.restore()
     for k, v in suggest(res.lrs, res.smoothed).items():
@@ -160,6 +165,17 @@ def lr_range_test(
 
 def lr_findings(res: LRResult) -> list[Finding]:
     n = len(res.lrs)
+    if res.error and res.suggested_max_lr is None:
+        return [
+            Finding(
+                id="tune.lr.error",
+                severity=Severity.ERROR,
+                title="The LR range test could not run a training step",
+                evidence=f"after {n} steps: {res.error}",
+                data={"steps": n, "error": res.error},
+                fix="Check the batch format and pass a loss function (--loss pkg.mod:fn, fn(model, batch) -> loss).",
+            )
+        ]
     if res.suggested_max_lr is None:
         return [
             Finding(

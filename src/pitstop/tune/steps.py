@@ -57,15 +57,31 @@ def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: LossFn) -> Any:
     return loss
 
 
+def to_cpu_copy(obj: Any) -> Any:
+    """A deep copy with every tensor on the CPU (a search must not hold a second copy in GPU memory)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, to_cpu_copy(v)) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
 class SavedState:
-    """Deep copies of model and optimizer state (and the RNG), restored on ``restore()``."""
+    """Copies (on the CPU) of model and optimizer state and the RNG, restored on ``restore()``.
+
+    ``load_state_dict`` copies the values back into the existing parameters and moves optimizer state to
+    each parameter's device, so nothing is re-allocated on the user's side."""
 
     def __init__(self, model: Any, optimizer: Any | None) -> None:
         import torch
 
         self.model, self.optimizer = model, optimizer
-        self.model_state = copy.deepcopy(model.state_dict())
-        self.opt_state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+        self.model_state = to_cpu_copy(model.state_dict())
+        self.opt_state = to_cpu_copy(optimizer.state_dict()) if optimizer is not None else None
         self.training = model.training
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None

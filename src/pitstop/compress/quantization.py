@@ -52,6 +52,16 @@ class Quantized:
     notes: str = ""
 
 
+def _require_torchao(method: str) -> None:
+    """torchao is an optional dependency (``pip install 'pitstop[compress]'``): without it, say so."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        raise NotApplicable(
+            f"{method} needs torchao, which is not installed (pip install 'pitstop[compress]')"
+        )
+
+
 def count_layers(model: nn.Module, types: tuple[type[nn.Module], ...]) -> int:
     return sum(isinstance(m, types) for m in model.modules())
 
@@ -99,11 +109,8 @@ def _dynamic_int8(model: nn.Module) -> Quantized:
         )
     try:
         from torch.ao.quantization import quantize_dynamic
-    except ImportError:  # torch.ao.quantization removed: torchao's eager API
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-
-        quantize_(model, Int8DynamicActivationInt8WeightConfig())
-        return Quantized(model, model, "dynamic_int8", "torchao", count_layers(model, (nn.Linear,)))
+    except ImportError:  # torch.ao.quantization removed: torchao's eager API (Linear only)
+        return _dynamic_int8_torchao(model)
     with warnings.catch_warnings():
         # torch 2.14 marks torch.ao.quantization deprecated; the kernels it uses are still the fast
         # eager CPU path. The choice is explained in docs/compress.md, not repeated on every call.
@@ -114,10 +121,26 @@ def _dynamic_int8(model: nn.Module) -> Quantized:
     return Quantized(q, q, "dynamic_int8", "torch.ao.quantization", n)
 
 
+def _dynamic_int8_torchao(model: nn.Module) -> Quantized:
+    n = count_layers(model, (nn.Linear,))
+    if n == 0:
+        raise NotApplicable(
+            "torch.ao.quantization is not available and torchao's dynamic int8 covers Linear only"
+        )
+    _require_torchao("dynamic_int8 without torch.ao.quantization")
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    return Quantized(
+        model, model, "dynamic_int8", "torchao", n, "eager tensor subclass; fast with torch.compile"
+    )
+
+
 def _int8_weight_only(model: nn.Module) -> Quantized:
     n = count_layers(model, (nn.Linear,))
     if n == 0:
         raise NotApplicable("torchao int8 weight-only quantizes Linear layers and the model has none")
+    _require_torchao("int8_weight_only")
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
     quantize_(model, Int8WeightOnlyConfig())
@@ -204,6 +227,7 @@ def _static_int8(model: nn.Module, calib_loader: Iterable[Any], calib_batches: i
         raise NotApplicable("static int8 quantizes Conv/Linear layers and the model has none")
     if "x86" not in torch.backends.quantized.supported_engines:
         raise NotApplicable("static int8 here targets x86 oneDNN kernels; this CPU has no x86 engine")
+    _require_torchao("static_int8 (PT2E)")
     import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
     from torchao.quantization.pt2e import allow_exported_model_train_eval, move_exported_model_to_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e

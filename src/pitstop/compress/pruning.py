@@ -18,6 +18,7 @@ from torch.nn.utils import prune as tprune
 
 from pitstop.compress.loop import StepsResult, run_steps
 from pitstop.compress.measure import PRUNABLE, Sparsity, sparsity
+from pitstop.compress.shrink import Shrunk, remove_dead_channels
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Pruned:
     layers: int
     sparsity: Sparsity
     finetune: StepsResult | None
+    shrunk: Shrunk | None = None
 
 
 def prunable_layers(model: nn.Module, skip_output: bool = False) -> list[tuple[str, nn.Module]]:
@@ -47,16 +49,19 @@ def prune(
     lr: float = 1e-3,
     seed: int | None = 0,
     inplace: bool = False,
+    remove_channels: bool = False,
 ) -> nn.Module:
     """Prune ``model``'s Linear/Conv weights and return it with the zeros made permanent.
 
     unstructured (default): the ``amount`` fraction of smallest-magnitude weights across all layers at
     once (global L1). structured: in each layer but the output layer, the ``amount`` fraction of output
     channels (rows) with the smallest L_n norm. With ``finetune_loader`` and ``finetune_steps`` > 0,
-    trains that many steps with the masks on before making them permanent.
+    trains that many steps with the masks on before making them permanent. ``remove_channels`` (with
+    ``structured``): delete the zeroed channels from the layers where that is exact (see
+    ``pitstop.compress.shrink``), so the model gets smaller and faster; its state_dict shapes change.
     """
     return prune_detailed(
-        model, amount, structured, n, finetune_loader, finetune_steps, lr, seed, inplace
+        model, amount, structured, n, finetune_loader, finetune_steps, lr, seed, inplace, remove_channels
     ).model
 
 
@@ -70,6 +75,7 @@ def prune_detailed(
     lr: float = 1e-3,
     seed: int | None = 0,
     inplace: bool = False,
+    remove_channels: bool = False,
 ) -> Pruned:
     if not 0.0 <= amount < 1.0:
         raise ValueError(f"amount must be in [0, 1), got {amount}")
@@ -91,4 +97,5 @@ def prune_detailed(
     for _, mod in layers:
         tprune.remove(mod, "weight")
     model.eval()
-    return Pruned(model, amount, structured, len(layers), sparsity(model), ft)
+    shrunk = remove_dead_channels(model) if structured and remove_channels else None
+    return Pruned(model, amount, structured, len(layers), sparsity(model), ft, shrunk)
