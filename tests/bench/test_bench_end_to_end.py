@@ -188,10 +188,10 @@ def test_interrupt_keeps_what_was_measured():
 
 
 def test_budget_scales_steps_after_an_untimed_calibration():
-    opts = BenchOptions(workload="tabular", size="tiny", budget_s=12, repeats=2, warmup=1, threads=1, max_steps=8,
+    opts = BenchOptions(workload="tabular", size="tiny", budget_s=90, repeats=2, warmup=1, threads=1, max_steps=3,
                         only=("fused",), peers=False, compile=False, ddp_procs=0, schedules=False)  # fmt: skip
     res = run_bench(opts)
-    assert 1 <= res.steps <= 8
+    assert 1 <= res.steps <= 3
     for r in res.rows:
         assert r.status == MEASURED
         assert r.steps_per_block == res.steps

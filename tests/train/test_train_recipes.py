@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -288,3 +289,16 @@ def test_ctrl_c_returns_what_was_measured_and_keeps_the_last_checkpoint(tmp_path
     res = fit(torch.nn.Linear(4, 2), None, loader, config=cfg, compute_loss=compute)
     assert res.interrupted and res.steps == 3 and len(res.history) == 3
     assert load_checkpoint(path, torch.nn.Linear(4, 2)).step == 2  # not overwritten mid-step
+
+
+def test_fit_applies_activation_checkpointing_and_clipping() -> None:
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), torch.nn.Linear(8, 2)
+    )
+    cfg = TrainConfig(activation_checkpointing=["0"], clip_grad_norm=0.5, progress=False, precision="bf16")
+    res = fit(model, None, loader, torch.nn.functional.cross_entropy, cfg)
+    assert res.applied["activation_checkpointing"] == ["0"] and res.applied["precision"] == "bf16"
+    assert res.steps == 4 and math.isfinite(res.final_loss)
