@@ -32,6 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "profile_overhead.md"
 RATE = re.compile(r"\(([\d.]+) ms/step\)")
+HEADER = (
+    "| example | plain min ms/step | plain median | profiled min | profiled median | overhead (medians) "
+    "| overhead (median of paired ratios) |"
+)
 
 # example, its arguments: enough steps that the script's own timing covers a few seconds
 WORKLOADS = {
@@ -99,9 +103,20 @@ def _ms(stdout: str) -> float:
     return float(m.group(1))
 
 
-def _row(name: str, times: dict[str, list[float]]) -> tuple[str, float, float, float, float, float]:
+def _row(name: str, times: dict[str, list[float]]) -> tuple[str, float, float, float, float, float, float]:
+    """min/median of each, overhead of the medians, and the median of the per-repeat ratios (each repeat
+    ran plain and profiled back to back, so machine load drifting between repeats cancels out)."""
     p_med, i_med = statistics.median(times["plain"]), statistics.median(times["profiled"])
-    return name, min(times["plain"]), p_med, min(times["profiled"]), i_med, 100.0 * (i_med / p_med - 1.0)
+    paired = statistics.median(i / p for p, i in zip(times["plain"], times["profiled"], strict=True))
+    return (
+        name,
+        min(times["plain"]),
+        p_med,
+        min(times["profiled"]),
+        i_med,
+        100.0 * (i_med / p_med - 1.0),
+        100.0 * (paired - 1.0),
+    )
 
 
 def main() -> int:
@@ -164,19 +179,23 @@ def main() -> int:
         "",
         "End to end (fresh process per run):",
         "",
-        "| example | plain min ms/step | plain median | profiled min | profiled median | overhead (medians) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        HEADER,
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% |" for n, a, b, c, d, o in rows]
+    lines += [
+        f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% | {q:+.1f}% |"
+        for n, a, b, c, d, o, q in rows
+    ]
     lines += [
         "",
         f"In one process (runpy, bare vs instrumented alternating, {args.inproc_repeats} repeats each):",
         "",
-        "| example | plain min ms/step | plain median | profiled min | profiled median | overhead (medians) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        HEADER,
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [
-        f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% |" for n, a, b, c, d, o in inproc_rows
+        f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% | {q:+.1f}% |"
+        for n, a, b, c, d, o, q in inproc_rows
     ]
     text = "\n".join(lines) + "\n"
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -310,11 +310,11 @@ def goal_lines(workers: dict[str, Worker]) -> list[str]:
     out = []
     if "naive" in med:
         r = med["pitstop"] / med["naive"]
-        out.append(f"- pitstop vs naive: {r:.2f}x (goal >= 1.5x: {'met' if r >= 1.5 else 'not met'})")
+        out.append(f"- pitstop vs naive: {r:.3f}x (goal >= 1.5x: {'met' if r >= 1.5 else 'not met'})")
     for peer in ("lightning", "accelerate"):
         if peer in med:
             r = med["pitstop"] / med[peer]
-            out.append(f"- pitstop vs {peer}: {r:.2f}x (goal >= 1.0x: {'met' if r >= 1.0 else 'not met'})")
+            out.append(f"- pitstop vs {peer}: {r:.3f}x (goal >= 1.0x: {'met' if r >= 1.0 else 'not met'})")
     return out
 
 

@@ -201,3 +201,17 @@ def test_disturbed_latency_is_flagged():
     f = findings_from_rows([calm, spiky], ReportOptions())[-1]
     assert f.id == "compress.latency_noise" and f.severity == "warn"
     assert f.data["method"] == "dynamic_int8" and f.data["ratio"] == pytest.approx(10.0)
+
+
+def test_a_speed_up_seen_only_in_medians_is_not_a_gain():
+    from pitstop.compress.report import findings_from_rows
+
+    mins = {"latency_min_s": {"batch_1": 1.0, "batch_n": 1.0}}
+    base = _row("baseline", 1000, 1.0, 1.4, 0.9, extra=mins)  # a load spike inflated the batch-N median
+    same = _row(
+        "prune_global", 1000, 1.0, 1.0, 0.9, extra={"latency_min_s": {"batch_1": 1.0, "batch_n": 1.02}}
+    )
+    f = findings_from_rows([base, same], ReportOptions())[1]
+    assert f.severity == "info" and "no size or speed gain" in f.title
+    real = _row("static_int8", 250, 0.5, 0.5, 0.9, extra={"latency_min_s": {"batch_1": 0.45, "batch_n": 0.5}})
+    assert findings_from_rows([base, real], ReportOptions())[1].severity == "pass"

@@ -471,6 +471,23 @@ def _student_finding(fid: str, r: Row, teacher: Row, alone: Row | None) -> Findi
     )
 
 
+SPEED_MARGIN = 0.10
+
+
+def _speedups(base: Row, r: Row, batch: str) -> tuple[float | None, float | None]:
+    """(smaller, larger) of the speed-up by medians and by fastest runs; the median alone when the
+    fastest runs are not known."""
+    med_b, med_r = (
+        (base.latency_b1_s, r.latency_b1_s) if batch == "batch_1" else (base.latency_bn_s, r.latency_bn_s)
+    )
+    by_median = _ratio(med_b, med_r)
+    by_min = _ratio(
+        base.extra.get("latency_min_s", {}).get(batch), r.extra.get("latency_min_s", {}).get(batch)
+    )
+    vals = [v for v in (by_median, by_min) if v]
+    return (min(vals), max(vals)) if vals else (None, None)
+
+
 def _compare(fid: str, r: Row, base: Row, opts: ReportOptions) -> Finding:
     size_x = _ratio(base.size_bytes, r.size_bytes)
     b1_x = _ratio(base.latency_b1_s, r.latency_b1_s)
@@ -490,10 +507,13 @@ def _compare(fid: str, r: Row, base: Row, opts: ReportOptions) -> Finding:
         else "",
     ]
     ev = "; ".join(p for p in parts if p) + (f" ({r.notes})" if r.notes else "")
-    smaller = (size_x or 0) > 1.05
+    smaller = (size_x or 0) > 1.05  # sizes are exact; timings are not:
     speeds = [v for v in (b1_x, bn_x) if v]
-    faster = bool(speeds) and max(speeds) > 1.05
-    slower = bool(speeds) and min(speeds) < 0.95
+    # a speed change counts only when it exceeds SPEED_MARGIN by the medians and by the fastest runs
+    # alike, so that a load spike during one model's timing is not reported as a gain or a loss
+    both = [_speedups(base, r, b) for b in ("batch_1", "batch_n")]
+    faster = any(lo > 1 + SPEED_MARGIN for lo, _ in both if lo)
+    slower = any(hi < 1 - SPEED_MARGIN for _, hi in both if hi)
     if drop is not None and drop > opts.max_acc_drop:
         sev, title = Severity.WARN, f"{r.method}: accuracy drops {100 * drop:.1f} points"
     elif not (smaller or faster):

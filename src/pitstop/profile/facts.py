@@ -7,6 +7,7 @@ implementation actually ran, cudnn/TF32 settings, and NVML utilization sampled i
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from typing import Any
@@ -52,10 +53,12 @@ def torch_facts() -> dict[str, Any]:
     with contextlib.suppress(Exception):
         facts["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         facts["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
-    with contextlib.suppress(Exception):
-        from torch._dynamo.utils import counters
+    # only if the script loaded dynamo (torch.compile): importing it takes seconds
+    if "torch._dynamo" in sys.modules:
+        with contextlib.suppress(Exception):
+            from torch._dynamo.utils import counters
 
-        facts["dynamo_graphs"] = int(counters["stats"].get("unique_graphs", 0))
+            facts["dynamo_graphs"] = int(counters["stats"].get("unique_graphs", 0))
     return facts
 
 

@@ -572,7 +572,7 @@ class Instrumentation:
             "models": facts,
             "optimizers": self.optimizer_facts,
             "device": str(dev) if dev is not None else None,
-            "torch": torch_facts(),
+            "torch": torch_facts() if final else {},  # at the end only: keep the periodic flush cheap
             "memory": memory,
             "callback_result": self.callback_result,
             "callback_error": self.callback_error,
