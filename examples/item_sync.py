@@ -39,7 +39,7 @@ def main() -> None:
     x_all = torch.randn(n, args.features)
     y_all = (x_all[:, 0] > 0).long() + (x_all[:, 1] > 0).long()
     model = nn.Sequential(
-        nn.Linear(args.features, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 3)
+        nn.Linear(args.features, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3)
     )
     use_bf16 = fast_bf16()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)

@@ -45,6 +45,12 @@ def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = (
     return EXIT_OK
 
 
+def command_after_dashes(args: argparse.Namespace, attr: str = "cmd") -> list[str]:
+    """The user's command given after ``--`` (argparse REMAINDER keeps the ``--`` itself)."""
+    cmd = list(getattr(args, attr, None) or [])
+    return cmd[1:] if cmd[:1] == ["--"] else cmd
+
+
 def usage_error(message: str) -> int:
     Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message))
     return EXIT_USAGE

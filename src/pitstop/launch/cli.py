@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from pitstop.cliutil import add_output_args
+from pitstop.cliutil import add_output_args, command_after_dashes
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _register_launch(sub)
     _register_sysctl(sub)
     _register_monitor(sub)
-
-
-def _command(ns: argparse.Namespace) -> list[str]:
-    cmd = list(getattr(ns, "cmd", None) or [])
-    return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
 # ---------------------------------------------------------------- launch
@@ -86,7 +81,7 @@ def cmd_launch(ns: argparse.Namespace) -> int:
             return usage_error(f"--env expects KEY=VALUE, got {item!r}")
         env[k] = v
     opts = LaunchOptions(
-        command=_command(ns),
+        command=command_after_dashes(ns),
         ninstances=ns.ninstances,
         ncores_per_instance=ns.ncores_per_instance,
         core_list=ns.core_list,
@@ -180,4 +175,4 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:  # type: ignore[
 def cmd_monitor(ns: argparse.Namespace) -> int:
     from pitstop.launch.monitor_cli import run_monitor
 
-    return run_monitor(ns, _command(ns))
+    return run_monitor(ns, command_after_dashes(ns))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliutil import add_output_args, command_after_dashes, finish, usage_error
 
 EXIT_SCRIPT_FAILED, EXIT_INTERRUPTED = 1, 130
 
@@ -43,9 +43,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
 
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
+    cmd = command_after_dashes(args)
     if args.steps < 1 or args.warmup < 0:
         return usage_error("--steps must be >= 1 and --warmup >= 0")
     if args.timeout is not None and args.timeout <= 0:

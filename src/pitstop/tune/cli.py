@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from pitstop.cliutil import add_output_args
+from pitstop.cliutil import add_output_args, command_after_dashes
 
 MiB = 2**20
 
@@ -29,11 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _register_batch_size(tsub)
     _register_lr(tsub)
     _register_fix(sub)
-
-
-def _command(ns: argparse.Namespace) -> list[str]:
-    cmd = list(getattr(ns, "cmd", None) or [])
-    return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
 def _save_plot(path: str, *args: Any, **kwargs: Any) -> None:
@@ -253,7 +248,7 @@ def loader_config(ns: argparse.Namespace) -> Any:
 def cmd_loader(ns: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
 
-    cmd = _command(ns)
+    cmd = command_after_dashes(ns)
     if bool(cmd) == bool(ns.dataset):
         return usage_error("give either --dataset pkg.mod:make_dataset or a script after --")
     try:
@@ -363,7 +358,7 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
     from pitstop.tune.batch_size import BatchSizeResult, dataset_batch_fn, find_batch_size
     from pitstop.tune.reports import batch_size_report
 
-    cmd = _command(ns)
+    cmd = command_after_dashes(ns)
     if ns.start <= 0 or ns.max < ns.start or ns.steps <= 0:
         return usage_error("need 0 < --start <= --max and --steps > 0")
     if ns.budget_mib is not None and ns.budget_mib <= 0:
@@ -453,7 +448,7 @@ def cmd_lr(ns: argparse.Namespace) -> int:
     from pitstop.tune.lr import LRResult, lr_range_test
     from pitstop.tune.reports import lr_report
 
-    cmd = _command(ns)
+    cmd = command_after_dashes(ns)
     if not (0 < ns.start_lr < ns.end_lr) or ns.steps < 3 or not (0 <= ns.smooth < 1) or ns.diverge <= 1:
         return usage_error("need 0 < --start-lr < --end-lr, --steps >= 3, 0 <= --smooth < 1, --diverge > 1")
     meta: dict[str, Any] = {}
@@ -549,7 +544,7 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 def cmd_fix(ns: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
 
-    cmd = _command(ns)
+    cmd = command_after_dashes(ns)
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
     if ns.steps <= 0 or ns.warmup < 0 or ns.repeats <= 0 or ns.min_gain < 0 or ns.loss_rtol <= 0:
