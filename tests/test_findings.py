@@ -94,3 +94,14 @@ def test_charts_survive_empty_and_nonfinite():
     assert "no data" in line_chart("t", [], {}).html
     assert "<svg" in bar_chart("t", ["a"], [math.inf]).html
     assert "<svg" in stacked_bar("t", {"a": 0.0}).html
+
+
+def test_written_reports_get_the_umask_mode(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        p = write_json(sample_report(), tmp_path / "r.json")
+    finally:
+        os.umask(old)
+    assert p.stat().st_mode & 0o777 == 0o644
