@@ -24,6 +24,11 @@ GPU_IDLE_PCT = 70.0
 MIN_SHARE = 0.01  # a finding whose whole point is its cost is left out under 1% of the step
 
 
+def _probe_helps(probe: dict[str, Any]) -> bool:
+    """A probed change counts only when it saves more than MIN_PROBE_GAIN of the probed pass."""
+    return probe["saving_s"] > MIN_PROBE_GAIN * probe["base_s"]
+
+
 def _sev(share: float | None) -> Severity:
     return Severity.WARN if share is not None and share >= WARN_SHARE else Severity.INFO
 
@@ -222,10 +227,9 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
     prec = probes.get("precision")
     if prec and prec.get("dtype"):
         dtype = prec["dtype"]
-        gain = prec["saving_s"]
         hw = "AVX512_BF16/AMX" if device == "cpu" else "tensor cores"
-        if gain > MIN_PROBE_GAIN * prec["base_s"]:
-            saving, share = _cost(bd, gain)
+        if _probe_helps(prec):
+            saving, share = _cost(bd, prec["saving_s"])
             out.append(
                 Finding(
                     id="precision.amp",
@@ -256,9 +260,8 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
             )
     cl = probes.get("channels_last")
     if cl:
-        gain = cl["saving_s"]
-        if gain > MIN_PROBE_GAIN * cl["base_s"]:
-            saving, share = _cost(bd, gain)
+        if _probe_helps(cl):
+            saving, share = _cost(bd, cl["saving_s"])
             out.append(
                 Finding(
                     id="memory_format.channels_last",
@@ -286,7 +289,7 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
                 )
             )
     cb = probes.get("cudnn_benchmark")
-    if cb and cb["saving_s"] > MIN_PROBE_GAIN * cb["base_s"]:
+    if cb and _probe_helps(cb):
         saving, share = _cost(bd, cb["saving_s"])
         out.append(
             Finding(
@@ -311,7 +314,7 @@ def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dic
         if opt.get("impl") != "for-loop":
             continue
         p = probed.get(opt.get("type"))
-        if p is not None and p["saving_s"] <= MIN_PROBE_GAIN * p["base_s"]:
+        if p is not None and not _probe_helps(p):
             continue  # measured: foreach is no faster here
         saving, share = _cost(bd, p["saving_s"]) if p else (None, None)
         evidence = f"{opt['type']} runs a Python loop over its {opt.get('params', '?')} parameter tensors"
