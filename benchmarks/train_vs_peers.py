@@ -5,19 +5,24 @@ Contenders (each in its own worker process, so allocator state, imports and peak
   naive               the tutorial loop: fp32, default memory format, AdamW (for-loop), zero_grad(),
                       loss.item() every step
   pitstop             pitstop.train.fit with TrainConfig() defaults (auto: bf16 where the CPU is fast at
-                      it, fused AdamW, no per-step host sync; channels_last is CUDA-only by default)
+                      it, fused AdamW, channels_last for conv nets, freed host memory kept mapped, no
+                      per-step host sync)
+  pitstop-nokeep      the same with keep_host_memory=False (glibc malloc as it comes)
+  pitstop-nocl        the same with channels_last=False
   lightning           Lightning Trainer with its documented speed setting precision="bf16-mixed",
                       logger/checkpointing/progress bar off, AdamW as a user writes it
   accelerate          Accelerator(mixed_precision="bf16"), AdamW as a user writes it
   lightning+fused     lightning with the same fused AdamW pitstop picks
   accelerate+fused    accelerate with the same fused AdamW pitstop picks
 
-The "+fused" rows separate framework overhead from the optimizer choice pitstop makes by default.
+The "+fused" rows separate framework overhead from the optimizer choice pitstop makes by default; the
+"pitstop-" rows take one of pitstop's defaults away, to show what each is worth here.
 Every worker trains the same model from the same seed on the same in-memory data. The parent lets the
 workers run one chunk of steps at a time, round-robin (the order rotates every round), so all of them
 see the same machine conditions; the first chunk is warm-up and not counted. steps/s per chunk is
 measured inside the worker (perf_counter, CPU work is synchronous); we report median and best over chunks.
-Peak memory is each worker's peak RSS (getrusage) and its growth during training.
+Peak memory is each worker's peak RSS (getrusage) and its growth during training; page faults are the
+worker's minor faults per counted step (what glibc's mmap/munmap of the step's tensors costs).
 Writes benchmarks/results/train_vs_peers.md.
 
     flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 30] [--steps 5]
@@ -39,7 +44,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "train_vs_peers.md"
-CONTENDERS = ("naive", "pitstop", "lightning", "accelerate", "lightning+fused", "accelerate+fused")
+CONTENDERS = (
+    "naive",
+    "pitstop",
+    "lightning",
+    "accelerate",
+    "lightning+fused",
+    "accelerate+fused",
+    "pitstop-nokeep",
+    "pitstop-nocl",
+)
 TAG = "@@pitstop-bench "
 
 
@@ -48,6 +62,10 @@ def _rss_mib() -> float:
     import psutil
 
     return psutil.Process().memory_info().rss / 2**20
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _peak_rss_mib() -> float:
@@ -60,6 +78,7 @@ class Handshake:
     def __init__(self, steps_per_chunk: int, chunks: int) -> None:
         self.steps_per_chunk, self.chunks = steps_per_chunk, chunks
         self.t0 = 0.0
+        self.faults0 = 0
         self.done = 0
 
     def send(self, msg: dict[str, Any]) -> None:
@@ -69,12 +88,14 @@ class Handshake:
     def wait_go(self) -> None:
         if sys.stdin.readline().strip() != "go":
             raise SystemExit(0)  # parent gone or stopping
+        self.faults0 = _minor_faults()
         self.t0 = time.perf_counter()
 
     def chunk_done(self) -> None:
         dt_s = time.perf_counter() - self.t0
+        faults = _minor_faults() - self.faults0
         self.done += 1
-        self.send({"chunk": self.done, "seconds": dt_s, "steps": self.steps_per_chunk})
+        self.send({"chunk": self.done, "seconds": dt_s, "steps": self.steps_per_chunk, "faults": faults})
         if self.done < self.chunks:
             self.wait_go()
 
@@ -141,10 +162,14 @@ def worker(name: str, a: argparse.Namespace) -> None:
                     hs.chunk_done()
                 if step >= total:
                     break
-    elif name == "pitstop":
+    elif name.startswith("pitstop"):
         from pitstop.train import TrainConfig, fit
 
         cfg = TrainConfig(epochs=10**6, max_steps=total, lr=lr, log_every=a.steps, progress=False)
+        if name == "pitstop-nokeep":
+            cfg.keep_host_memory = False
+        if name == "pitstop-nocl":
+            cfg.channels_last = False
         fit(
             model,
             None,
@@ -223,6 +248,7 @@ class Worker:
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.chunk_s: list[float] = []
+        self.faults: list[int] = []
         self.info: dict[str, Any] = {}
 
     def read(self) -> dict[str, Any]:
@@ -268,6 +294,7 @@ def run(a: argparse.Namespace) -> dict[str, Worker]:
                     msg = w.go()
                     if r > 0:  # chunk 0 is warm-up (first-iteration allocations, oneDNN primitive caches)
                         w.chunk_s.append(msg["seconds"] / msg["steps"])
+                        w.faults.append(msg["faults"] / msg["steps"])
                     prog.advance(task)
         for w in workers.values():
             w.info.update(w.read())
@@ -282,8 +309,9 @@ def run(a: argparse.Namespace) -> dict[str, Worker]:
 def fmt_table(workers: dict[str, Worker], a: argparse.Namespace) -> list[str]:
     med = {n: 1.0 / statistics.median(w.chunk_s) for n, w in workers.items() if w.chunk_s}
     rows = [
-        "| contender | median steps/s | best steps/s | vs naive | vs pitstop | peak RSS MiB | RSS growth MiB | chunks |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| contender | median steps/s | best steps/s | vs naive | vs pitstop | page faults/step | "
+        "peak RSS MiB | RSS growth MiB | chunks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, w in workers.items():
         if not w.chunk_s:
@@ -291,13 +319,12 @@ def fmt_table(workers: dict[str, Worker], a: argparse.Namespace) -> list[str]:
         best = 1.0 / min(w.chunk_s)
         vs_naive = f"{med[n] / med['naive']:.2f}x" if "naive" in med else "-"
         vs_pit = f"{med[n] / med['pitstop']:.2f}x" if "pitstop" in med else "-"
+        faults = f"{statistics.median(w.faults):.0f}" if w.faults else "-"
         peak = w.info.get("peak_rss_mib")
-        growth = peak - w.info["base_rss_mib"] if peak is not None and "base_rss_mib" in w.info else None
+        base = w.info.get("base_rss_mib")
+        mem = f"{peak:.0f} | {peak - base:.0f}" if peak is not None and base is not None else "- | -"
         rows.append(
-            f"| {n} | {med[n]:.2f} | {best:.2f} | {vs_naive} | {vs_pit} | "
-            f"{peak:.0f} | {growth:.0f} | {len(w.chunk_s)} |"
-            if peak is not None and growth is not None
-            else f"| {n} | {med[n]:.2f} | {best:.2f} | {vs_naive} | {vs_pit} | - | - | {len(w.chunk_s)} |"
+            f"| {n} | {med[n]:.2f} | {best:.2f} | {vs_naive} | {vs_pit} | {faults} | {mem} | {len(w.chunk_s)} |"
         )
     return rows
 
@@ -340,6 +367,7 @@ def main() -> None:
     from pitstop.hardware import preferred_amp_dtype
     from pitstop.machine import machine_line
 
+    load = os.getloadavg()[0]
     workers = run(a)
     threads = {w.info.get("threads") for w in workers.values()}
     table = fmt_table(workers, a)
@@ -360,8 +388,8 @@ def main() -> None:
             f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
             f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'}",
             "- each contender in its own process; RSS growth = peak RSS minus RSS after imports and setup",
-            "- measured on a shared machine (other engineers' tests ran at the same time): the interleaving "
-            "spreads that noise over all rows, but treat differences under ~10% as noise",
+            f"- load average before the run: {load:.2f} on {os.cpu_count()} CPUs; the interleaving spreads "
+            "background load over all rows, but treat differences under ~10% as noise",
             "",
             *table,
             "",

@@ -86,7 +86,7 @@ def test_channels_last_model_and_inputs() -> None:
     assert d["img"].is_contiguous(memory_format=torch.channels_last) and d["n"] == 3
 
 
-def test_fit_channels_last_auto_is_cuda_only_and_can_be_forced() -> None:
+def test_fit_channels_last_auto_is_on_for_conv_nets_and_can_be_forced_off() -> None:
     x, y = torch.randn(8, 3, 6, 6), torch.randint(0, 2, (8,))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
 
@@ -95,18 +95,22 @@ def test_fit_channels_last_auto_is_cuda_only_and_can_be_forced() -> None:
 
     auto = net()
     res = fit(auto, None, loader, torch.nn.functional.cross_entropy, TrainConfig(progress=False))
-    assert res.applied["channels_last"] is False  # CPU: opt-in
+    assert res.applied["channels_last"] is True
+    assert auto[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert res.applied["optimizer"] == "AdamW fused"
-    forced = net()
+    off = net()
     res = fit(
-        forced,
+        off,
         None,
         loader,
         torch.nn.functional.cross_entropy,
-        TrainConfig(channels_last=True, progress=False),
+        TrainConfig(channels_last=False, progress=False),
     )
-    assert res.applied["channels_last"] is True
-    assert forced[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert res.applied["channels_last"] is False
+    assert not off[0].weight.is_contiguous(memory_format=torch.channels_last)
+    mlp = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(108, 2))
+    res = fit(mlp, None, loader, torch.nn.functional.cross_entropy, TrainConfig(progress=False))
+    assert res.applied["channels_last"] is False  # no convolutions: nothing to gain
 
 
 def _failing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:

@@ -39,6 +39,7 @@ from pitstop.train.distributed import (
     wrap_ddp,
     wrap_fsdp,
 )
+from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.memory_format import has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
@@ -56,9 +57,11 @@ class TrainConfig:
     """Every choice ``fit`` makes, in one place. Defaults are the fast path for this machine.
 
     precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
-    channels_last: 'auto' = on for models with Conv2d on CUDA; True/False to force.  compile: opt-in ``torch.compile`` with eager fallback.
+    channels_last: 'auto' = on for models with Conv2d; True/False to force.  compile: opt-in ``torch.compile`` with eager fallback.
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
+    keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
+    page-faulting it back in every step (``pitstop.train.host_memory``); True/False to force.
     log_every: optimizer steps between metric reads (the only host syncs in the loop).
     checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
     """
@@ -86,6 +89,7 @@ class TrainConfig:
     resume: bool = True
     seed: int | None = None
     nvtx: bool = True
+    keep_host_memory: bool | str = "auto"
     tf32: bool = True
     cudnn_benchmark: bool = True
 
@@ -138,12 +142,10 @@ def prepare_model(
     """Apply device, channels_last, activation checkpointing, DDP/FSDP and compile, in that order."""
     applied: dict[str, Any] = {"device": str(env.device), "precision": amp.name, "world_size": env.world_size}
     model = model.to(env.device)
-    if cfg.channels_last == "auto":
-        # On by default only where it is a clear win: conv nets on CUDA (NHWC tensor-core kernels). On CPU
-        # (oneDNN) we measured it neutral to slower for small conv nets, so it stays opt-in there.
-        cl = has_conv2d(model) and env.device.type == "cuda"
-    else:
-        cl = bool(cfg.channels_last)
+    # auto: conv nets on CUDA (NHWC tensor-core kernels) and on CPU (oneDNN's native layout). On CPU it
+    # pays once freed memory stays mapped (keep_host_memory): without that, the extra NHWC copies add
+    # page faults that eat the gain (benchmarks/results/train_vs_peers.md).
+    cl = has_conv2d(model) if cfg.channels_last == "auto" else bool(cfg.channels_last)
     if cl:
         to_channels_last(model)
     applied["channels_last"] = cl
@@ -164,6 +166,10 @@ def prepare_model(
     model = maybe_compile(model, cfg.compile)
     applied["compile"] = cfg.compile
     applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
+    keep = cfg.keep_host_memory
+    if keep == "auto":
+        keep = env.device.type == "cpu"  # on CUDA the step's tensors live in the caching allocator
+    applied["host_memory"] = str(keep_host_memory()) if keep else "off"
     return model, applied
 
 

@@ -1,0 +1,127 @@
+"""Keep freed host memory inside the process so CPU training steps stop page-faulting their tensors in.
+
+glibc malloc serves large allocations (above ``M_MMAP_THRESHOLD``: 128 KiB at start, adapting upwards
+only as blocks are freed) with a fresh ``mmap`` and gives them back with ``munmap``, and it trims the
+heap top above ``M_TRIM_THRESHOLD``. A training step allocates the same activation and gradient tensors
+every step, so on CPU each step then takes a page fault (and a page of zeroing) for every 4 KiB it
+touches: thousands per step for a small conv net. Raising both thresholds makes freed blocks stay
+mapped and be reused by the next step. jemalloc/tcmalloc (``pitstop launch --allocator``) get the same
+effect by preloading; this does it for glibc from inside the process, without a restart.
+
+Cost: the process keeps its high-water mark of heap memory (as the CUDA caching allocator does).
+Nothing is changed where the user chose already: a preloaded jemalloc/tcmalloc/mimalloc, or glibc's
+own ``MALLOC_*_`` / ``GLIBC_TUNABLES`` malloc settings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# mallopt parameter numbers from glibc's <malloc.h>.
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# Largest blocks kept out of mmap: 1 GiB where glibc accepts it (2.35+), else its documented 64-bit
+# ceiling of 32 MiB. The trim threshold is mallopt's int maximum.
+MMAP_THRESHOLDS = (1 << 30, 32 << 20)
+TRIM_THRESHOLD = 2**31 - 1
+_OTHER_ALLOCATORS = ("libjemalloc", "libtcmalloc", "libmimalloc")
+_USER_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What ``keep_host_memory`` did: ``applied`` and, either way, a one-line reason."""
+
+    applied: bool
+    detail: str
+    mmap_threshold: int | None = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+_done: HostMemory | None = None
+
+
+def _preloaded_allocator(maps: str) -> str | None:
+    for line in maps.splitlines():
+        path = line.rsplit(" ", 1)[-1]
+        for lib in _OTHER_ALLOCATORS:
+            if Path(path).name.startswith(lib):
+                return lib[3:]
+    return None
+
+
+def _user_setting(env: dict[str, str]) -> str | None:
+    for key in _USER_ENV:
+        if key in env:
+            return key
+    if "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
+        return "GLIBC_TUNABLES"
+    return None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version.restype = ctypes.c_char_p
+        libc.gnu_get_libc_version()
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        return libc
+    except (OSError, AttributeError):  # musl, macOS, or a libc without mallopt
+        return None
+
+
+def keep_host_memory(
+    *,
+    libc: ctypes.CDLL | None = None,
+    env: dict[str, str] | None = None,
+    maps: str | None = None,
+    platform: str | None = None,
+) -> HostMemory:
+    """Raise glibc's mmap and trim thresholds for this process, once; say what was done or why not.
+
+    The keyword arguments replace the process's own libc, environment, /proc/self/maps text and
+    ``sys.platform`` (for tests). Calling it again returns the first result without touching malloc.
+    """
+    global _done
+    real = libc is None and env is None and maps is None and platform is None
+    if real and _done is not None:
+        return _done
+    result = _decide(libc, env, maps, platform)
+    if real:
+        _done = result
+    return result
+
+
+def _decide(
+    libc: ctypes.CDLL | None, env: dict[str, str] | None, maps: str | None, platform: str | None
+) -> HostMemory:
+    if (platform or sys.platform) != "linux":
+        return HostMemory(False, "off: glibc malloc tuning is Linux-only")
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            maps = ""
+    if other := _preloaded_allocator(maps):
+        return HostMemory(False, f"off: {other} is preloaded and already keeps freed memory")
+    if key := _user_setting(dict(os.environ) if env is None else env):
+        return HostMemory(False, f"off: malloc already configured by {key}")
+    lib = libc if libc is not None else _glibc()
+    if lib is None:
+        return HostMemory(False, "off: the C library is not glibc")
+    for threshold in MMAP_THRESHOLDS:
+        if lib.mallopt(M_MMAP_THRESHOLD, threshold) == 1:
+            break
+    else:
+        return HostMemory(False, "off: glibc refused mallopt(M_MMAP_THRESHOLD)")
+    if lib.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
+        return HostMemory(False, "off: glibc refused mallopt(M_TRIM_THRESHOLD)", threshold)
+    return HostMemory(
+        True, f"glibc keeps freed blocks up to {threshold >> 20} MiB mapped (mallopt)", threshold
+    )
