@@ -121,7 +121,9 @@ def _decide(
     else:
         return HostMemory(False, "off: glibc refused mallopt(M_MMAP_THRESHOLD)")
     if lib.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
-        return HostMemory(False, "off: glibc refused mallopt(M_TRIM_THRESHOLD)", threshold)
+        return HostMemory(
+            False, "partly: mmap threshold raised, glibc refused mallopt(M_TRIM_THRESHOLD)", threshold
+        )
     return HostMemory(
         True, f"glibc keeps freed blocks up to {threshold >> 20} MiB mapped (mallopt)", threshold
     )
