@@ -46,6 +46,18 @@ WORKLOADS = {
 }
 
 
+def _table(rows: list) -> list[str]:
+    """The markdown table under HEADER: one row per (example, four ms/step figures, two overheads in %)."""
+    return [
+        HEADER,
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(
+            f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% | {q:+.1f}% |"
+            for n, a, b, c, d, o, q in rows
+        ),
+    ]
+
+
 def plain(script: Path, args: list[str], env: dict[str, str]) -> float:
     out = subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, env=env, check=True, cwd=ROOT
@@ -179,23 +191,11 @@ def main() -> int:
         "",
         "End to end (fresh process per run):",
         "",
-        HEADER,
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    lines += [
-        f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% | {q:+.1f}% |"
-        for n, a, b, c, d, o, q in rows
-    ]
-    lines += [
+        *_table(rows),
         "",
         f"In one process (runpy, bare vs instrumented alternating, {args.inproc_repeats} repeats each):",
         "",
-        HEADER,
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    lines += [
-        f"| {n} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} | {o:+.1f}% | {q:+.1f}% |"
-        for n, a, b, c, d, o, q in inproc_rows
+        *_table(inproc_rows),
     ]
     text = "\n".join(lines) + "\n"
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
