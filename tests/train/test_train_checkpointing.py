@@ -84,3 +84,17 @@ def test_tracker_counts_allocations_and_frees() -> None:
     with TensorMemoryTracker() as t:
         keep = torch.ones(10)
     assert t.current_bytes == 40 and keep.sum() == 10
+
+
+def test_tracker_does_not_charge_in_place_updates_of_older_tensors() -> None:
+    # A BatchNorm running stat or a parameter updated in place during the work allocates nothing.
+    older = torch.zeros(1000)
+    model = torch.nn.BatchNorm1d(8)
+
+    def work() -> None:
+        older.mul_(2)
+        older[:10].add_(1)
+        torch.add(older, 1, out=older)
+        model(torch.randn(4, 8))  # updates running_mean/var in place; 128 B input, 128 B output
+
+    assert peak_memory_bytes(work) < 4000

@@ -58,6 +58,26 @@ def test_cpu_budget_stops_below_the_budget_and_restores_the_model():
     assert f.id == "tune.batch_size.best" and f.data["best"] == r.best
 
 
+def test_cpu_peaks_are_repeatable() -> None:
+    # The CPU measure is the tracker's tensor bytes, not RSS, so malloc's state (another search before,
+    # pitstop.train's mallopt) does not move the answer: two searches give the same sizes and peaks.
+    runs = []
+    for _ in range(2):
+        model = wide_mlp()
+        r = find_batch_size(
+            model,
+            regression_batch,
+            torch.optim.SGD(model.parameters(), lr=0.01),
+            budget_bytes=40 * MiB,
+            start=8,
+        )
+        runs.append([(t.batch_size, t.status, t.peak_bytes) for t in r.trials])
+    assert runs[0] == runs[1]
+    # Roughly linear in the batch: 8x the samples costs between 4x and 8x the bytes (parameter grads fixed).
+    peak = {bs: p for bs, st, p in runs[0] if st == "fits"}
+    assert 4 * peak[16] < peak[128] <= 8 * peak[16]
+
+
 class FakeCuda:
     """A fake CUDA allocator: each sample costs 1 MiB; above ``capacity`` the step raises OOM."""
 
@@ -126,7 +146,7 @@ def test_batch_size_report_and_round_trip():
     import json
 
     r = BatchSizeResult(
-        best=64, budget_bytes=100 * MiB, device="cpu", memory_measure="process RSS high-water mark"
+        best=64, budget_bytes=100 * MiB, device="cpu", memory_measure=bsmod.CpuMeter.name
     )
     r.trials = [
         bsmod.BatchTrial(32, "fits", 40 * MiB, 0.01, 3200.0),

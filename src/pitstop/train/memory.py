@@ -54,11 +54,25 @@ class TensorMemoryTracker(TorchDispatchMode):
             self.current_bytes -= nbytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # Outputs that share an input's storage (in-place ops, views, out=) allocated nothing: an in-place
+        # update of a tensor made before tracking began (a BatchNorm buffer, a parameter) is not new memory.
+        inputs = {id(s) for s in map(_storage, tree_flatten((args, kwargs))[0]) if s is not None}
         for t in tree_flatten(out)[0]:
-            self._track(t)
-        # Gradients written in place into .grad by AccumulateGrad arrive as op outputs too.
+            st = _storage(t)
+            if st is not None and id(st) not in inputs:
+                self._track(t)
         return out
+
+
+def _storage(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+        return None
 
 
 def peak_memory_bytes(

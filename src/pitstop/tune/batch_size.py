@@ -3,12 +3,11 @@
 Fits means: a few full training steps (forward, backward, optimizer step) at that size run without an
 out-of-memory error and their peak memory stays inside the budget. On CUDA the peak is
 ``torch.cuda.max_memory_allocated`` and an OOM (``torch.cuda.OutOfMemoryError``) is caught and cleaned
-up (references dropped, ``empty_cache``). On CPU the peak is the process's resident-set high-water mark
-(Linux VmHWM, reset through /proc/self/clear_refs; freed heap returned with malloc_trim first), measured
-as growth over the RSS when the search started. A size whose peak, extrapolated from the sizes already
-measured, would exceed the budget is not run at all, so a CPU search never pushes the machine past it.
-Peaks are growth over the memory held after one warm-up step at batch size 2 (model, optimizer state,
-kernel libraries), so the budget is what a training step may add. The model and optimizer are restored
+up (references dropped, ``empty_cache``). On CPU, which keeps no allocator statistics, the peak is the
+live tensor bytes of the size's batch and first step (``pitstop.train.memory.TensorMemoryTracker``).
+A size whose peak, extrapolated from the sizes already measured, would exceed the budget is not run at
+all, so a CPU search never pushes the machine past it. Peaks are growth over the memory held after one
+warm-up step at batch size 2 (model, optimizer state), so the budget is what a training step may add. The model and optimizer are restored
 to their state before the search.
 """
 
@@ -19,12 +18,11 @@ import ctypes
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.system import read_text
 from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, to_device, train_step
 
 MiB = 2**20
@@ -50,7 +48,7 @@ class BatchSizeResult:
     best: int | None
     budget_bytes: int
     device: str
-    memory_measure: str  # what peak_bytes is: "cuda max_memory_allocated" / "process RSS high-water mark"
+    memory_measure: str  # what peak_bytes is: CudaMeter.name or CpuMeter.name
     trials: list[BatchTrial] = field(default_factory=list)
     interrupted: bool = False
 
@@ -69,48 +67,63 @@ class BatchSizeResult:
 # ------------------------------------------------------------------------------------------- memory meters
 
 
-def _vm_kib(field_name: str) -> int | None:
-    text = read_text("/proc/self/status") or ""
-    for line in text.splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
 def _malloc_trim() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class CpuMeter:
-    """Peak RSS growth over a fixed origin, from the kernel's high-water mark (no sampling thread to miss it)."""
+    """Peak live tensor bytes of a size's first step, from a tensor tracker (deterministic).
 
-    name = "process RSS high-water mark"
+    The process RSS high-water mark was tried first and was not usable: glibc's adaptive mmap threshold
+    and heap fragmentation moved the same size's reading by 2x between runs, so the answer did too.
+    The tracker counts every storage an op creates until it is freed; allocator overhead and C++
+    scratch buffers are not included, which the default budget (half of available RAM) leaves room for.
+    """
 
-    def __init__(self) -> None:
-        gc.collect()
-        _malloc_trim()
-        self.origin = _vm_kib("VmRSS") or 0
+    name = "peak live tensor memory (CPU tensor tracker)"
+
+    def __init__(self, model: Any = None, optimizer: Any = None) -> None:
+        self._preexisting = _state_tensors(model, optimizer)
+        self._tracker: Any = None
 
     def reset(self) -> None:
-        _malloc_trim()
-        try:
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0); touches nothing else
-        except OSError:
-            pass
+        self._tracker = None
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        from pitstop.train.memory import TensorMemoryTracker
+
+        with TensorMemoryTracker(self._preexisting) as tracker:
+            self._tracker = tracker
+            yield
 
     def peak(self) -> int:
-        hwm = _vm_kib("VmHWM") or _vm_kib("VmRSS") or 0
-        return max(0, hwm - self.origin)
+        t = self._tracker
+        return 0 if t is None else max(0, t.peak_bytes - t.baseline_bytes)
 
     def cleanup(self, full: bool = False) -> None:
         if full:  # after an OOM: frames and cycles may still hold the step's tensors
             gc.collect()
-        _malloc_trim()
+        _malloc_trim()  # hand a large size's freed heap back to the system
+
+
+def _state_tensors(model: Any, optimizer: Any) -> list[Any]:
+    """Parameters, buffers and optimizer state: memory held before a size's step starts."""
+    import torch
+
+    out: list[Any] = []
+    if model is not None:
+        out += list(model.parameters()) + list(model.buffers())
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            out += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return out
 
 
 class CudaMeter:
+    """Growth of ``torch.cuda.max_memory_allocated`` over all of a size's steps."""
+
     name = "cuda max_memory_allocated"
 
     def __init__(self, device: Any) -> None:
@@ -124,6 +137,10 @@ class CudaMeter:
         import torch
 
         torch.cuda.reset_peak_memory_stats(self.device)
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        yield  # the allocator keeps the peak by itself
 
     def peak(self) -> int:
         import torch
@@ -226,7 +243,7 @@ def find_batch_size(
         warm_error = e
     optimizer.zero_grad(set_to_none=True)
     if meter is None:  # tests pass their own
-        meter = CudaMeter(device) if device.type == "cuda" else CpuMeter()
+        meter = CudaMeter(device) if device.type == "cuda" else CpuMeter(model, optimizer)
     budget = int(budget_bytes) if budget_bytes else default_budget(device)
     result = BatchSizeResult(None, budget, str(device), meter.name)
     if warm_error is not None and not is_oom(warm_error):
@@ -249,13 +266,20 @@ def find_batch_size(
         meter.reset()
         batch = loss = None
         try:
-            batch = to_device(batch_fn(bs), device)
-            for i in range(max(1, steps)):
+            # Memory is taken over the batch and the first (warm-up) step, which allocate what every step
+            # does; the later steps are timed outside the CPU tracker, whose per-op bookkeeping costs time.
+            with meter.track():
+                batch = to_device(batch_fn(bs), device)
                 t0 = time.perf_counter()
                 loss = train_step(model, optimizer, batch, loss_fn)
                 loss.item()  # completes the step (CUDA) so the timing is the step's
-                if i > 0 or steps == 1:
-                    times.append(time.perf_counter() - t0)
+                first = time.perf_counter() - t0
+            for _ in range(max(1, steps) - 1):
+                t0 = time.perf_counter()
+                loss = train_step(model, optimizer, batch, loss_fn)
+                loss.item()
+                times.append(time.perf_counter() - t0)
+            times = times or [first]
         except KeyboardInterrupt:
             raise
         except Exception as e:

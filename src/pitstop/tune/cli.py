@@ -334,7 +334,7 @@ def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ign
         help="find the largest batch size that fits (GPU memory, or a CPU memory budget)",
         description=(
             "Doubling then bisection over full training steps; CUDA OOM is caught and cleaned up; on CPU "
-            "the peak RSS growth must stay inside --budget-mib. Throughput is measured at every size. "
+            "the step's peak tensor memory must stay inside --budget-mib. Throughput is measured at every size. "
             "Example: pitstop tune batch-size --model mypkg.models:make --dataset mypkg.data:make "
             "--optimizer adamw --budget-mib 4096"
         ),
