@@ -3,6 +3,8 @@ healthy example raises no alarm."""
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import sys
 from pathlib import Path
 
@@ -106,3 +108,29 @@ def test_imagenet_style_script_runs_unmodified():
     assert result.config["models"][0]["type"] == "ResNet"
     f = result.report().by_id("sync.item")
     assert f is not None and f.location.endswith(f"{name}:{line_of(name, 'losses.update(loss.item()')}")
+
+
+def test_page_faults_are_counted_per_step_and_probed_on_cpu():
+    plain = profile_example("conv_fp32.py")
+    hm = plain.sections["probes"]["host_memory"]
+    # Before/after the switch on the script's own model: faults per pass fall (to ~0: the heap is reused).
+    assert hm["new_faults"] <= hm["base_faults"], hm
+    assert plain.by_id("host.page_faults") is not None  # a warning or a pass, by the measured time
+    # The override keeps freed memory in the child from the start, so the steps themselves stop faulting.
+    from pitstop.profile.overrides import Overrides
+
+    spec = RunSpec(
+        command=[sys.executable, str(EXAMPLES / "conv_fp32.py")],
+        steps=6,
+        warmup=2,
+        quiet=True,
+        env={"OMP_NUM_THREADS": "1"},
+        overrides=Overrides(keep_host_memory=True),
+    )
+    kept = run(spec)
+    assert kept.ok, kept.error
+    assert kept.config["host_memory"].startswith("glibc keeps"), kept.config
+    assert not kept.config["override_errors"]
+    base = run(dataclasses.replace(spec, overrides=Overrides(), probes=False))
+    per_step = {name: [s.minor_faults for s in r.steps] for name, r in (("base", base), ("kept", kept))}
+    assert statistics.median(per_step["kept"]) < statistics.median(per_step["base"]) / 2, per_step

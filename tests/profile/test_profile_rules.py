@@ -169,3 +169,46 @@ def test_gpu_sampler_averages_over_the_measured_window():
     ]
     s = g.summary(recs)
     assert s["mean_util_pct"] == 70.0 and s["window"] == "measured steps" and s["samples"] == 2
+
+
+def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
+    probe = {"base_s": 0.05, "new_s": 0.04, "saving_s": 0.01, "base_faults": 3000, "new_faults": 0}
+    found, bd = findings_for(
+        steps(forward_s=0.05, minor_faults=4000), {"probes": {"host_memory": probe}}, cores=2
+    )
+    assert bd.faults_per_step == 4000
+    f = next(f for f in found if f.id == "host.page_faults")
+    # 10 ms for 3,000 faults in the probe, 4,000 faults a step in the run: 13.3 ms of the 100 ms step.
+    assert (
+        f.severity is Severity.WARN
+        and abs(f.est_saving_s - 0.04 / 3) < 1e-9
+        and abs(f.share - 0.4 / 3) < 1e-9
+    )
+    assert "4,000 minor page faults per step" in f.evidence and "keep_host_memory()" in f.fix_code
+    # The probe's heap state is not the run's: a run that faults 150 times a step is charged for 150.
+    found, _ = findings_for(
+        steps(forward_s=0.05, minor_faults=150), {"probes": {"host_memory": probe}}, cores=2
+    )
+    f = next(f for f in found if f.id == "host.page_faults")
+    assert f.severity is Severity.PASS and "summary.healthy" in [g.id for g in found]
+    # 3,000 faults fewer and no time saved: faults are cheap here.
+    flat = {**probe, "new_s": 0.0499, "saving_s": 0.0001}
+    found, _ = findings_for(
+        steps(forward_s=0.05, minor_faults=4000), {"probes": {"host_memory": flat}}, cores=2
+    )
+    assert next(f for f in found if f.id == "host.page_faults").severity is Severity.PASS
+    # The probe's heap took no faults, so one fault's cost is unknown; the run's 4,000 a step are worth a
+    # `pitstop fix` run (and `pitstop fix` picks the finding up), 100 a step are not.
+    untimed = {**flat, "base_faults": 0}
+    found, _ = findings_for(
+        steps(forward_s=0.05, minor_faults=4000), {"probes": {"host_memory": untimed}}, cores=2
+    )
+    f = next(f for f in found if f.id == "host.page_faults")
+    assert f.severity is Severity.INFO and f.est_saving_s is None and "pitstop fix" in f.evidence
+    found, _ = findings_for(
+        steps(forward_s=0.05, minor_faults=100), {"probes": {"host_memory": untimed}}, cores=2
+    )
+    assert next(f for f in found if f.id == "host.page_faults").severity is Severity.PASS
+    # A probe that was skipped (jemalloc preloaded, already kept) makes no finding.
+    found, _ = findings_for(steps(), {"probes": {"host_memory": {"skipped": "off: jemalloc"}}}, cores=2)
+    assert not any(f.id == "host.page_faults" for f in found)

@@ -145,9 +145,7 @@ def test_a_failing_loss_is_reported_not_raised():
 def test_batch_size_report_and_round_trip():
     import json
 
-    r = BatchSizeResult(
-        best=64, budget_bytes=100 * MiB, device="cpu", memory_measure=bsmod.CpuMeter.name
-    )
+    r = BatchSizeResult(best=64, budget_bytes=100 * MiB, device="cpu", memory_measure=bsmod.CpuMeter.name)
     r.trials = [
         bsmod.BatchTrial(32, "fits", 40 * MiB, 0.01, 3200.0),
         bsmod.BatchTrial(64, "fits", 80 * MiB, 0.03, 2100.0),

@@ -102,11 +102,13 @@ def test_kinds_from_findings_keeps_actionable_ones_in_rank_order():
         Finding("compile.none", Severity.INFO, "t"),
         Finding("dataloader.persistent_workers", Severity.WARN, "t"),
         Finding("sync.item", Severity.ERROR, "t"),  # no injectable fix
+        Finding("host.page_faults", Severity.INFO, "t"),
     ]
     assert kinds_from_findings(findings) == [
         ("workers", "dataloader.workers"),
         ("amp", "precision.amp"),
         ("compile", "compile.none"),
+        ("host_memory", "host.page_faults"),
     ]
 
 
@@ -335,6 +337,28 @@ def test_candidates_the_scripts_own_facts_rule_out(tmp_path):
     config["models"][0].update(conv2d_layers=3, input_shapes=[[8, 3, 32, 32]])
     (cl,) = build_candidates([("channels_last", "requested")], config, FixConfig())[0]
     assert cl.cannot_help is None
+
+
+def test_host_memory_candidate_is_for_cpu_steps_and_must_really_apply(tmp_path):
+    config = loader_config(tmp_path)
+    (c,) = build_candidates([("host_memory", "host.page_faults")], config, FixConfig())[0]
+    assert c.overrides == Overrides(keep_host_memory=True)
+    cuda, skipped = build_candidates(
+        [("host_memory", "host.page_faults")], {**config, "device": "cuda:0"}, FixConfig()
+    )
+    assert not cuda and "cuda" in skipped[0]
+    done = {**config, "host_memory": "glibc keeps freed blocks up to 1024 MiB mapped (mallopt)"}
+    assert not build_candidates([("host_memory", "requested")], done, FixConfig())[0]
+    # A run whose override could not apply (jemalloc preloaded, malloc set by the user) is not credited.
+    x = Measured("keep host memory", "host_memory", {"keep_host_memory": True})
+    base = m("baseline", [10.0, 10.1, 9.9])
+    failed = {
+        "override_errors": ["keep_host_memory: off: jemalloc is preloaded and already keeps freed memory"]
+    }
+    for _ in range(3):
+        x.add(make_result(0.05, config=failed))
+    judge(x, base, FixConfig())
+    assert x.verdict == "rejected" and "jemalloc" in x.reason
 
 
 def cli(argv: list[str]) -> int:

@@ -48,6 +48,7 @@ from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.syncs import SYNC_METHODS, make_sync, new_site
 from pitstop.profile.where import location, user_location
+from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
 
 clock = time.perf_counter
 # how often measurements reach the parent while steps run; the env var is for tests and debugging
@@ -178,6 +179,7 @@ class Instrumentation:
         self._fwd_t0 = 0.0
         self.data = self.h2d = self.sync = self.fwd = self.bwd = self.opt = 0.0
         self.n_syncs = 0
+        self._faults0 = 0
         self.step_loss: torch.Tensor | None = None
         self._h2d_events: list[tuple[Any, Any]] = []
         # the run
@@ -219,6 +221,10 @@ class Instrumentation:
         ov = self.cfg.overrides
         if ov.cudnn_benchmark:
             torch.backends.cudnn.benchmark = True
+        if ov.keep_host_memory:
+            kept_now = keep_host_memory()
+            if not kept_now.applied:
+                self.override_errors.append(f"keep_host_memory: {kept_now.detail}")
         if ov.compile:
             import torch._dynamo as dynamo
 
@@ -328,6 +334,7 @@ class Instrumentation:
         self.step_loss = None
         self._h2d_events = []
         self.stepped = set()
+        self._faults0 = minor_page_faults()
         self._depth = 0
         self._last_site = None
         self._last_code = None
@@ -351,6 +358,7 @@ class Instrumentation:
             "backward_s": self.bwd,
             "optimizer_s": self.opt,
             "syncs": self.n_syncs,
+            "minor_faults": minor_page_faults() - self._faults0,
             "warmup": n < self.cfg.warmup,
             "traced": bool(self.tracer is not None and self.tracer.active),
             "eval": self._eval_seen,
@@ -578,6 +586,7 @@ class Instrumentation:
             "callback_error": self.callback_error,
             "compile_error": self.compile_error,
             "override_errors": self.override_errors,
+            "host_memory": str(kept()) if kept() is not None else None,  # set by the script or an override
             "gpu_util": self.gpu_sampler.summary(self.records) if self.gpu_sampler else None,
             "wall_s": clock() - self.t0,
             "pid": os.getpid(),

@@ -27,6 +27,8 @@ class Overrides:
     cudnn_benchmark: ``torch.backends.cudnn.benchmark = True`` before the script runs.
     optimizer_impl: "foreach" or "fused" set on every optimizer constructed (where supported).
     compile:        ``torch.compile`` the top-level model; errors fall back to eager (recorded).
+    keep_host_memory: ``pitstop.train.keep_host_memory()`` before the script runs (glibc keeps freed
+                    blocks mapped, so steps stop page-faulting their tensors in).
     """
 
     dataloader: dict[str, Any] = field(default_factory=dict)
@@ -35,6 +37,7 @@ class Overrides:
     cudnn_benchmark: bool = False
     optimizer_impl: str | None = None
     compile: bool = False
+    keep_host_memory: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.dataloader) - DATALOADER_KEYS

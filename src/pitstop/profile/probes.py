@@ -1,9 +1,11 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, and the optimizer's step as it ran vs
-foreach. Variants are interleaved (A B A B ...) and compared by median. Each probe is bounded in time and
-skipped (with the reason) when the model is too large to copy or a single pass is too slow.
+vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, the optimizer's step as it ran vs
+foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are interleaved
+(A B A B ...) and compared by median, except the malloc one, which cannot be undone in the process and
+so runs last, before then after. Each probe is bounded in time and skipped (with the reason) when the
+model is too large to copy or a single pass is too slow.
 """
 
 from __future__ import annotations
@@ -105,6 +107,18 @@ def run_probes(
                 out.setdefault("optimizer", []).append(
                     {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
                 )
+    # Last: it changes malloc for the rest of the process.
+    p = next(model.parameters(), None) if model is not None else None
+    if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:
+        if time.perf_counter() - start > BUDGET_S:
+            out.setdefault("skipped", []).append("host_memory: time budget spent")
+        else:
+            try:
+                out["host_memory"] = _host_memory_probe(
+                    model, inputs, model_facts, [o for o, _ in optimizers]
+                )
+            except Exception as e:
+                out["host_memory"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 
@@ -122,9 +136,7 @@ def _model_probes(
     script_autocast = facts.get("autocast_dtype") if facts.get("autocast") else None
 
     def as_script() -> contextlib.AbstractContextManager[Any]:
-        if script_autocast:
-            return torch.autocast(dev, dtype=getattr(torch, script_autocast))
-        return contextlib.nullcontext()
+        return _as_script(dev, facts)
 
     def base() -> None:
         with as_script():
@@ -195,6 +207,80 @@ def _model_probes(
         m = compare({"off": base, "on": bench_on}, dev)
         out["cudnn_benchmark"] = {"base_s": m["off"], "new_s": m["on"], "saving_s": m["off"] - m["on"]}
     return out
+
+
+def _as_script(dev: str, facts: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """The autocast the script's forward ran under, if any."""
+    dtype = facts.get("autocast_dtype") if facts.get("autocast") else None
+    return torch.autocast(dev, dtype=getattr(torch, dtype)) if dtype else contextlib.nullcontext()
+
+
+def _fresh(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: _fresh(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_fresh(v) for v in obj)
+    return obj
+
+
+def _host_memory_probe(
+    model: torch.nn.Module,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    facts: dict[str, Any],
+    optimizers: list[torch.optim.Optimizer],
+) -> dict[str, Any]:
+    """A training step on the script's last batch (fresh copy, forward+backward, the optimizers' step)
+    with malloc as the script left it, then with ``keep_host_memory``; page faults of each pass counted.
+    Before/after, not interleaved: mallopt cannot be undone, so this probe runs last (the model's
+    parameters move with the steps; nothing reads them afterwards)."""
+    import time
+
+    from pitstop.train import host_memory
+
+    if (done := host_memory.kept()) is not None:
+        return {"skipped": f"the script already called keep_host_memory: {done.detail}"}
+    if reason := host_memory.blocker():
+        return {"skipped": reason}
+    args, kwargs = inputs
+
+    def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
+        times: list[float] = []
+        faults: list[int] = []
+        _fwd_bwd_as_script()  # warm-up: after the switch, this pass fills the heap the rest reuse
+        start = time.perf_counter()
+        for _ in range(reps):
+            f0 = host_memory.minor_page_faults()
+            t0 = time.perf_counter()
+            _fwd_bwd_as_script()
+            times.append(time.perf_counter() - t0)
+            faults.append(host_memory.minor_page_faults() - f0)
+            if len(times) >= 3 and time.perf_counter() - start > budget_s:
+                break
+        return statistics.median(times), statistics.median(faults)
+
+    def _fwd_bwd_as_script() -> None:
+        # A fresh copy of the batch each pass, as the DataLoader makes one each step: its pages count too.
+        a, k = _fresh((args, kwargs))
+        with _as_script("cpu", facts):
+            _fwd_bwd(model, a, k)
+        for opt in optimizers:
+            opt.step()
+
+    base_s, base_faults = series()
+    result = host_memory.keep_host_memory()
+    if not result.applied:
+        return {"skipped": result.detail, "base_s": base_s, "base_faults": base_faults}
+    new_s, new_faults = series()
+    return {
+        "base_s": base_s,
+        "new_s": new_s,
+        "saving_s": base_s - new_s,
+        "base_faults": base_faults,
+        "new_faults": new_faults,
+        "detail": result.detail,
+    }
 
 
 def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[str, Any]:

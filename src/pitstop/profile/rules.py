@@ -22,6 +22,8 @@ WARN_SHARE = 0.05  # a problem costing >= 5% of the step is worth fixing first
 MIN_PROBE_GAIN = 0.05  # a probed change must save >= 5% of the probed pass to count (noise)
 GPU_IDLE_PCT = 70.0
 MIN_SHARE = 0.01  # a finding whose whole point is its cost is left out under 1% of the step
+FAULTS_WORTH_A_RUN = 256  # untimed page faults per step (1 MiB of fresh pages) worth a `pitstop fix` run
+MIN_FAULTS_TO_TIME = 200  # fewer faults saved in the probe: its time difference is mostly noise
 
 
 def _probe_helps(probe: dict[str, Any]) -> bool:
@@ -307,6 +309,76 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
     return out
 
 
+def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
+    """CPU steps that page-fault their tensors in: glibc gives large freed blocks back to the kernel."""
+    hm = probes.get("host_memory")
+    if not hm or "saving_s" not in hm:
+        return []
+    measured = (
+        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (median); a training step on the "
+        f"script's last batch: {_ms(hm['base_s'])} and {hm['base_faults']:,.0f} faults with malloc as it "
+        f"was, {_ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
+        "(medians, one after the other: the change cannot be undone in the process)"
+    )
+    data = {**hm, "faults_per_step": bd.faults_per_step}
+    fix = (
+        "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
+        "mmap/trim thresholds), or without a code change MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ "
+        "in the environment, or a preloaded jemalloc/tcmalloc (`pitstop launch --allocator`). Cost: the "
+        "process keeps its peak heap."
+    )
+    fix_code = (
+        "from pitstop.train import keep_host_memory\nkeep_host_memory()  # before the training loop\n"
+        "# or: MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 python train.py"
+    )
+    # The probe runs after the script, with the heap in another state, so its own fault count is not the
+    # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.
+    dropped = hm["base_faults"] - hm["new_faults"]
+    timed = dropped >= MIN_FAULTS_TO_TIME  # else the probe's heap took too few faults to time one
+    per_fault = hm["saving_s"] / dropped if timed and _probe_helps(hm) else 0.0  # below noise: ~free
+    saving, share = _cost(bd, per_fault * bd.faults_per_step)
+    if timed and share >= MIN_SHARE:
+        data.update(per_fault_s=per_fault, est_saving_s=saving)
+        return [
+            Finding(
+                id="host.page_faults",
+                severity=_sev(share),
+                title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
+                evidence=f"{measured}; {per_fault * 1e6:.2f} us per fault x {bd.faults_per_step:,.0f} faults "
+                f"per step = {_ms(saving)} per step",
+                data=data,
+                fix=fix,
+                fix_code=fix_code,
+                est_saving_s=saving,
+                share=share,
+            )
+        ]
+    if not timed and bd.faults_per_step >= FAULTS_WORTH_A_RUN:
+        # The run's faults are known but not their cost.
+        return [
+            Finding(
+                id="host.page_faults",
+                severity=Severity.INFO,
+                title=f"CPU steps page-fault {bd.faults_per_step:,.0f} pages each; the probe could not time it",
+                evidence=measured + ". `pitstop fix --candidates host_memory` times it on the whole script",
+                data=data,
+                fix=fix,
+                fix_code=fix_code,
+            )
+        ]
+    return [
+        Finding(
+            id="host.page_faults",
+            severity=Severity.PASS,
+            title="Page faults measured to cost under 1% of the step here"
+            if timed
+            else f"Steps take few page faults ({bd.faults_per_step:,.0f} per step)",
+            evidence=measured,
+            data=data,
+        )
+    ]
+
+
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     probed = {p.get("type"): p for p in probes.get("optimizer", []) if "saving_s" in p}
@@ -425,6 +497,7 @@ def findings_for(
     if model and not probes.get("precision") and not model.get("autocast"):
         found += _unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
+    found += host_memory_rules(bd, probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     if not any(f.severity is Severity.WARN for f in found):
         unmeasured = sorted({f.id for f in found if f.est_saving_s is None and f.severity is Severity.INFO})

@@ -369,6 +369,7 @@ def _collect(
         "overrides": spec.overrides.to_dict(),
         "compile_error": data.get("compile_error"),
         "override_errors": data.get("override_errors") or [],
+        "host_memory": data.get("host_memory"),
     }
     return RunResult(
         returncode=returncode,

@@ -34,6 +34,7 @@ class StepRecord:
     backward_s: float = 0.0
     optimizer_s: float = 0.0
     syncs: int = 0
+    minor_faults: int = 0  # pages mapped and zeroed during the step (getrusage ru_minflt)
     warmup: bool = False
     traced: bool = False
     eval: bool = False  # a no-grad (validation) forward ran inside this step
@@ -82,6 +83,7 @@ class Breakdown:
     median_total_s: float
     parts: dict[str, float]
     syncs_per_step: float
+    faults_per_step: float = 0.0  # median minor page faults
 
     def share(self, part: str) -> float:
         return self.parts.get(part, 0.0) / self.total_s if self.total_s > 0 else 0.0
@@ -103,6 +105,7 @@ def breakdown(steps: list[StepRecord]) -> Breakdown | None:
         median_total_s=statistics.median(s.total_s for s in steps),
         parts=parts,
         syncs_per_step=sum(s.syncs for s in steps) / n,
+        faults_per_step=statistics.median(s.minor_faults for s in steps),
     )
 
 

@@ -41,6 +41,7 @@ from pitstop.train.distributed import (
     wrap_ddp,
     wrap_fsdp,
 )
+from pitstop.train.host_memory import HostMemory, keep_host_memory
 from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
 from pitstop.train.memory_format import channels_last_input, has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
@@ -55,6 +56,7 @@ __all__ = [
     "DevicePrefetcher",
     "DistEnv",
     "FitResult",
+    "HostMemory",
     "RunningMean",
     "TensorMemoryTracker",
     "TrainConfig",
@@ -78,6 +80,7 @@ __all__ = [
     "fit",
     "has_conv2d",
     "init_distributed",
+    "keep_host_memory",
     "load_checkpoint",
     "make_grad_scaler",
     "make_optimizer",

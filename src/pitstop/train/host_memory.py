@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,20 +99,39 @@ def keep_host_memory(
     return result
 
 
-def _decide(
-    libc: ctypes.CDLL | None, env: dict[str, str] | None, maps: str | None, platform: str | None
-) -> HostMemory:
+def kept() -> HostMemory | None:
+    """What ``keep_host_memory()`` did in this process, or None when it has not been called."""
+    return _done
+
+
+def minor_page_faults() -> int:
+    """Minor page faults of this process so far (all threads): each is a fresh page mapped and zeroed."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def blocker(
+    env: dict[str, str] | None = None, maps: str | None = None, platform: str | None = None
+) -> str | None:
+    """Why malloc should be left as it is here (a reason starting with "off:"), or None to go ahead."""
     if (platform or sys.platform) != "linux":
-        return HostMemory(False, "off: glibc malloc tuning is Linux-only")
+        return "off: glibc malloc tuning is Linux-only"
     if maps is None:
         try:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
             maps = ""
     if other := _preloaded_allocator(maps):
-        return HostMemory(False, f"off: {other} is preloaded and already keeps freed memory")
+        return f"off: {other} is preloaded and already keeps freed memory"
     if key := _user_setting(dict(os.environ) if env is None else env):
-        return HostMemory(False, f"off: malloc already configured by {key}")
+        return f"off: malloc already configured by {key}"
+    return None
+
+
+def _decide(
+    libc: ctypes.CDLL | None, env: dict[str, str] | None, maps: str | None, platform: str | None
+) -> HostMemory:
+    if reason := blocker(env, maps, platform):
+        return HostMemory(False, reason)
     lib = libc if libc is not None else _glibc()
     if lib is None:
         return HostMemory(False, "off: the C library is not glibc")

@@ -526,7 +526,7 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "--candidates",
         default="auto",
         help="auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
-        "amp, channels_last, foreach, compile, cudnn_benchmark",
+        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory",
     )
     p.add_argument("--skip", default="", help="candidates never to try, e.g. compile (same names)")
     p.add_argument("--min-gain", type=float, default=0.05, help="speed-up needed to count as helped (0.05)")

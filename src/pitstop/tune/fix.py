@@ -2,7 +2,8 @@
 
 1. Profile the script once (``pitstop.profile.runner``); its actionable findings pick the candidates
    (dataloader.workers -> num_workers values + persistent_workers, precision.amp -> autocast,
-   memory_format.channels_last, optimizer.foreach, compile.none -> torch.compile, cudnn.benchmark).
+   memory_format.channels_last, optimizer.foreach, compile.none -> torch.compile, cudnn.benchmark,
+   host.page_faults -> pitstop.train.keep_host_memory).
    ``--candidates`` names them explicitly instead (then the profile run is skipped).
 2. Run the unmodified baseline and every candidate ``repeats`` times, interleaved (B, C1, C2, B, C1, ...),
    each for a bounded number of steps; compare median steps/s.
@@ -32,7 +33,16 @@ from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.report.html import Block, bar_chart, table
 from pitstop.tune.patch import Patch, dataloader_patch
 
-KINDS = ("workers", "persistent_workers", "amp", "channels_last", "foreach", "compile", "cudnn_benchmark")
+KINDS = (
+    "workers",
+    "persistent_workers",
+    "amp",
+    "channels_last",
+    "foreach",
+    "compile",
+    "cudnn_benchmark",
+    "host_memory",
+)
 # finding id from profile -> candidate kind
 FINDING_KINDS = {
     "dataloader.workers": "workers",
@@ -42,7 +52,10 @@ FINDING_KINDS = {
     "optimizer.foreach": "foreach",
     "compile.none": "compile",
     "cudnn.benchmark": "cudnn_benchmark",
+    "host.page_faults": "host_memory",
 }
+# info findings that say "not timed here, `pitstop fix` measures it"
+UNTIMED_INFO = frozenset({"compile.none", "host.page_faults"})
 Runner = Callable[[RunSpec], RunResult]
 
 
@@ -118,6 +131,9 @@ class Measured:
                     self.skipped.append(msg)
         if r.config.get("compile_error"):
             msg = f"compile fell back to eager: {r.config['compile_error']}"
+            if msg not in self.skipped:
+                self.skipped.append(msg)
+        for msg in r.config.get("override_errors") or []:
             if msg not in self.skipped:
                 self.skipped.append(msg)
 
@@ -225,18 +241,31 @@ def build_candidates(
                 skipped.append("cudnn_benchmark: no CUDA device in this run")
                 continue
             out.append(Candidate("cudnn.benchmark", kind, Overrides(cudnn_benchmark=True), why))
+        elif kind == "host_memory":
+            if config.get("host_memory"):
+                skipped.append(
+                    f"host_memory: the script already called keep_host_memory ({config['host_memory']})"
+                )
+                continue
+            if dev != "cpu" and why != "requested":
+                skipped.append(
+                    f"host_memory: the model trains on {dev}; host page faults matter for CPU steps"
+                )
+                continue
+            out.append(Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why))
     return out, skipped
 
 
 def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
-    """Actionable findings (warn/error; compile.none is info by nature) -> candidate kinds, in rank order."""
+    """Actionable findings -> candidate kinds, in rank order: warnings and errors, and the info findings
+    whose gain the profile could not time (compile.none always; host.page_faults when unprobed)."""
     seen: dict[str, str] = {}
     for f in sorted(findings, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0))):
         kind = FINDING_KINDS.get(f.id)
         if kind is None or kind in seen:
             continue
         if f.severity in (Severity.WARN, Severity.ERROR) or (
-            f.id == "compile.none" and f.severity is Severity.INFO
+            f.id in UNTIMED_INFO and f.severity is Severity.INFO and f.est_saving_s is None
         ):
             seen[kind] = f.id
     if "workers" in seen:
@@ -473,6 +502,8 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
         return "model = torch.compile(model)", model_at
     if m.kind == "cudnn_benchmark":
         return "torch.backends.cudnn.benchmark = True", None
+    if m.kind == "host_memory":
+        return "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before training", None
     dl = ov.get("dataloader") or {}
     return "DataLoader(..., " + ", ".join(f"{k}={v!r}" for k, v in dl.items()) + ")", _loader(config).get(
         "location"
