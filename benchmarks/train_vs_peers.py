@@ -4,6 +4,8 @@ Contenders (each in its own worker process, so allocator state, imports and peak
 
   naive               the tutorial loop: fp32, default memory format, AdamW (for-loop), zero_grad(),
                       loss.item() every step
+  naive+glibc         the same unmodified loop started with the environment `pitstop launch
+                      --allocator glibc` sets (glibc malloc keeps freed blocks mapped): the zero-code route
   pitstop             pitstop.train.fit with TrainConfig() defaults (auto: bf16 where the CPU is fast at
                       it, fused AdamW, channels_last for conv nets, freed host memory kept mapped, no
                       per-step host sync)
@@ -53,6 +55,7 @@ CONTENDERS = (
     "accelerate+fused",
     "pitstop-nokeep",
     "pitstop-nocl",
+    "naive+glibc",
 )
 TAG = "@@pitstop-bench "
 
@@ -146,7 +149,7 @@ def worker(name: str, a: argparse.Namespace) -> None:
     hs.wait_go()
     fused = name.endswith("+fused")
 
-    if name == "naive":
+    if name.startswith("naive"):
         opt = torch.optim.AdamW(model.parameters(), lr=lr)
         model.train()
         step = 0
@@ -244,6 +247,12 @@ class Worker:
         cmd += ["--size", str(a.size), "--samples", str(a.samples), "--width", str(a.width)]
         cmd += ["--threads", str(a.threads)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+        if name == "naive+glibc":  # what `pitstop launch --allocator glibc` adds to the child's environment
+            from pitstop.launch.allocator import preload_env, resolve_allocator
+
+            glibc, _ = resolve_allocator("glibc")
+            assert glibc is not None
+            env.update(preload_env(glibc, env))
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
@@ -342,6 +351,9 @@ def goal_lines(workers: dict[str, Worker]) -> list[str]:
         if peer in med:
             r = med["pitstop"] / med[peer]
             out.append(f"- pitstop vs {peer}: {r:.3f}x (goal >= 1.0x: {'met' if r >= 1.0 else 'not met'})")
+    if "naive" in med and "naive+glibc" in med:
+        r = med["naive+glibc"] / med["naive"]
+        out.append(f"- the unmodified naive loop under `pitstop launch --allocator glibc`: {r:.3f}x of naive")
     return out
 
 

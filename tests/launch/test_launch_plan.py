@@ -123,8 +123,22 @@ def test_allocator_found_via_ldconfig_and_dirs(tmp_path):
 def test_allocator_missing():
     with pytest.raises(LaunchError, match="not found"):
         resolve_allocator("jemalloc", {}, [])
+    # auto without either library falls back to tuning glibc through its environment, and says so.
     alloc, note = resolve_allocator("auto", {}, [])
-    assert alloc is None and "no jemalloc or tcmalloc" in note
+    assert alloc is not None and alloc.name == "glibc" and "no jemalloc or tcmalloc" in note
+    assert resolve_allocator("none", {}, []) == (None, None)
+
+
+def test_glibc_allocator_sets_malloc_env_and_preloads_nothing():
+    glibc, note = resolve_allocator("glibc", {}, [])
+    assert note is None and glibc.path == ""
+    env = preload_env(glibc, {"LD_PRELOAD": "/x/libfoo.so"})
+    assert "LD_PRELOAD" not in env  # the user's preload is left as it is
+    assert env == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+    assert "MALLOC_TRIM_THRESHOLD_" not in preload_env(glibc, {"MALLOC_TRIM_THRESHOLD_": "0"})  # user's wins
+    plan = build_plan(LaunchOptions(["t.py"], allocator="glibc"), TOPO, {}, NO_TOOLS, ldconfig={})
+    assert plan.procs[0].env["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+    assert "LD_PRELOAD" not in plan.procs[0].env
 
 
 def test_torchrun_single_node_splits_cores_among_ranks():

@@ -12,13 +12,13 @@ import textwrap
 import pytest
 import torch
 
-from pitstop.train import TrainConfig, fit
-from pitstop.train.host_memory import (
+from pitstop.host_memory import (
     M_MMAP_THRESHOLD,
     M_TRIM_THRESHOLD,
     TRIM_THRESHOLD,
     keep_host_memory,
 )
+from pitstop.train import TrainConfig, fit
 
 
 class FakeLibc:
@@ -76,7 +76,7 @@ def test_leaves_a_users_own_choice_alone(env: dict[str, str], maps: str, platfor
 _PROBE = textwrap.dedent(
     """
     import ctypes, json, resource, sys
-    from pitstop.train.host_memory import keep_host_memory
+    from pitstop.host_memory import keep_host_memory
     applied = keep_host_memory().applied if sys.argv[1] == "keep" else False
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
@@ -118,3 +118,45 @@ def test_fit_reports_it_and_can_be_turned_off() -> None:
     assert res.applied["host_memory"] == str(keep_host_memory())  # auto on CPU, applied once per process
     off = fit(torch.nn.Linear(4, 2), None, loader, loss, TrainConfig(progress=False, keep_host_memory=False))
     assert off.applied["host_memory"] == "off"
+
+
+_STEPS = textwrap.dedent(
+    """
+    import json, resource, torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 3, padding=1),
+                            torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    opt = torch.optim.AdamW(m.parameters())
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x.clone()), y).backward()
+        opt.step()
+    for _ in range(3):
+        step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        step()
+    print(json.dumps({"faults_per_step": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10}))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc on Linux")
+def test_glibc_env_of_launch_stops_a_training_step_from_faulting() -> None:
+    """`pitstop launch --allocator glibc` (and `auto` without jemalloc/tcmalloc) sets GLIBC_ENV for the child."""
+    from pitstop.host_memory import GLIBC_ENV
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LD_PRELOAD"}
+
+    def faults(env: dict) -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", _STEPS], capture_output=True, text=True, env=env, timeout=300, check=True
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])["faults_per_step"]
+
+    plain, tuned = faults(base), faults({**base, **GLIBC_ENV})
+    if plain < 100:
+        pytest.skip(f"this malloc does not give the step's memory back ({plain:.0f} faults per step)")
+    assert tuned < plain / 4, (plain, tuned)

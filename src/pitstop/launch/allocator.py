@@ -1,5 +1,7 @@
 """Find jemalloc or tcmalloc to LD_PRELOAD. Both return freed memory to the OS less eagerly and
-fragment less than glibc malloc under the many-sized allocations of CPU training and inference."""
+fragment less than glibc malloc under the many-sized allocations of CPU training and inference.
+Without either, ``glibc`` tunes glibc's own malloc through its environment variables to keep freed
+blocks mapped (the settings of ``pitstop.host_memory``): most of the page-fault saving, nothing to install."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pitstop.host_memory import GLIBC_ENV
 from pitstop.launch.binding import LaunchError
 
 # Library names in preference order (the unversioned .so is often only in -dev packages).
@@ -31,8 +34,11 @@ INSTALL_HINT = {
 @dataclass(frozen=True)
 class Allocator:
     name: str
-    path: str
+    path: str  # the library to preload; "" for glibc, which is tuned through ``env`` only
     env: dict[str, str] = field(default_factory=dict)
+
+
+GLIBC = Allocator("glibc", "", dict(GLIBC_ENV))
 
 
 def search_dirs() -> list[Path]:
@@ -98,16 +104,21 @@ def resolve_allocator(
     choice: str, ldconfig: dict[str, str] | None = None, dirs: list[Path] | None = None
 ) -> tuple[Allocator | None, str | None]:
     """``--allocator`` -> (allocator or None, note). An explicit choice that is not installed raises
-    LaunchError; ``auto`` takes jemalloc, then tcmalloc, and notes when neither is there."""
+    LaunchError; ``auto`` takes jemalloc, then tcmalloc, then tuned glibc (with a note)."""
     if choice in ("none", "default"):
         return None, None
+    if choice == "glibc":
+        return GLIBC, None
     if choice == "auto":
         for name in LIBS:
             if a := find_allocator(name, ldconfig, dirs):
                 return a, None
-        return None, "no jemalloc or tcmalloc found; using the default glibc malloc"
+        return GLIBC, (
+            "no jemalloc or tcmalloc found; glibc malloc keeps freed memory mapped instead "
+            f"({', '.join(f'{k}={v}' for k, v in GLIBC_ENV.items())})"
+        )
     if choice not in LIBS:
-        raise LaunchError(f"unknown allocator {choice!r} (choose jemalloc, tcmalloc, auto or none)")
+        raise LaunchError(f"unknown allocator {choice!r} (choose jemalloc, tcmalloc, glibc, auto or none)")
     if a := find_allocator(choice, ldconfig, dirs):
         return a, None
     raise LaunchError(
@@ -118,10 +129,13 @@ def resolve_allocator(
 
 
 def preload_env(alloc: Allocator, base: dict[str, str]) -> dict[str, str]:
-    """Environment additions that preload ``alloc``, keeping anything already in LD_PRELOAD and MALLOC_CONF."""
-    prev = base.get("LD_PRELOAD", "")
-    parts = [alloc.path] + [p for p in prev.replace(" ", ":").split(":") if p and p != alloc.path]
-    env = {"LD_PRELOAD": ":".join(parts)}
+    """Environment additions that preload ``alloc``, keeping anything already in LD_PRELOAD and the
+    allocator's settings (MALLOC_CONF, MALLOC_*_) the user set."""
+    env: dict[str, str] = {}
+    if alloc.path:
+        prev = base.get("LD_PRELOAD", "")
+        parts = [alloc.path] + [p for p in prev.replace(" ", ":").split(":") if p and p != alloc.path]
+        env["LD_PRELOAD"] = ":".join(parts)
     for k, v in alloc.env.items():
         if k not in base:
             env[k] = v

@@ -43,8 +43,9 @@ def _register_launch(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     cpu.add_argument(
         "--allocator",
         default="none",
-        choices=("none", "auto", "jemalloc", "tcmalloc"),
-        help="LD_PRELOAD jemalloc or tcmalloc (auto: whichever is installed)",
+        choices=("none", "auto", "jemalloc", "tcmalloc", "glibc"),
+        help="LD_PRELOAD jemalloc or tcmalloc, or glibc: tune glibc malloc by environment to keep freed "
+        "memory mapped (auto: jemalloc, else tcmalloc, else glibc)",
     )
     cpu.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment")
     cpu.add_argument("--log-dir", help="write each instance's output to DIR/instance_N.log")

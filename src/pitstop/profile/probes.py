@@ -237,7 +237,7 @@ def _host_memory_probe(
     parameters move with the steps; nothing reads them afterwards)."""
     import time
 
-    from pitstop.train import host_memory
+    from pitstop import host_memory
 
     if (done := host_memory.kept()) is not None:
         return {"skipped": f"the script already called keep_host_memory: {done.detail}"}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
+from pitstop.host_memory import GLIBC_ENV
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
 if TYPE_CHECKING:
@@ -323,13 +324,14 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
     data = {**hm, "faults_per_step": bd.faults_per_step}
     fix = (
         "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
-        "mmap/trim thresholds), or without a code change MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ "
-        "in the environment, or a preloaded jemalloc/tcmalloc (`pitstop launch --allocator`). Cost: the "
+        "mmap/trim thresholds); or, without a code change, start the script with `pitstop launch --allocator "
+        "glibc` (the same through glibc's environment variables) or `--allocator jemalloc`. Cost: the "
         "process keeps its peak heap."
     )
+    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
     fix_code = (
         "from pitstop.train import keep_host_memory\nkeep_host_memory()  # before the training loop\n"
-        "# or: MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 python train.py"
+        f"# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
     )
     # The probe runs after the script, with the heap in another state, so its own fault count is not the
     # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.

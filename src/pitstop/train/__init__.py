@@ -13,6 +13,7 @@ and ``sync_context`` (gradient accumulation with DDP ``no_sync``), ``apply_activ
 Importing this package imports torch.
 """
 
+from pitstop.host_memory import HostMemory, keep_host_memory
 from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
 from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
 from pitstop.train.backends import configure_backends
@@ -41,7 +42,6 @@ from pitstop.train.distributed import (
     wrap_ddp,
     wrap_fsdp,
 )
-from pitstop.train.host_memory import HostMemory, keep_host_memory
 from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
 from pitstop.train.memory_format import channels_last_input, has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size

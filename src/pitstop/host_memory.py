@@ -6,7 +6,8 @@ heap top above ``M_TRIM_THRESHOLD``. A training step allocates the same activati
 every step, so on CPU each step then takes a page fault (and a page of zeroing) for every 4 KiB it
 touches: thousands per step for a small conv net. Raising both thresholds makes freed blocks stay
 mapped and be reused by the next step. jemalloc/tcmalloc (``pitstop launch --allocator``) get the same
-effect by preloading; this does it for glibc from inside the process, without a restart.
+effect by preloading; this does it for glibc from inside the process, without a restart
+(``pitstop launch --allocator glibc`` sets the same through the environment of a new process).
 
 Cost: the process keeps its high-water mark of heap memory (as the CUDA caching allocator does).
 Nothing is changed where the user chose already: a preloaded jemalloc/tcmalloc/mimalloc, or glibc's
@@ -30,6 +31,12 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLDS = (1 << 30, 32 << 20)
 TRIM_THRESHOLD = 2**31 - 1
 _OTHER_ALLOCATORS = ("libjemalloc", "libtcmalloc", "libmimalloc")
+# The same settings for a child process, through glibc's environment variables (read at start-up).
+# 32 MiB: the largest mmap threshold every 64-bit glibc accepts there.
+GLIBC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLDS[-1]),
+    "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
+}
 _USER_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
