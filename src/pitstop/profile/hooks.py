@@ -193,6 +193,7 @@ class Instrumentation:
         self._last_sync_end = -1.0
         # (code|location, line, method) -> [calls, measured seconds, measured calls, measured loop gaps]
         self._sites: dict[tuple[Any, ...], list[Any]] = {}
+        self._cpu_ignored: dict[tuple[Any, ...], Any] = {}  # sites (-> code) whose CPU syncs do not count
         self.totals = {"data_wait_s": 0.0, "batches": 0, "forward_s": 0.0, "forwards": 0, "backward_s": 0.0}
         self.warm_done = False
         self.callback_result: Any = None

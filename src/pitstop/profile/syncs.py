@@ -32,54 +32,83 @@ SYNC_METHODS = (
 LOOP_GAP_S = 0.0001  # syncs closer than this to the previous one are one per-element loop
 
 
-_NESTING_SYNCS = frozenset({"__repr__", "__format__"})  # call other syncs inside: need the in_sync guard
+# The per-element loop's methods (``bool(t[i] == y[i])``, ``t[i].item()``) take no argument: their
+# wrapper has no *args/**kwargs (packing them costs ~0.3 us a call) and counts a repeat call inline.
+_NO_ARGS = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__index__"})
 
 
 def make_sync(inst: Instrumentation, name: str, orig: Any) -> Any:
-    """A wrapper for one sync method. Sites are keyed (id(code), line, method); only user lines (or, for
-    device tensors, the user line found by walking the stack) become sites.
+    """A wrapper for one sync method. Sites are keyed (id(code), bytecode offset, method); only user
+    lines (or, for device tensors, the user line found by walking the stack) become sites.
 
     Hot path (per-element loops call it thousands of times a step): a CPU tensor at a known site costs one
     clock read, and the time since the previous sync, when under ``LOOP_GAP_S``, is the per-element loop's
-    cost (the previous call plus the Python between). Device tensors and nesting methods are timed around
-    the call, under the in_sync guard."""
-    sites = inst._sites
+    cost (the previous call plus the Python between). Device tensors, nesting methods and methods with
+    arguments are timed around the call, under the in_sync guard."""
     getframe = sys._getframe
-    fast = name not in _NESTING_SYNCS
+
+    if name not in _NO_ARGS:
+
+        @functools.wraps(orig)
+        def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if inst.in_sync:  # nested in a sync we time, or inside DataLoader.__next__ (data wait)
+                return orig(self, *args, **kwargs)
+            return _sync(inst, name, orig, self, args, kwargs, getframe(1))
+
+        return wrapper
 
     @functools.wraps(orig)
-    def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if inst.in_sync:  # nested in a sync we time, or inside DataLoader.__next__ (data wait)
-            return orig(self, *args, **kwargs)
+    def wrapper0(self: torch.Tensor) -> Any:
+        if inst.in_sync:
+            return orig(self)
         frame = getframe(1)
-        code = frame.f_code
         # f_lasti (the call's bytecode offset), not f_lineno: the line number is computed by scanning the
         # code's line table, microseconds in a long function
-        at = frame.f_lasti
-        if code is inst._last_code and at == inst._last_lasti and name is inst._last_name:
-            site = inst._last_site  # the same call as the previous sync: a per-element loop
-        else:
-            # id(code): hashing a code object hashes its bytecode; USER_CODE keeps the object alive
-            site = sites.get((id(code), at, name))
-            if site is None:
-                return _first_sync(inst, name, orig, self, args, kwargs, frame)
-            inst._last_code, inst._last_lasti, inst._last_name = code, at, name
-        if fast and self.is_cpu:
-            t = clock()
-            dt = t - inst._last_sync_end
-            if dt < LOOP_GAP_S:  # the previous call and the loop since: this per-element loop's cost
-                inst.sync += dt
-                if inst.warm_done:
-                    site[3] += dt
-            inst._last_site = site
-            inst._last_sync_end = t
-            inst.n_syncs += 1
-            site[0] += 1
-            site[2] += inst.warm_done
-            return orig(self, *args, **kwargs)
-        return _timed_sync(inst, site, orig, self, args, kwargs)
+        if (
+            frame.f_code is inst._last_code
+            and frame.f_lasti == inst._last_lasti
+            and name is inst._last_name
+            and self.is_cpu
+        ):  # the same call as the previous sync, on the CPU: a per-element loop
+            _count_cpu(inst, inst._last_site)
+            return orig(self)
+        return _sync(inst, name, orig, self, (), {}, frame)
 
-    return wrapper
+    return wrapper0
+
+
+def _sync(
+    inst: Instrumentation, name: str, orig: Any, t: torch.Tensor, args: Any, kwargs: Any, frame: Any
+) -> Any:
+    """Any call but a repeat of the previous CPU sync: find (or make) its site, then time it."""
+    code, at = frame.f_code, frame.f_lasti
+    key = (id(code), at, name)  # id(code): hashing a code object hashes its bytecode
+    site = inst._sites.get(key)
+    if site is None:
+        if t.is_cpu and inst._cpu_ignored.get(key) is code:
+            return orig(t, *args, **kwargs)  # library code's CPU .item() (e.g. the optimizer's step count)
+        return _first_sync(inst, name, orig, t, args, kwargs, frame)
+    if name in _NO_ARGS and t.is_cpu:  # a known site, on the CPU: count it as the repeat path does
+        inst._last_code, inst._last_lasti, inst._last_name = code, at, name
+        _count_cpu(inst, site)
+        return orig(t, *args, **kwargs)
+    return _timed_sync(inst, site, orig, t, args, kwargs)
+
+
+def _count_cpu(inst: Instrumentation, site: list[Any]) -> None:
+    """One CPU sync at ``site``, not timed around the call: the time since the previous sync, when under
+    ``LOOP_GAP_S``, is the per-element loop's cost (the previous call plus the Python between)."""
+    t = clock()
+    dt = t - inst._last_sync_end
+    if dt < LOOP_GAP_S:
+        inst.sync += dt
+        if inst.warm_done:
+            site[3] += dt
+    inst._last_site = site
+    inst._last_sync_end = t
+    inst.n_syncs += 1
+    site[0] += 1
+    site[2] += inst.warm_done
 
 
 def new_site(
@@ -101,6 +130,7 @@ def _first_sync(
         # CPU: no device to wait for; count calls made directly from user code, so the same logic that
         # finds GPU syncs runs (and is shown) on a CPU run. `.cpu()` of a CPU tensor is a no-op.
         if name == "cpu" or not user_code(code):
+            inst._cpu_ignored[(id(code), at, name)] = code  # the next call from here takes the fast path
             return orig(t, *args, **kwargs)
         site = new_site(inst, (id(code), at, name), code, frame.f_lineno, name, at)
     elif user_code(code):
