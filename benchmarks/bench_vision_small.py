@@ -58,9 +58,9 @@ def main(argv: list[str]) -> int:
         f"- wall time of the whole command: {wall:.0f} s (budget {BUDGET_S} s; "
         f"{'inside' if wall <= BUDGET_S else 'OVER'} the budget); phases: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in bench["phases_s"].items()),
-        f"- load average (1 min) at start / end: {meta['load_avg'].get('start')} / {meta['load_avg'].get('end')}. "
-        "Measured on a shared machine (other engineers' tests and benchmarks ran at the same time): "
-        "absolute numbers are low and noisy; ratios come from configs interleaved in the same run.",
+        f"- load average (1 min) at start / end: {meta['load_avg'].get('start', 'unknown')} / "
+        f"{meta['load_avg'].get('end', 'unknown')} on {meta['machine']['usable_cores']} usable cores; ratios come "
+        "from configurations interleaved in the same run, so background load spreads over all rows.",
         "",
         table.strip(),
         "",

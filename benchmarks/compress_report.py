@@ -141,15 +141,16 @@ def main() -> int:
         "--threads",
         type=int,
         default=1,
-        help="torch threads while timing (default 1: on a shared machine a descheduled OpenMP thread stalls "
+        help="torch threads while timing (default 1: on a busy machine a descheduled OpenMP thread stalls "
         "the others, so multi-thread timings there are mostly noise; 0 = torch's default)",
     )
     args = ap.parse_args()
 
     import torch
 
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_average, load_line, machine_line
 
+    load0 = load_average()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     results = run_all(args)
@@ -170,8 +171,8 @@ def main() -> int:
         "- size: torch.save(state_dict) on disk; static int8 = the converted graph with int8 weights (the "
         "running model holds oneDNN-packed weights that torch.save cannot write)",
         "- accuracy: top-1 on the digits test split (397 images, never trained on)",
-        "- measured on a shared machine (other work was running): medians can carry load spikes that the "
-        "mins do not; latency ratios within ~20% are noise",
+        f"- {load_line(load0)}: medians can carry load spikes that the mins do not; latency ratios within "
+        "~20% are noise",
         "",
     ]
     for title, _, rep in results:

@@ -69,8 +69,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from pitstop.doctor.storage import _write_temp
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_average, load_line, machine_line
 
+    load0 = load_average()
     size = args.size_mib * MiB
     methods = ["buffered, warm cache", "fadvise(DONTNEED)", "O_DIRECT"]
     speeds: dict[str, list[float]] = {m: [] for m in methods}
@@ -115,8 +116,8 @@ def main() -> None:
         f"--dir {args.dir} --size-mib {args.size_mib} --repeats {args.repeats}`  \n"
         f"Test file: {size / MiB:.0f} MiB under `{Path(args.dir).resolve()}`, sequential 4 MiB reads, "
         f"{args.repeats} interleaved repeats.  \n"
-        "Measured on a shared machine (other engineers' tests running), so absolute numbers are noisy; "
-        "the ratio is the point.\n\n"
+        f"Machine load: {load_line(load0)}; absolute numbers move with other I/O on the "
+        "machine, the ratio is the point.\n\n"
         f"{table}\n\n{drop_line}  \n{audit_line}\n\n"
         "A naive read test (buffered, file already in the page cache) reports memory speed, not the disk. "
         "`pitstop doctor` drops the file's cached pages with posix_fadvise(DONTNEED), checks with mincore that "

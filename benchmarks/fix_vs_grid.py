@@ -166,12 +166,12 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_line, machine_line
 
     lines = [
         "# fix vs exhaustive grid",
         "",
-        f"Machine: {machine_line()} (a shared machine: others' tests ran during the measurement).  ",
+        f"Machine: {machine_line()}; {load_line(args.load0)}.  ",
         f"Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
         f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/fix_vs_grid.py', *sys.argv[1:]])}`  ",
         f"Each run: {args.warmup} warm-up + {args.steps} measured optimizer steps of the unmodified example; "
@@ -214,6 +214,9 @@ def main() -> int:
         help="OMP/MKL threads per run (default: as the environment has it)",
     )
     args = ap.parse_args()
+    from pitstop.machine import load_average
+
+    args.load0 = load_average()
     names = [n.strip() for n in args.examples.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:

@@ -116,7 +116,7 @@ def main() -> None:
     from rich.console import Console
     from rich.progress import Progress
 
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_average, load_line, machine_line
 
     cpus = sorted(os.sched_getaffinity(0))
     n = len(cpus)
@@ -128,7 +128,7 @@ def main() -> None:
         (f"{n} instances x 1 thread (unbound)", n, "none"),
     ]
     per_instance = max(1, args.batches // n)
-    load0 = os.getloadavg()[0]
+    load0 = load_average()
     results: dict[str, list[dict]] = {c[0]: [] for c in configs}
     console = Console(stderr=True)
     try:
@@ -171,10 +171,9 @@ def main() -> None:
             f"- workload: ResNet-18 inference, batch {args.batch}, {args.size}x{args.size}, {args.batches} batches "
             f"in total per configuration, started with pitstop's launcher; throughput = images / (last end - "
             "first start) over all instances, configurations interleaved per repeat",
-            "- measured on a shared machine (other work was running; 1-min load average "
-            f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end, on {n} CPUs): a multi-threaded process "
-            "suffers most when other work takes its cores (OpenMP threads wait for the descheduled one), so "
-            "expect a smaller gap on an idle machine. Images per CPU-second is less sensitive to that load.",
+            f"- {load_line(load0)}: a multi-threaded process suffers most when other work takes its cores "
+            "(OpenMP threads wait for the descheduled one), so the single-instance row gains most on an idle "
+            "machine. Images per CPU-second is less sensitive to that load.",
             "",
             "| configuration | min images/s | median images/s | max images/s | median vs 1 instance "
             "| median images per CPU-second | repeats |",

@@ -139,8 +139,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="example file names to run (default: all)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_average, load_line, machine_line
 
+    args.load0 = load_average()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     names = args.only or list(WORKLOADS)
     rows = []
@@ -186,8 +187,8 @@ def main() -> int:
         f"`pitstop profile --full --no-probes -- python examples/X.py` (all hooks on for the whole run), "
         f"fresh process each, alternating order, {args.repeats} repeats; then the same in one process; "
         f"OMP_NUM_THREADS={args.threads}",
-        "- measured on a shared machine (other engineers' tests ran at the same time): differences of a few "
-        "percent either way are within the noise; the requirement is < 5% overhead",
+        f"- {load_line(args.load0)}: differences of a few percent either way are within run-to-run noise; "
+        "the requirement is < 5% overhead",
         "",
         "End to end (fresh process per run):",
         "",

@@ -377,9 +377,9 @@ def main() -> None:
         raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
     sys.path.insert(0, str(ROOT / "src"))
     from pitstop.hardware import preferred_amp_dtype
-    from pitstop.machine import machine_line
+    from pitstop.machine import load_average, load_line, machine_line
 
-    load = os.getloadavg()[0]
+    load = load_average()
     workers = run(a)
     threads = {w.info.get("threads") for w in workers.values()}
     table = fmt_table(workers, a)
@@ -400,8 +400,8 @@ def main() -> None:
             f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
             f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'}",
             "- each contender in its own process; RSS growth = peak RSS minus RSS after imports and setup",
-            f"- load average before the run: {load:.2f} on {os.cpu_count()} CPUs; the interleaving spreads "
-            "background load over all rows, but treat differences under ~10% as noise",
+            f"- {load_line(load)}; the interleaving spreads background load over all rows, but treat "
+            "differences under ~10% as noise",
             "",
             *table,
             "",

@@ -49,3 +49,24 @@ def machine_line() -> str:
         f"{d['cpu']}, {d['usable_cores']} usable cores, {d['ram_gib']} GiB RAM, {gpu}; "
         f"Python {d['python']}, torch {d['torch']} ({d['torch_threads']} threads)"
     )
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the system does not report one."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def load_line(start: float | None) -> str:
+    """How busy the machine was around a measurement (``start`` from ``load_average()`` before it), for
+    benchmark results: measured, so a result never claims a quiet or a busy machine it did not see."""
+
+    def fmt(v: float | None) -> str:
+        return "unknown" if v is None else f"{v:.2f}"
+
+    return (
+        f"load average (1 min) {fmt(start)} at start, {fmt(load_average())} at end, "
+        f"on {usable_cores()} usable cores"
+    )

@@ -4,7 +4,6 @@ and the OneCycle/StepLR comparison. Returns data; it never prints."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
 from pitstop.factory import FactoryError
 from pitstop.hardware import usable_cores
+from pitstop.machine import load_average
 
 
 class ProgressSink(Protocol):
@@ -143,7 +143,8 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         spec = replace(spec, data_dir=own_data)
         workload = build_workload(spec)
     res = BenchResult(opts, workload.describe(), device, threads)
-    res.load_avg["start"] = _load()
+    if (load := load_average()) is not None:
+        res.load_avg["start"] = round(load, 2)
     configs = select_configs(opts, device, workload)
     cuda, bf16_ok = torch.cuda.is_available(), device != "cuda" or torch.cuda.is_bf16_supported()
     inproc = [c for c in configs if not c.isolate and why_not(c, device, cuda, bf16_ok) is None]
@@ -319,7 +320,8 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     for r in res.rows:
         derive(r, res.flops_per_sample, res.peaks)
     res.phases_s["total"] = time.monotonic() - t_start
-    res.load_avg["end"] = _load()
+    if (load := load_average()) is not None:
+        res.load_avg["end"] = round(load, 2)
     cores = usable_cores()
     if max(res.load_avg.values(), default=0.0) > cores:
         res.notes.append(
@@ -327,13 +329,6 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             "other work competed for the CPU, so absolute numbers are low and noisy (ratios are interleaved)"
         )
     return res
-
-
-def _load() -> float:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return -1.0
 
 
 def _median(xs: list[float]) -> float:
