@@ -69,7 +69,7 @@ class Finding:
         d = asdict(self)
         d["severity"] = str(self.severity)
         d["area"] = self.area
-        d["data"] = _jsonable(self.data)
+        d["data"] = jsonable(self.data)
         return d
 
     @classmethod
@@ -115,11 +115,11 @@ class Report:
             "pitstop_version": __version__,
             "created": self.created,
             "host": {"hostname": socket.gethostname(), "platform": platform.platform()},
-            "meta": _jsonable(self.meta),
+            "meta": jsonable(self.meta),
             "error": self.error,
             "summary": _summary(self.findings),
             "findings": [f.to_dict() for f in self.ranked()],
-            "sections": _jsonable(self.sections),
+            "sections": jsonable(self.sections),
         }
 
     @classmethod
@@ -142,21 +142,21 @@ def _summary(findings: list[Finding]) -> dict[str, int]:
     return counts
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Coerce measured values (numpy/torch scalars, tuples, paths, NaN) into strict JSON values."""
     if value is None or isinstance(value, bool | str | int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalar
         try:
-            return _jsonable(value.item())
+            return jsonable(value.item())
         except (TypeError, ValueError, RuntimeError):
             pass
     if hasattr(value, "to_dict"):
-        return _jsonable(value.to_dict())
+        return jsonable(value.to_dict())
     return str(value)

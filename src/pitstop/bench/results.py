@@ -131,6 +131,7 @@ def to_report(result: BenchResult) -> Report:
         "elapsed_s": round(result.phases_s.get("total", 0.0), 1),
         "interrupted": result.interrupted,
         "load_avg": result.load_avg,
+        "other_cpu_share": result.other_cpu_share,
         "machine": describe_machine(),
     }
     report.sections["bench"] = {

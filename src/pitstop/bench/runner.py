@@ -17,7 +17,7 @@ from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
 from pitstop.factory import FactoryError
 from pitstop.hardware import usable_cores
-from pitstop.machine import load_average
+from pitstop.machine import OtherCpu, load_average
 
 
 class ProgressSink(Protocol):
@@ -74,6 +74,7 @@ class BenchResult:
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
     load_avg: dict[str, float] = field(default_factory=dict)  # 1-min load average at start and end
+    other_cpu_share: float = 0.0  # CPU time of processes outside the bench over wall time x CPUs
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -86,6 +87,7 @@ TIMER_WARMUP = 1  # untimed steps Session.block runs before each timed block
 # torch.compile must have compiled (in its worker, overlapping this process's warm-up) by this share of
 # the budget, or its rows report that it did not fit.
 COMPILE_READY_SHARE = 0.5
+OTHER_CPU_NOTE = 0.1  # competing CPU share above which the results carry a note
 COMPILE_REF = replace(BASELINE, name="baseline_compile_ref", title="baseline (compile worker)")
 
 
@@ -145,6 +147,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     res = BenchResult(opts, workload.describe(), device, threads)
     if (load := load_average()) is not None:
         res.load_avg["start"] = round(load, 2)
+    other = OtherCpu()  # competing work, told apart from the bench's own workers
     configs = select_configs(opts, device, workload)
     cuda, bf16_ok = torch.cuda.is_available(), device != "cuda" or torch.cuda.is_bf16_supported()
     inproc = [c for c in configs if not c.isolate and why_not(c, device, cuda, bf16_ok) is None]
@@ -322,11 +325,11 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     res.phases_s["total"] = time.monotonic() - t_start
     if (load := load_average()) is not None:
         res.load_avg["end"] = round(load, 2)
-    cores = usable_cores()
-    if max(res.load_avg.values(), default=0.0) > cores:
+    res.other_cpu_share = round(other.share(), 3)
+    if res.other_cpu_share > OTHER_CPU_NOTE:
         res.notes.append(
-            f"load average {max(res.load_avg.values()):.1f} exceeded the {cores} usable cores during the run: "
-            "other work competed for the CPU, so absolute numbers are low and noisy (ratios are interleaved)"
+            f"other processes used {res.other_cpu_share:.0%} of the machine's CPU time during the run: "
+            "absolute numbers are low and noisy (ratios are interleaved)"
         )
     return res
 

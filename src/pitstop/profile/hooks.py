@@ -194,6 +194,8 @@ class Instrumentation:
         # (code|location, line, method) -> [calls, measured seconds, measured calls, measured loop gaps]
         self._sites: dict[tuple[Any, ...], list[Any]] = {}
         self._cpu_ignored: dict[tuple[Any, ...], Any] = {}  # sites (-> code) whose CPU syncs do not count
+        self._ignored_code: Any = None  # the last of those seen, for a one-comparison repeat check
+        self._ignored_lasti = -1
         self.totals = {"data_wait_s": 0.0, "batches": 0, "forward_s": 0.0, "forwards": 0, "backward_s": 0.0}
         self.warm_done = False
         self.callback_result: Any = None
@@ -843,7 +845,7 @@ def shutdown_loader_workers(inst: Instrumentation) -> None:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    from pitstop.findings import _jsonable
+    from pitstop.findings import jsonable
 
-    tmp.write_text(json.dumps(_jsonable(data), allow_nan=False))
+    tmp.write_text(json.dumps(jsonable(data), allow_nan=False))
     os.replace(tmp, path)

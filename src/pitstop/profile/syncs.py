@@ -72,6 +72,8 @@ def make_sync(inst: Instrumentation, name: str, orig: Any) -> Any:
         ):  # the same call as the previous sync, on the CPU: a per-element loop
             _count_cpu(inst, inst._last_site)
             return orig(self)
+        if frame.f_code is inst._ignored_code and frame.f_lasti == inst._ignored_lasti and self.is_cpu:
+            return orig(self)  # the last library call found not to be a sync (Adam's step.item()), again
         return _sync(inst, name, orig, self, (), {}, frame)
 
     return wrapper0
@@ -86,6 +88,7 @@ def _sync(
     site = inst._sites.get(key)
     if site is None:
         if t.is_cpu and inst._cpu_ignored.get(key) is code:
+            inst._ignored_code, inst._ignored_lasti = code, at
             return orig(t, *args, **kwargs)  # library code's CPU .item() (e.g. the optimizer's step count)
         return _first_sync(inst, name, orig, t, args, kwargs, frame)
     if name in _NO_ARGS and t.is_cpu:  # a known site, on the CPU: count it as the repeat path does

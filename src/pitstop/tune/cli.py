@@ -270,13 +270,9 @@ def cmd_loader(ns: argparse.Namespace) -> int:
         with _status("pitstop tune loader", ns.quiet) as update:
             result = tune_loader(dataset, base, cfg, progress=update)
     else:
-        from pitstop.tune.script import run_callback
-
-        meta["command"] = " ".join(cmd)
-        with _status("pitstop tune loader (script)", ns.quiet):
-            payload, error = run_callback(cmd, "loader", _tune_args(ns, cfg), ns.timeout)
-        if payload is None:
-            return _script_failed("tune loader", error, ns)
+        payload = _in_script(ns, cmd, "loader", meta, cfg)
+        if isinstance(payload, int):
+            return payload
         result = LoaderTuneResult.from_dict(payload)
     report, blocks = loader_report(result, meta)
     from pitstop.tune.loader import SWEEP_HEADERS, sweep_rows
@@ -305,6 +301,20 @@ def _tune_args(ns: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
     if cfg is not None:
         d["tune_config"] = asdict(cfg)
     return d
+
+
+def _in_script(
+    ns: argparse.Namespace, cmd: list[str], kind: str, meta: dict[str, Any], cfg: Any = None
+) -> dict[str, Any] | int:
+    """Script mode: run the ``kind`` tuner inside the script's own process (``pitstop.tune.script``).
+    Its result as a dict, or the exit code after reporting why it could not run."""
+    from pitstop.tune.script import run_callback
+
+    meta["command"] = " ".join(cmd)
+    name = "tune " + kind.replace("_", "-")
+    with _status(f"pitstop {name} (script)", ns.quiet):
+        payload, error = run_callback(cmd, kind, _tune_args(ns, cfg), ns.timeout)
+    return _script_failed(name, error, ns) if payload is None else payload
 
 
 def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
@@ -365,13 +375,9 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
         return usage_error("--budget-mib must be positive")
     meta: dict[str, Any] = {}
     if cmd:
-        from pitstop.tune.script import run_callback
-
-        meta["command"] = " ".join(cmd)
-        with _status("pitstop tune batch-size (script)", ns.quiet):
-            payload, error = run_callback(cmd, "batch_size", _tune_args(ns), ns.timeout)
-        if payload is None:
-            return _script_failed("tune batch-size", error, ns)
+        payload = _in_script(ns, cmd, "batch_size", meta)
+        if isinstance(payload, int):
+            return payload
         result = BatchSizeResult.from_dict(payload)
     else:
         if not (ns.model and ns.dataset):
@@ -453,13 +459,9 @@ def cmd_lr(ns: argparse.Namespace) -> int:
         return usage_error("need 0 < --start-lr < --end-lr, --steps >= 3, 0 <= --smooth < 1, --diverge > 1")
     meta: dict[str, Any] = {}
     if cmd:
-        from pitstop.tune.script import run_callback
-
-        meta["command"] = " ".join(cmd)
-        with _status("pitstop tune lr (script)", ns.quiet):
-            payload, error = run_callback(cmd, "lr", _tune_args(ns), ns.timeout)
-        if payload is None:
-            return _script_failed("tune lr", error, ns)
+        payload = _in_script(ns, cmd, "lr", meta)
+        if isinstance(payload, int):
+            return payload
         result = LRResult.from_dict(payload)
     else:
         if not (ns.model and ns.dataset):

@@ -11,9 +11,12 @@
    baseline run (so noise alone rarely passes: 1 in 20 for 3 repeats), it really applied (the override
    was not skipped, compile did not fall back), and its loss stayed finite and close to the baseline's
    (within ``loss_rtol`` of the mean, or of the baseline's own run-to-run spread if larger).
-4. The fixes that helped are combined (the best num_workers value only) and measured against the
-   baseline again, interleaved. If the combination is slower than the best single fix, that one is kept.
-5. Output: findings per candidate (helped / measured-and-rejected, with the numbers), the combined
+4. While the script waits for data, a compute fix cannot show. So when a loader fix helped, the compute
+   candidates rejected for speed are measured again with it in place, against the loader fix alone.
+5. The fixes that helped (the best num_workers value only, and the second round's) are combined and
+   measured against the baseline again, interleaved. If the combination is slower than the best single
+   fix, that one is kept.
+6. Output: findings per candidate (helped / measured-and-rejected, with the numbers), the combined
    speed-up, and the code change: a unified diff of the DataLoader call for loader fixes, snippets at
    the model's/optimizer's file:line otherwise.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
@@ -113,6 +116,9 @@ class Measured:
     speedup: float | None = None
     verdict: str = ""  # baseline | helped | rejected | failed
     reason: str = ""
+    # Measured on top of another fix (second round): what it was compared against, and that one's median.
+    on_top_of: str | None = None
+    ref_runs: list[float] = field(default_factory=list)  # that one's steps/s, interleaved with these
 
     def add(self, r: RunResult) -> None:
         if not r.ok or not r.steps:
@@ -274,14 +280,13 @@ def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
 
 
 def merge(overrides: list[Overrides]) -> Overrides:
+    """All of them at once (each field: the first that sets it; DataLoader keywords: the last wins)."""
     out = Overrides()
     for o in overrides:
         out.dataloader.update(o.dataloader)
-        out.channels_last = out.channels_last or o.channels_last
-        out.autocast = out.autocast or o.autocast
-        out.cudnn_benchmark = out.cudnn_benchmark or o.cudnn_benchmark
-        out.optimizer_impl = out.optimizer_impl or o.optimizer_impl
-        out.compile = out.compile or o.compile
+        for f in fields(Overrides):
+            if f.name != "dataloader":
+                setattr(out, f.name, getattr(out, f.name) or getattr(o, f.name))
     return out
 
 
@@ -434,6 +439,7 @@ def run_fix(
         if len(workers) > 1:
             best_w = max(workers, key=lambda m: m.median or 0.0)
             helped = [m for m in helped if m.kind != "workers" or m is best_w]
+        helped += _on_top_of_loader_fix(command, helped, measured, cfg, runner, progress, result)
         if len(helped) == 1:
             result.chosen, result.speedup = [helped[0].name], helped[0].speedup
         elif len(helped) > 1:
@@ -457,6 +463,61 @@ def run_fix(
         for m in result.candidates:
             judge(m, base, cfg)
     return _finish(result, cfg)
+
+
+LOADER_KINDS = frozenset({"workers", "persistent_workers"})
+
+
+def _on_top_of_loader_fix(
+    command: list[str],
+    helped: list[Measured],
+    measured: list[Measured],
+    cfg: FixConfig,
+    runner: Runner,
+    progress: Callable[[str], None] | None,
+    result: FixResult,
+) -> list[Measured]:
+    """Second round. While the script waits for data, a compute fix (autocast, channels_last, ...) cannot
+    show: the step is as long as the data wait. When a loader fix helped, the compute candidates that were
+    rejected (for speed, not for an error or a loss change) are measured again with the loader fix in
+    place, against the loader fix alone. Returns those that helped there."""
+    first = next((m for m in helped if m.kind in LOADER_KINDS), None)
+    retry = [
+        m
+        for m in measured
+        if m.kind not in LOADER_KINDS
+        and m.verdict in ("rejected", "inconclusive")
+        and not m.errors
+        and not m.skipped
+        and not m.reason.startswith("mean loss")
+    ]
+    if first is None or not retry:
+        return []
+    first_ov = Overrides.from_dict(first.overrides)
+    ref = Measured(f"{first.name} alone", "baseline", first.overrides)
+    tops = [
+        Measured(
+            m.name,
+            m.kind,
+            merge([first_ov, Overrides.from_dict(m.overrides)]).to_dict(),
+            m.why,
+            on_top_of=first.name,
+        )
+        for m in retry
+    ]
+    _interleaved(
+        command,
+        [(ref, first_ov), *((t, Overrides.from_dict(t.overrides)) for t in tops)],
+        cfg,
+        runner,
+        progress,
+    )
+    judge(ref, ref, cfg)
+    for t in tops:
+        judge(t, ref, cfg)
+        t.ref_runs = list(ref.steps_per_s)
+    result.candidates += tops
+    return [t for t in tops if t.verdict == "helped"]
 
 
 def _finish(result: FixResult, cfg: FixConfig) -> FixResult:
@@ -510,8 +571,8 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
     )
 
 
-def _runs_text(m: Measured) -> str:
-    return ", ".join(f"{v:.3g}" for v in m.steps_per_s) or "none"
+def _runs_text(runs: list[float]) -> str:
+    return ", ".join(f"{v:.3g}" for v in runs) or "none"
 
 
 def fix_findings(result: FixResult) -> list[Finding]:
@@ -528,17 +589,21 @@ def fix_findings(result: FixResult) -> list[Finding]:
             )
         )
         return out
-    base_step = 1 / base.median if base.median else None
     for m in result.candidates:
+        ref_runs = m.ref_runs if m.on_top_of else base.steps_per_s
+        ref_median = statistics.median(ref_runs) if ref_runs else None
+        ref_step = 1 / ref_median if ref_median else None
         step = 1 / m.median if m.median else None
-        saving = base_step - step if base_step and step else None
+        saving = ref_step - step if ref_step and step else None
         code, where = _snippet(m, result.config)
+        against = f"{m.on_top_of} alone" if m.on_top_of else "the baseline"
         numbers = (
-            f"{m.median:.3g} vs {base.median:.3g} steps/s ({m.speedup:.2f}x), medians of runs "
-            f"[{_runs_text(m)}] vs [{_runs_text(base)}], interleaved"
-            if m.median and base.median and m.speedup
+            f"{m.median:.3g} vs {ref_median:.3g} steps/s for {against} ({m.speedup:.2f}x), medians of runs "
+            f"[{_runs_text(m.steps_per_s)}] vs [{_runs_text(ref_runs)}], interleaved"
+            if m.median and ref_median and m.speedup
             else f"runs failed: {'; '.join(m.errors[:2])}"
         )
+        name = f"{m.name} (with {m.on_top_of})" if m.on_top_of else m.name
         loss = (
             f"; mean loss {statistics.fmean(m.loss_means):.4g} vs {statistics.fmean(base.loss_means):.4g}"
             if m.loss_means and base.loss_means
@@ -549,14 +614,14 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 Finding(
                     id=f"fix.{m.kind}",
                     severity=Severity.WARN,
-                    title=f"{m.name}: {m.speedup:.2f}x faster, measured",
+                    title=f"{name}: {m.speedup:.2f}x faster, measured",
                     evidence=numbers + loss + (f"; suggested by {m.why}" if m.why != "requested" else ""),
                     data=m.to_dict(),
                     fix="Make this change (the speed-up was measured by re-running your script with it).",
                     fix_code=code,
                     location=where,
                     est_saving_s=saving,
-                    share=(saving / base_step) if saving and base_step else None,
+                    share=(saving / ref_step) if saving and ref_step else None,
                 )
             )
         elif m.verdict == "inconclusive":
@@ -564,7 +629,7 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 Finding(
                     id=f"fix.{m.kind}",
                     severity=Severity.INFO,
-                    title=f"{m.name}: inconclusive (noisy runs)",
+                    title=f"{name}: inconclusive (noisy runs)",
                     evidence=f"{m.reason}; {numbers}{loss}",
                     data=m.to_dict(),
                     fix="Not proven either way: re-run with more --repeats and --steps, on a quieter machine.",
@@ -577,9 +642,7 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 Finding(
                     id=f"fix.{m.kind}",
                     severity=Severity.INFO,
-                    title=f"{m.name}: measured and rejected"
-                    if m.verdict != "failed"
-                    else f"{m.name}: failed",
+                    title=f"{name}: measured and rejected" if m.verdict != "failed" else f"{name}: failed",
                     evidence=f"{m.reason}; {numbers}{loss}",
                     data=m.to_dict(),
                     fix="Leave it as it is: it did not make this script faster here.",
@@ -593,7 +656,7 @@ def fix_findings(result: FixResult) -> list[Finding]:
         comb = result.combined
         ev = f"{names}: {result.speedup:.2f}x steps/s over the unmodified script"
         if comb is not None and comb.median:
-            ev += f" (combined run: {comb.speedup:.2f}x, runs [{_runs_text(comb)}])"
+            ev += f" (combined run: {comb.speedup:.2f}x, runs [{_runs_text(comb.steps_per_s)}])"
             if comb.name != names:
                 ev += f"; the combination {comb.name} was not faster than the best single fix"
         code = result.patch.diff if result.patch else None
@@ -639,9 +702,9 @@ def fix_report(result: FixResult, meta: dict[str, Any] | None = None) -> tuple[R
     for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]:
         rows.append(
             [
-                m.name,
+                f"{m.name} (with {m.on_top_of})" if m.on_top_of else m.name,
                 m.verdict,
-                _runs_text(m),
+                _runs_text(m.steps_per_s),
                 m.median,
                 None if m.speedup is None else round(m.speedup, 3),
                 statistics.fmean(m.loss_means) if m.loss_means else None,
