@@ -452,7 +452,8 @@ def run_fix(
             _interleaved(command, [(rebase, Overrides()), (comb, ov)], cfg, runner, progress)
             judge(rebase, rebase, cfg)
             judge(comb, rebase, cfg)
-            best_single = max(helped, key=lambda m: m.speedup or 0.0)
+            # (second-round speed-ups are over the loader fix, not the script: not comparable here)
+            best_single = max((m for m in helped if not m.on_top_of), key=lambda m: m.speedup or 0.0)
             if comb.speedup is not None and comb.speedup >= (best_single.speedup or 0.0) and not comb.errors:
                 result.chosen, result.speedup = [m.name for m in helped], comb.speedup
             else:
