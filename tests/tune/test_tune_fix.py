@@ -286,6 +286,25 @@ def test_compute_fixes_are_measured_again_once_the_loader_fix_removes_the_data_w
     assert "(with num_workers=4)" in helped.title and "num_workers=4 alone" in helped.evidence
 
 
+def test_a_combination_slower_than_the_best_single_fix_in_the_same_round_is_not_recommended(tmp_path):
+    def step_time(ov: Overrides) -> float:
+        if ov.autocast and ov.optimizer_impl:
+            return 0.11  # each helps alone, together they get in each other's way
+        return 0.12 - (0.03 if ov.autocast else 0.0) - (0.02 if ov.optimizer_impl else 0.0)
+
+    runner = FakeRunner(step_time, loader_config(tmp_path))
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach"), repeats=2), runner=runner)
+    assert r.chosen == ["autocast bfloat16"] and r.speedup == pytest.approx(0.12 / 0.09)
+    # the single fix was re-run interleaved with the combination: baseline, single, combination
+    tail = [s.overrides.describe() for s in runner.specs[-6:]]
+    assert tail[:3] == ["none", "autocast=bfloat16", "autocast=bfloat16, optimizer_impl=foreach"]
+    report, _ = fix_report(r)
+    assert (
+        "was not faster than autocast bfloat16 alone in the same round"
+        in report.by_id("fix.combined").evidence
+    )
+
+
 def test_auto_mode_profiles_first_and_uses_its_findings(tmp_path, monkeypatch):
     config = loader_config(tmp_path)
     runner = FakeRunner(lambda ov: 0.05 if ov.channels_last else 0.1, config)
@@ -303,6 +322,39 @@ def test_auto_mode_profiles_first_and_uses_its_findings(tmp_path, monkeypatch):
     assert runner.specs[0].probes is True  # the profile run
     assert [c.name for c in r.candidates] == ["channels_last"]
     assert r.chosen == ["channels_last"]
+
+
+def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix(tmp_path, monkeypatch):
+    """The profile measured autocast's gain, but on a data-bound step it was an info-level share: fix does not
+    try it against the script as it is, and does try it once more workers removed the wait."""
+    config = loader_config(tmp_path)
+    monkeypatch.setattr("pitstop.tune.fix.usable_cores", lambda: 4)
+    monkeypatch.setattr("pitstop.tune.fix.preferred_amp_dtype", lambda dev: "bfloat16")
+
+    def step_time(ov: Overrides) -> float:
+        return max(0.10 / max(1, ov.dataloader.get("num_workers", 0)), 0.05 - (0.02 if ov.autocast else 0.0))
+
+    def report(self):
+        from pitstop.findings import Report
+
+        return Report(
+            tool="profile",
+            findings=[
+                Finding("dataloader.workers", Severity.WARN, "t", est_saving_s=0.08),
+                Finding("precision.amp", Severity.INFO, "t", est_saving_s=0.002),  # 2% of the step
+                Finding("compile.none", Severity.INFO, "t"),  # never measured: not a hidden gain
+            ],
+        )
+
+    monkeypatch.setattr(RunResult, "report", report)
+    cfg = FixConfig(repeats=2, workers_values=(4,), skip=("compile",))
+    r = run_fix(["python", "train.py"], cfg, runner=FakeRunner(step_time, config))
+    assert [(c.name, c.on_top_of) for c in r.candidates] == [
+        ("num_workers=4", None),
+        ("autocast bfloat16", "num_workers=4"),
+    ]
+    assert set(r.chosen) == {"num_workers=4", "autocast bfloat16"}
+    assert r.speedup == pytest.approx(0.10 / 0.03)
 
 
 def test_a_script_that_fails_gives_an_error_finding(tmp_path):

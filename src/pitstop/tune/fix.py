@@ -14,8 +14,8 @@
 4. While the script waits for data, a compute fix cannot show. So when a loader fix helped, the compute
    candidates rejected for speed are measured again with it in place, against the loader fix alone.
 5. The fixes that helped (the best num_workers value only, and the second round's) are combined and
-   measured against the baseline again, interleaved. If the combination is slower than the best single
-   fix, that one is kept.
+   measured against the baseline again, interleaved with the best single fix re-run in the same round.
+   If the combination is slower than that single fix there, the single fix is kept.
 6. Output: findings per candidate (helped / measured-and-rejected, with the numbers), the combined
    speed-up, and the code change: a unified diff of the DataLoader call for loader fixes, snippets at
    the model's/optimizer's file:line otherwise.
@@ -153,6 +153,7 @@ class FixResult:
     baseline: Measured
     candidates: list[Measured] = field(default_factory=list)
     combined: Measured | None = None
+    final_single: Measured | None = None  # the best single fix, re-run in the combination's round
     chosen: list[str] = field(default_factory=list)  # names of the fixes recommended together
     speedup: float | None = None  # of the recommendation over the baseline
     patch: Patch | None = None
@@ -279,6 +280,24 @@ def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
+def hidden_kinds(findings: list[Finding], taken: list[str]) -> list[tuple[str, str]]:
+    """Compute fixes the profile measured a gain for (a probe's saving) that was too small a share of the
+    step to try first: candidates for the second round, once a loader fix removed the data wait."""
+    out: dict[str, str] = {}
+    for f in findings:
+        kind = FINDING_KINDS.get(f.id)
+        if (
+            kind
+            and kind not in taken
+            and kind not in LOADER_KINDS
+            and kind not in out
+            and f.severity is Severity.INFO
+            and (f.est_saving_s or 0.0) > 0
+        ):
+            out[kind] = f.id
+    return list(out.items())
+
+
 def merge(overrides: list[Overrides]) -> Overrides:
     """All of them at once (each field: the first that sets it; DataLoader keywords: the last wins)."""
     out = Overrides()
@@ -399,8 +418,10 @@ def run_fix(
             result.config = prof.config
             result.profile_findings = prof.report().findings
             kinds = kinds_from_findings(result.profile_findings)
+            hidden = hidden_kinds(result.profile_findings, [k for k, _ in kinds])
         else:
             kinds = [(k, "requested") for k in cfg.candidates]
+            hidden = []
             if progress:
                 progress("baseline run")
             first = runner(_spec(command, cfg, Overrides()))
@@ -439,7 +460,8 @@ def run_fix(
         if len(workers) > 1:
             best_w = max(workers, key=lambda m: m.median or 0.0)
             helped = [m for m in helped if m.kind != "workers" or m is best_w]
-        helped += _on_top_of_loader_fix(command, helped, measured, cfg, runner, progress, result)
+        later = build_candidates([(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg)[0]
+        helped += _on_top_of_loader_fix(command, helped, measured, later, cfg, runner, progress, result)
         if len(helped) == 1:
             result.chosen, result.speedup = [helped[0].name], helped[0].speedup
         elif len(helped) > 1:
@@ -448,16 +470,26 @@ def run_fix(
                 " + ".join(m.name for m in helped), "combined", ov.to_dict(), "the fixes that helped"
             )
             result.combined = comb
+            # The combination and the best single fix in one interleaved round against the script as it
+            # is, so the choice between them is made on runs taken side by side, not on separate rounds.
+            # (Second-round speed-ups are over the loader fix: not comparable, so not the single fix.)
+            best = max((m for m in helped if not m.on_top_of), key=lambda m: m.speedup or 0.0)
+            single = Measured(best.name, best.kind, best.overrides, best.why)
             rebase = Measured(base.name, "baseline", {})
-            _interleaved(command, [(rebase, Overrides()), (comb, ov)], cfg, runner, progress)
-            judge(rebase, rebase, cfg)
-            judge(comb, rebase, cfg)
-            # (second-round speed-ups are over the loader fix, not the script: not comparable here)
-            best_single = max((m for m in helped if not m.on_top_of), key=lambda m: m.speedup or 0.0)
-            if comb.speedup is not None and comb.speedup >= (best_single.speedup or 0.0) and not comb.errors:
+            _interleaved(
+                command,
+                [(rebase, Overrides()), (single, Overrides.from_dict(best.overrides)), (comb, ov)],
+                cfg,
+                runner,
+                progress,
+            )
+            for m in (rebase, single, comb):
+                judge(m, rebase, cfg)
+            result.final_single = single
+            if comb.median and not comb.errors and comb.median >= (single.median or 0.0):
                 result.chosen, result.speedup = [m.name for m in helped], comb.speedup
             else:
-                result.chosen, result.speedup = [best_single.name], best_single.speedup
+                result.chosen, result.speedup = [best.name], single.speedup or best.speedup
     except KeyboardInterrupt:
         result.interrupted = True
         judge(base, base, cfg)
@@ -473,6 +505,7 @@ def _on_top_of_loader_fix(
     command: list[str],
     helped: list[Measured],
     measured: list[Measured],
+    later: list[Candidate],
     cfg: FixConfig,
     runner: Runner,
     progress: Callable[[str], None] | None,
@@ -481,7 +514,8 @@ def _on_top_of_loader_fix(
     """Second round. While the script waits for data, a compute fix (autocast, channels_last, ...) cannot
     show: the step is as long as the data wait. When a loader fix helped, the compute candidates that were
     rejected (for speed, not for an error or a loss change) are measured again with the loader fix in
-    place, against the loader fix alone. Returns those that helped there."""
+    place, against the loader fix alone, with ``later``: compute fixes whose gain the profile measured
+    but found too small a share of a data-bound step to try first. Returns those that helped there."""
     first = next((m for m in helped if m.kind in LOADER_KINDS), None)
     retry = [
         m
@@ -491,6 +525,12 @@ def _on_top_of_loader_fix(
         and not m.errors
         and not m.skipped
         and not m.reason.startswith("mean loss")
+    ]
+    retry_kinds = {m.kind for m in retry}
+    retry += [
+        Measured(c.name, c.kind, c.overrides.to_dict(), c.why)
+        for c in later
+        if c.kind not in retry_kinds and c.kind not in LOADER_KINDS and not c.cannot_help
     ]
     if first is None or not retry:
         return []
@@ -658,8 +698,12 @@ def fix_findings(result: FixResult) -> list[Finding]:
         ev = f"{names}: {result.speedup:.2f}x steps/s over the unmodified script"
         if comb is not None and comb.median:
             ev += f" (combined run: {comb.speedup:.2f}x, runs [{_runs_text(comb.steps_per_s)}])"
-            if comb.name != names:
-                ev += f"; the combination {comb.name} was not faster than the best single fix"
+            single = result.final_single
+            if comb.name != names and single is not None and single.median:
+                ev += (
+                    f"; the combination {comb.name} was not faster than {single.name} alone in the same "
+                    f"round ({comb.median:.3g} vs {single.median:.3g} steps/s)"
+                )
         code = result.patch.diff if result.patch else None
         out.append(
             Finding(
