@@ -209,6 +209,21 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
         steps(forward_s=0.05, minor_faults=100), {"probes": {"host_memory": untimed}}, cores=2
     )
     assert next(f for f in found if f.id == "host.page_faults").severity is Severity.PASS
-    # A probe that was skipped (jemalloc preloaded, already kept) makes no finding.
-    found, _ = findings_for(steps(), {"probes": {"host_memory": {"skipped": "off: jemalloc"}}}, cores=2)
+    # Skipped because malloc already keeps freed memory (the script's keep_host_memory, a preloaded
+    # jemalloc): a pass that says why. Skipped for any other reason (not glibc): no finding.
+    kept = {
+        "skipped": "the script already called keep_host_memory: glibc keeps freed blocks up to 1024 MiB mapped"
+    }
+    found, _ = findings_for(steps(minor_faults=3), {"probes": {"host_memory": kept}}, cores=2)
+    f = next(f for f in found if f.id == "host.page_faults")
+    assert (
+        f.severity is Severity.PASS
+        and "keep_host_memory" in f.evidence
+        and "3 minor page faults" in f.evidence
+    )
+    je = {"skipped": "off: jemalloc is preloaded and already keeps freed memory"}
+    found, _ = findings_for(steps(), {"probes": {"host_memory": je}}, cores=2)
+    assert next(f for f in found if f.id == "host.page_faults").evidence.startswith("jemalloc is preloaded")
+    other = {"skipped": "off: the C library is not glibc"}
+    found, _ = findings_for(steps(), {"probes": {"host_memory": other}}, cores=2)
     assert not any(f.id == "host.page_faults" for f in found)
