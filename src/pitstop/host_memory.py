@@ -37,6 +37,8 @@ GLIBC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLDS[-1]),
     "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
 }
+# The code change that applies it, as findings show it (profile) and fix proves it.
+SNIPPET = "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop"
 _USER_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
@@ -116,18 +118,23 @@ def minor_page_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def preloaded_allocator(maps: str | None = None) -> str | None:
+    """jemalloc/tcmalloc/mimalloc when one is loaded into this process (``maps``: /proc/self/maps text)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            maps = ""
+    return _preloaded_allocator(maps)
+
+
 def blocker(
     env: dict[str, str] | None = None, maps: str | None = None, platform: str | None = None
 ) -> str | None:
     """Why malloc should be left as it is here (a reason starting with "off:"), or None to go ahead."""
     if (platform or sys.platform) != "linux":
         return "off: glibc malloc tuning is Linux-only"
-    if maps is None:
-        try:
-            maps = Path("/proc/self/maps").read_text()
-        except OSError:
-            maps = ""
-    if other := _preloaded_allocator(maps):
+    if other := preloaded_allocator(maps):
         return f"off: {other} is preloaded and already keeps freed memory"
     if key := _user_setting(dict(os.environ) if env is None else env):
         return f"off: malloc already configured by {key}"

@@ -212,7 +212,8 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
     # Skipped because malloc already keeps freed memory (the script's keep_host_memory, a preloaded
     # jemalloc): a pass that says why. Skipped for any other reason (not glibc): no finding.
     kept = {
-        "skipped": "the script already called keep_host_memory: glibc keeps freed blocks up to 1024 MiB mapped"
+        "skipped": "the script already called keep_host_memory: glibc keeps freed blocks up to 1024 MiB mapped",
+        "kept": True,
     }
     found, _ = findings_for(steps(minor_faults=3), {"probes": {"host_memory": kept}}, cores=2)
     f = next(f for f in found if f.id == "host.page_faults")
@@ -221,9 +222,15 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
         and "keep_host_memory" in f.evidence
         and "3 minor page faults" in f.evidence
     )
-    je = {"skipped": "off: jemalloc is preloaded and already keeps freed memory"}
+    je = {"skipped": "jemalloc is preloaded and keeps freed memory", "kept": True}
     found, _ = findings_for(steps(), {"probes": {"host_memory": je}}, cores=2)
     assert next(f for f in found if f.id == "host.page_faults").evidence.startswith("jemalloc is preloaded")
-    other = {"skipped": "off: the C library is not glibc"}
-    found, _ = findings_for(steps(), {"probes": {"host_memory": other}}, cores=2)
-    assert not any(f.id == "host.page_faults" for f in found)
+    # Not glibc, or malloc configured by the user's MALLOC_*_ variables (not known to keep memory): nothing.
+    for reason in (
+        "off: the C library is not glibc",
+        "off: malloc already configured by MALLOC_TRIM_THRESHOLD_",
+    ):
+        found, _ = findings_for(
+            steps(), {"probes": {"host_memory": {"skipped": reason, "kept": False}}}, cores=2
+        )
+        assert not any(f.id == "host.page_faults" for f in found)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from pitstop import hardware
 
@@ -215,16 +216,6 @@ def _as_script(dev: str, facts: dict[str, Any]) -> contextlib.AbstractContextMan
     return torch.autocast(dev, dtype=getattr(torch, dtype)) if dtype else contextlib.nullcontext()
 
 
-def _fresh(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, dict):
-        return {k: _fresh(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return type(obj)(_fresh(v) for v in obj)
-    return obj
-
-
 def _host_memory_probe(
     model: torch.nn.Module,
     inputs: tuple[tuple[Any, ...], dict[str, Any]],
@@ -239,10 +230,13 @@ def _host_memory_probe(
 
     from pitstop import host_memory
 
+    # "kept": freed memory already stays mapped, so there is nothing to probe and the rules say so.
+    if lib := host_memory.preloaded_allocator():
+        return {"skipped": f"{lib} is preloaded and keeps freed memory", "kept": True}
     if (done := host_memory.kept()) is not None:
-        return {"skipped": f"the script already called keep_host_memory: {done.detail}"}
+        return {"skipped": f"the script already called keep_host_memory: {done.detail}", "kept": done.applied}
     if reason := host_memory.blocker():
-        return {"skipped": reason}
+        return {"skipped": reason, "kept": False}
     args, kwargs = inputs
 
     def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
@@ -262,7 +256,7 @@ def _host_memory_probe(
 
     def _fwd_bwd_as_script() -> None:
         # A fresh copy of the batch each pass, as the DataLoader makes one each step: its pages count too.
-        a, k = _fresh((args, kwargs))
+        a, k = tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
         with _as_script("cpu", facts):
             _fwd_bwd(model, a, k)
         for opt in optimizers:

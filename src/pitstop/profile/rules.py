@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host_memory import GLIBC_ENV
+from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
 if TYPE_CHECKING:
@@ -315,16 +316,16 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
     hm = probes.get("host_memory")
     if not hm:
         return []
-    skipped = hm.get("skipped", "")
-    if "already" in skipped:  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
+    data = {**hm, "faults_per_step": bd.faults_per_step}
+    if hm.get("kept"):  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
         return [
             Finding(
                 id="host.page_faults",
                 severity=Severity.PASS,
                 title="Freed host memory stays mapped: steps do not page-fault their tensors in",
-                evidence=f"{skipped.removeprefix('off: ')}; {bd.faults_per_step:,.0f} minor page faults per "
-                "step in the run (median)",
-                data={**hm, "faults_per_step": bd.faults_per_step},
+                evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
+                "(median)",
+                data=data,
             )
         ]
     if "saving_s" not in hm:
@@ -335,7 +336,6 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
         f"was, {_ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
         "(medians, one after the other: the change cannot be undone in the process)"
     )
-    data = {**hm, "faults_per_step": bd.faults_per_step}
     fix = (
         "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
         "mmap/trim thresholds); or, without a code change, start the script with `pitstop launch --allocator "
@@ -344,8 +344,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
     )
     env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
     fix_code = (
-        "from pitstop.train import keep_host_memory\nkeep_host_memory()  # before the training loop\n"
-        f"# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
+        f"{KEEP_SNIPPET}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
     )
     # The probe runs after the script, with the heap in another state, so its own fault count is not the
     # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.

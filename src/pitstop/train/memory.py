@@ -30,16 +30,11 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.current_bytes = 0
         self.peak_bytes = 0
         for t in preexisting:
-            self._track(t)
+            if (st := _storage(t)) is not None:
+                self._track(st)
         self.baseline_bytes = self.current_bytes
 
-    def _track(self, t: torch.Tensor) -> None:
-        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-            return
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return
+    def _track(self, st: Any) -> None:
         if st in self._live:
             return
         nbytes = st.nbytes()
@@ -62,12 +57,13 @@ class TensorMemoryTracker(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             st = _storage(t)
             if st is not None and id(st) not in inputs:
-                self._track(t)
+                self._track(st)
         return out
 
 
 def _storage(t: Any) -> Any:
-    if not isinstance(t, torch.Tensor):
+    """``t``'s untyped storage, or None for a non-tensor, a meta tensor or a storage-less one."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta":
         return None
     try:
         return t.untyped_storage()

@@ -264,22 +264,21 @@ def find_batch_size(
         oom = False
         times: list[float] = []
         meter.reset()
-        batch = loss = None
+        batch = None
+
+        def timed_step() -> float:
+            t0 = time.perf_counter()
+            # .item() completes the step (CUDA), so the timing is the step's
+            train_step(model, optimizer, batch, loss_fn).item()
+            return time.perf_counter() - t0
+
         try:
             # Memory is taken over the batch and the first (warm-up) step, which allocate what every step
             # does; the later steps are timed outside the CPU tracker, whose per-op bookkeeping costs time.
             with meter.track():
                 batch = to_device(batch_fn(bs), device)
-                t0 = time.perf_counter()
-                loss = train_step(model, optimizer, batch, loss_fn)
-                loss.item()  # completes the step (CUDA) so the timing is the step's
-                first = time.perf_counter() - t0
-            for _ in range(max(1, steps) - 1):
-                t0 = time.perf_counter()
-                loss = train_step(model, optimizer, batch, loss_fn)
-                loss.item()
-                times.append(time.perf_counter() - t0)
-            times = times or [first]
+                first = timed_step()
+            times = [timed_step() for _ in range(max(1, steps) - 1)] or [first]
         except KeyboardInterrupt:
             raise
         except Exception as e:
@@ -292,7 +291,7 @@ def find_batch_size(
                     f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
                 )
         # Outside the except block, so the exception's frames (holding the step's tensors) are gone.
-        batch = loss = None
+        batch = None
         optimizer.zero_grad(set_to_none=True)
         t.peak_bytes = meter.peak()
         meter.cleanup(full=t.status != "fits")

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from pitstop import host_memory
 from pitstop.findings import Finding, Report, Severity
 from pitstop.hardware import preferred_amp_dtype, usable_cores
 from pitstop.profile.overrides import Overrides
@@ -118,6 +119,8 @@ class Measured:
     reason: str = ""
     # Measured on top of another fix (second round): what it was compared against, and that one's median.
     on_top_of: str | None = None
+    # Judged on speed alone (rejected as too slow, or inconclusive): every other check passed.
+    speed_only: bool = False
     ref_runs: list[float] = field(default_factory=list)  # that one's steps/s, interleaved with these
 
     def add(self, r: RunResult) -> None:
@@ -344,6 +347,7 @@ def judge(m: Measured, base: Measured, cfg: FixConfig) -> None:
             m.reason = f"mean loss {c:.4g} vs baseline {b:.4g}: differs by more than {tol:.3g}"
             return
     consistent = len(m.steps_per_s) < 2 or min(m.steps_per_s) > max(base.steps_per_s)
+    m.speed_only = True
     if m.speedup >= 1 + cfg.min_gain and consistent:
         m.verdict, m.reason = "helped", f"{m.speedup:.2f}x steps/s"
     elif m.speedup >= 1 + cfg.min_gain:
@@ -517,15 +521,7 @@ def _on_top_of_loader_fix(
     place, against the loader fix alone, with ``later``: compute fixes whose gain the profile measured
     but found too small a share of a data-bound step to try first. Returns those that helped there."""
     first = next((m for m in helped if m.kind in LOADER_KINDS), None)
-    retry = [
-        m
-        for m in measured
-        if m.kind not in LOADER_KINDS
-        and m.verdict in ("rejected", "inconclusive")
-        and not m.errors
-        and not m.skipped
-        and not m.reason.startswith("mean loss")
-    ]
+    retry = [m for m in measured if m.kind not in LOADER_KINDS and m.speed_only and m.verdict != "helped"]
     retry_kinds = {m.kind for m in retry}
     retry += [
         Measured(c.name, c.kind, c.overrides.to_dict(), c.why)
@@ -605,7 +601,7 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
     if m.kind == "cudnn_benchmark":
         return "torch.backends.cudnn.benchmark = True", None
     if m.kind == "host_memory":
-        return "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before training", None
+        return host_memory.SNIPPET, None
     dl = ov.get("dataloader") or {}
     return "DataLoader(..., " + ", ".join(f"{k}={v!r}" for k, v in dl.items()) + ")", _loader(config).get(
         "location"
