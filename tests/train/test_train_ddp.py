@@ -62,3 +62,28 @@ def test_two_gloo_processes_match_single_process(single: dict, strategy: str, tm
     assert r0["ckpt_ok"] and r1["ckpt_ok"]
     saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert all(type(v) is torch.Tensor for v in saved["model"].values())
+
+
+def test_a_group_joined_by_init_distributed_is_destroyed_at_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scripts rarely destroy the process group; a gloo group left alive at exit can abort the process."""
+    import torch.distributed as dist
+
+    from pitstop.train import distributed
+
+    state = {"initialized": False, "destroyed": 0}
+    registered: list = []
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_initialized", lambda: state["initialized"])
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: state.update(initialized=True))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: state.update(initialized=False, destroyed=1))
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(distributed.atexit, "register", registered.append)
+    env = distributed.init_distributed("cpu")
+    assert env.rank == 1 and env.world_size == 2 and registered == [distributed.cleanup]
+    distributed.init_distributed("cpu")  # joined already: nothing more to register
+    assert registered == [distributed.cleanup]
+    registered[0]()  # what the interpreter runs at exit
+    assert state == {"initialized": False, "destroyed": 1}

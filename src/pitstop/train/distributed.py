@@ -7,6 +7,7 @@ runs with ``python train.py`` and ``torchrun --nproc-per-node N train.py``.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ def default_device() -> torch.device:
 def init_distributed(device: torch.device | str | None = None, backend: str | None = None) -> DistEnv:
     """Join the torchrun process group if launched by torchrun; pick this rank's device.
 
-    CUDA: device ``cuda:LOCAL_RANK`` and NCCL; CPU: gloo. Idempotent (an existing group is reused).
+    CUDA: device ``cuda:LOCAL_RANK`` and NCCL; CPU: gloo. Idempotent (an existing group is reused). A
+    group created here is destroyed at interpreter exit unless ``cleanup()`` ran first.
     """
     rank, local_rank, world = env_from_environ()
     dev = torch.device(device) if device is not None else default_device()
@@ -60,6 +62,9 @@ def init_distributed(device: torch.device | str | None = None, backend: str | No
         if dev.type == "cuda":
             kwargs["device_id"] = dev  # binds NCCL to this device at init (no lazy guess from rank)
         dist.init_process_group(**kwargs)
+        # Scripts rarely destroy the group; left alive at exit, gloo's threads can abort the process
+        # ("terminate called without an active exception") after the work is done. Ours, so ours to close.
+        atexit.register(cleanup)
     if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     return DistEnv(rank=rank, local_rank=local_rank, world_size=world, device=dev)
