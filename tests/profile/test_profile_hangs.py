@@ -17,12 +17,14 @@ import textwrap
 import threading
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pitstop.findings import Severity
 from pitstop.profile.render import html_blocks
 from pitstop.profile.runner import RunSpec, run
 from pitstop.report.html import render_html
+from pitstop.report.jsonfmt import load_schema
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +112,7 @@ def test_time_sleep_hang_is_located_at_the_timeout(tmp_path):
     main = next(t for t in f.data["threads"] if t["main"])
     assert any(fr["user"] and fr["file"].endswith("sleeper.py") for fr in main["frames"])
     d = report.to_dict()
+    jsonschema.validate(d, load_schema())
     assert any(x["id"] == "profile.hang" and x["data"]["threads"] for x in d["findings"])
     page = render_html(report, html_blocks(report))
     assert "Stacks for profile.hang" in page and "time.sleep(600)" in page

@@ -14,7 +14,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile.stacks import KINDS, describe_exit
-from pitstop.profile.watchdog import STALL_FACTOR, STALL_MIN_S
+from pitstop.profile.watchdog import POLL_S, REQUEST_WAIT_S, STALL_FACTOR, STALL_MIN_S
 
 WARN_SHARE = 0.05  # the same bar as every per-step finding (rules.WARN_SHARE)
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
@@ -81,7 +81,8 @@ def _dead_text(dump: dict[str, Any]) -> str:
 
 def hang_finding(wd: dict[str, Any], data: dict[str, Any], status: str | None) -> Finding | None:
     dump = wd.get("hang")
-    if dump is None and wd.get("unanswered") and status in ("timeout", "interrupted", "killed"):
+    stopped = status in ("timeout", "interrupted", "killed")
+    if dump is None and wd.get("unanswered") and not wd.get("error") and stopped:
         return _native_hang(wd, data)
     if dump is None:
         return None
@@ -96,13 +97,13 @@ def hang_finding(wd: dict[str, Any], data: dict[str, Any], status: str | None) -
         meaning = "waiting in DataLoader.__next__ on a worker that is dead"
     else:
         meaning = KINDS.get(kind, KINDS["other"])
-    stopped = {"timeout": "at --timeout", "interrupted": "at Ctrl-C", "hang": "by the watchdog"}.get(
+    taken = {"timeout": "at --timeout", "interrupted": "at Ctrl-C", "hang": "by the watchdog"}.get(
         dump.get("reason", ""), ""
     )
     code = f" `{main['code']}`" if main.get("code") else ""
     threads = dump.get("threads") or []
     evidence = (
-        f"No progress for {dump['since_progress_s']:.1f} s (stacks taken {stopped}); {_last_step_text(dump)}. "
+        f"No progress for {dump['since_progress_s']:.1f} s (stacks taken {taken}); {_last_step_text(dump)}. "
         f"The main thread is blocked at {where}{code}"
         + (f" in {call}" if call else "")
         + f": {meaning}."
@@ -142,7 +143,7 @@ def _native_hang(wd: dict[str, Any], data: dict[str, Any]) -> Finding:
         severity=Severity.ERROR,
         title="Training hung inside native code that holds the GIL",
         evidence=f"When the run was stopped, pitstop's watchdog thread could not run for "
-        f"{wd.get('unanswered_s', 2.0):g} s: the main thread is inside a C/C++/CUDA call that never releases "
+        f"{REQUEST_WAIT_S:g} s: the main thread is inside a C/C++/CUDA call that never releases "
         f"the GIL. {n} steps had completed."
         + (f" The last sampled place was {last.get('where')} in {last.get('call')}." if last else ""),
         data={"kind": "native", "steps": n, "blocked_at": last.get("where"), "threads": []},
@@ -216,7 +217,9 @@ def stall_findings(records: list[dict[str, Any]], samples: list[dict[str, Any]])
             + ")."
         )
     else:
-        running = "Not sampled: each was shorter than the watchdog could catch (it looks every 0.1 s)."
+        running = (
+            f"Not sampled: each was shorter than the watchdog could catch (it looks every {POLL_S:g} s)."
+        )
     return [
         Finding(
             id="profile.stall",
@@ -275,7 +278,11 @@ def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str |
             severity=Severity.ERROR,
             title=f"A DataLoader worker was {how}" if w["exitcode"] < 0 else f"A DataLoader worker {how}",
             evidence=f"worker pid {w['pid']} of the DataLoader built at {ld.get('location')} {how}"
-            + (f" after about {got} of {per_epoch} batches of the epoch" if got is not None and per_epoch else "")
+            + (
+                f" after about {got} of {per_epoch} batches of the epoch"
+                if got is not None and per_epoch
+                else ""
+            )
             + f" ({ld.get('pending_batches')} batches pending); the main thread then failed"
             + (f" at {where}" if where else "")
             + (f" in {call}" if call else "")

@@ -17,7 +17,7 @@ last optimizer step, the current step's start). Nothing is added to the training
 Everything goes to ``watchdog.json`` in the run folder; the parent reads it with ``read_watchdog``,
 which also decides whether the run ended hung (``hang`` in its result).
 
-``PITSTOP_HANG_FLOOR_S`` (default 30) and ``PITSTOP_WATCHDOG_POLL_S`` (default 0.1) change the floor and
+``PITSTOP_HANG_FLOOR_S`` (default 30) and ``PITSTOP_WATCHDOG_POLL_S`` (default 0.25) change the floor and
 the poll period: tests lower the floor to see a hang in seconds.
 """
 
@@ -37,7 +37,7 @@ REQUEST_FILE = "stacks-request"  # the parent writes the reason; the watchdog du
 UNANSWERED_FILE = "stacks-unanswered"  # the parent's note that no dump came (main thread holds the GIL)
 HANG_FACTOR = 10.0
 HANG_FLOOR_S = float(os.environ.get("PITSTOP_HANG_FLOOR_S", "30"))
-POLL_S = float(os.environ.get("PITSTOP_WATCHDOG_POLL_S", "0.1"))
+POLL_S = float(os.environ.get("PITSTOP_WATCHDOG_POLL_S", "0.25"))
 STALL_FACTOR = 10.0
 STALL_MIN_S = 0.1  # a stall is also at least this much longer than the median step (timer noise)
 STOP_HANG_MIN_S = 1.0  # stopped with no progress for this long (and 10 medians): hung, not busy
@@ -81,6 +81,7 @@ class Watchdog:
             "error": None,
         }
         self._stopping = threading.Event()
+        self._write_lock = threading.Lock()  # the watchdog thread and a dying thread's excepthook both write
         self._thread: threading.Thread | None = None
         self._key: tuple[Any, ...] | None = None
         self._progress_at = clock()
@@ -256,7 +257,7 @@ class Watchdog:
     def _write(self) -> None:
         from pitstop.profile.hooks import write_json_atomic
 
-        with contextlib.suppress(Exception):
+        with self._write_lock, contextlib.suppress(Exception):
             write_json_atomic(self.path, self.state)
 
 
