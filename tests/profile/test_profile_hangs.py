@@ -208,3 +208,41 @@ def test_periodic_checkpoint_save_is_a_stall_not_a_hang(tmp_path):
     assert "save_checkpoint" in "".join(fr["function"] for s in f.data["samples"] for fr in s["frames"])
     assert f.severity is Severity.WARN and f.est_saving_s > 0
     assert report.by_id("profile.hang") is None and report.by_id("summary.healthy") is None
+
+
+def test_all_reduce_that_another_rank_never_joins(tmp_path):
+    """A gloo group of two: the script's peer process joins, then never reaches the all_reduce."""
+    path = write(
+        tmp_path,
+        "collective.py",
+        """
+        import socket
+        import subprocess
+        import sys
+        import time
+        import torch.distributed as dist
+        if len(sys.argv) > 1:  # the peer, rank 1
+            dist.init_process_group("gloo", init_method=sys.argv[1], rank=1, world_size=2)
+            time.sleep(600)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        s.close()
+        peer = subprocess.Popen([sys.executable, __file__, url])
+        dist.init_process_group("gloo", init_method=url, rank=0, world_size=2)
+        for step in range(100):
+            train_step(torch.randn(4, 8))
+            if step == 3:
+                dist.all_reduce(torch.ones(1))  # BLOCKS
+        """,
+    )
+    out = tmp_path / "run"
+    with ctrl_c_once_hung(out):
+        r = run(spec(path, full=True, timeout=120, env=FAST_HANG), out_dir=out)
+    assert r.status == "interrupted"
+    f = r.report().by_id("profile.hang")
+    assert f is not None, r.error
+    assert f.location.endswith(f"collective.py:{line_of(path, '# BLOCKS')}")
+    assert (
+        f.data["kind"] == "collective" and f.data["call"] == "torch.distributed.distributed_c10d.all_reduce"
+    )

@@ -337,3 +337,43 @@ def test_fix_and_tune_report_a_hung_candidate_as_hung(monkeypatch):
     monkeypatch.setattr(runner, "run", lambda spec: hung)
     result, error = script.run_callback(["python", "train.py"], "loader", {})
     assert result is None and error.startswith("hung at train.py:40")
+
+
+def _frame(module: str, function: str, user: bool = False, code: str = "", line: int = 1) -> dict:
+    return {
+        "file": f"/x/{module}.py",
+        "line": line,
+        "function": function,
+        "module": module,
+        "user": user,
+        "code": code,
+    }
+
+
+def test_describe_kinds_of_collective_and_dataloader_waits():
+    user = _frame("__main__", "<module>", user=True, code="dist.all_reduce(t)", line=40)
+    collective = describe(
+        [
+            _frame("torch.distributed.distributed_c10d", "all_reduce"),
+            _frame("torch.distributed.c10d_logger", "_exception_logger.<locals>.wrapper"),
+            user,
+        ]
+    )
+    assert collective["kind"] == "collective" and collective["where"].endswith("__main__.py:40")
+    assert collective["call"] == collective["inner"] == "torch.distributed.distributed_c10d.all_reduce"
+    native = describe([_frame("__main__", "<module>", user=True, code="work.wait()")])
+    assert native["kind"] == "collective" and native["call"] == "work.wait"
+    loader = describe(
+        [
+            _frame("threading", "Condition.wait"),
+            _frame("multiprocessing.queues", "Queue.get"),
+            _frame("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter._try_get_data"),
+            _frame("torch.utils.data.dataloader", "_BaseDataLoaderIter.__next__"),
+            _frame("pitstop.profile.hooks", "_make_next.<locals>.__next__"),
+            _frame("__main__", "<module>", user=True, code="for x, y in loader:"),
+        ]
+    )
+    assert loader["kind"] == "dataloader"
+    assert (
+        loader["call"] == "torch.utils.data.dataloader._BaseDataLoaderIter.__next__"
+    )  # pitstop's wrapper skipped

@@ -102,8 +102,9 @@ def describe(frames: list[dict[str, Any]]) -> dict[str, Any]:
     top = frames[u]
     code = top.get("code", "")
     callees = [f for f in frames[:u] if not _is_pitstop(f)]
-    if callees:
-        call = _name(callees[-1])
+    if callees:  # the call made from the user's line, past decorators' wrappers (closures)
+        named = [f for f in callees if "<locals>" not in f["function"]] or callees
+        call = _name(named[-1])
     else:
         names = _CALL.findall(code)
         call = names[-1] if names else None
