@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, write_json_atomic
     from pitstop.profile.overrides import Overrides
+    from pitstop.profile.watchdog import Watchdog
 
     config = Config(
         steps=int(cfg["steps"]),
@@ -80,6 +81,7 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         sys.path[0] = os.path.dirname(os.path.abspath(target))
 
     status, error, tb, code = "completed", None, None, 0
+    watchdog = Watchdog(inst).start()  # stacks of a hang / slow step, before the script is stopped
     try:
         inst.install()
         inst.flush("running")
@@ -104,11 +106,15 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
             _quiet_sigchld()
             error, tb = _describe_error(e)
         except BaseException as late:  # e.g. torch's worker-death handler firing while we report
+            _quiet_sigchld()
+            with contextlib.suppress(Exception):
+                error, tb = _describe_error(e)  # again, with that handler gone: the user's file:line
             error = f"{error}; then {type(late).__name__}: {late}"
         dead = _dead_workers(inst)
         if dead and "DataLoader worker" not in error:
             error = f"{error}; {dead}"
         e.__traceback__ = None
+    watchdog.stop()
     _quiet_sigchld()
     try:
         data = finalize(inst, status)

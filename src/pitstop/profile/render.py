@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pitstop.findings import Report
+from pitstop.profile.render_stacks import stacks_blocks
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import PALETTE, Block, bar_chart, line_chart, stacked_bar, table
 
@@ -24,7 +25,7 @@ def breakdown_parts(report: Report) -> dict[str, float]:
 
 def html_blocks(report: Report) -> list[Block]:
     s = report.sections
-    blocks: list[Block] = []
+    blocks: list[Block] = stacks_blocks(report)  # a hang's or a stall's stacks, first
     costed = [f for f in report.ranked() if f.est_saving_s and f.est_saving_s > 0]
     if costed:
         blocks.append(

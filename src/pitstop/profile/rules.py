@@ -15,6 +15,7 @@ from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host_memory import GLIBC_ENV
 from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
+from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
 if TYPE_CHECKING:
@@ -483,7 +484,7 @@ def findings_for(
 ) -> tuple[list[Finding], Breakdown | None]:
     """All findings for one run's measurements (``data`` is the child's measurements record)."""
     bd = breakdown(steps)
-    found: list[Finding] = []
+    found: list[Finding] = progress_rules(data)  # hang, timeout, stalls, dead workers
     if bd is None:
         totals = data.get("totals", {})
         found.append(
@@ -514,7 +515,7 @@ def findings_for(
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
-    if not any(f.severity is Severity.WARN for f in found):
+    if not any(f.severity.rank >= Severity.WARN.rank for f in found):
         unmeasured = sorted({f.id for f in found if f.est_saving_s is None and f.severity is Severity.INFO})
         found.append(
             Finding(

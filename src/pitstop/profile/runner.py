@@ -15,6 +15,10 @@ defaults, so code written to the agreed interface keeps working):
   "killed" | "not_started"; ``stopped`` is the clean stop after ``steps`` (or after the callback).
 - ``RunResult.warmup_steps``, ``RunResult.data`` (the raw measurements), ``RunResult.out_dir``,
   ``RunResult.trace_path``, ``RunResult.ok`` (script did not fail).
+- ``RunResult.hang``: when the script was stopped (timeout, Ctrl-C, killed) blocked, the watchdog's dump
+  (``pitstop.profile.watchdog``): ``main`` (``where`` file:line, ``call``, ``kind``), ``threads`` with
+  their stacks, ``since_progress_s``, ``last_step``, ``loaders``, ``dead_threads``; None otherwise. The
+  run's ``error`` then starts "hung at FILE:LINE in CALL", which ``fix`` and ``tune`` report as is.
 
 The callback gets ``pitstop.profile.hooks.Captured``; it is called once (``callback_at="loader"``: right
 after the first DataLoader is constructed; ``"step"``: when the warm-up steps are done), then the script
@@ -45,6 +49,7 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_per_s
+from pitstop.profile.watchdog import hang_summary, read_watchdog, request_stacks
 
 MEASUREMENTS = "measurements.json"
 CONFIG = "run-config.json"
@@ -93,6 +98,7 @@ class RunResult:
     out_dir: Path | None = None
     command: list[str] = field(default_factory=list)
     spec: RunSpec | None = None
+    hang: dict[str, Any] | None = None  # the watchdog's dump when the run was stopped hung (runner doc)
 
     @property
     def ok(self) -> bool:
@@ -231,11 +237,11 @@ def run(
                             progress(_steps_so_far(measurements), total_steps)
                 if deadline is not None and time.monotonic() > deadline:
                     status_override = "timeout"
-                    _stop(proc)
+                    _stop(proc, out, "timeout")
                     break
         except KeyboardInterrupt:
             status_override = "interrupted"
-            _stop(proc)
+            _stop(proc, out, "interrupted")
     finally:
         if old_term is not _UNSET:
             signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
@@ -255,9 +261,11 @@ def run(
     return result
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT (the script sees KeyboardInterrupt and pitstop writes what it measured), then SIGKILL after
-    ``GRACE_S`` or at a second Ctrl-C."""
+def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
+    """The watchdog's stack dump, SIGINT (the script sees KeyboardInterrupt and pitstop writes what it
+    measured), then SIGKILL after ``GRACE_S`` or at a second Ctrl-C."""
+    with contextlib.suppress(KeyboardInterrupt):
+        request_stacks(out, reason, alive=lambda: proc.poll() is None)
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
     try:
@@ -350,6 +358,9 @@ def _collect(
         )
     elif status_override == "interrupted":
         status, error = "interrupted", "interrupted (Ctrl-C)"
+    data["watchdog"] = read_watchdog(path.parent, status)
+    hung = hang_summary(data["watchdog"])
+    error = f"{hung}; {error}" if hung and error else hung or error
     records = [StepRecord.from_dict(r) for r in data.get("steps", [])]
     warm = [r for r in records if r.warmup]
     measured = [r for r in records if not r.warmup]
@@ -384,4 +395,5 @@ def _collect(
         data=data,
         command=list(spec.command),
         spec=spec,
+        hang=data["watchdog"].get("hang"),
     )
