@@ -107,12 +107,14 @@ def _targets(stmt: ast.stmt) -> list[str]:
 
 
 def _last_assignment(tree: ast.AST, name: str, before: int, moves: bool = False) -> ast.stmt | None:
+    """The last statement assigning ``name`` before line ``before`` (with ``moves``: by a ``.to(...)``
+    call). For the model only (not ``moves``), one anywhere in the file when none comes before: the
+    forward often runs in a ``train()`` defined above the ``main()`` that builds the model."""
     found = [
-        s
-        for s, _ in _statements(tree)
-        if name in _targets(s) and s.lineno < before and (not moves or ".to(" in ast.unparse(s))
+        s for s, _ in _statements(tree) if name in _targets(s) and (not moves or ".to(" in ast.unparse(s))
     ]
-    return max(found, key=lambda s: s.lineno, default=None)
+    earlier = [s for s in found if s.lineno < before]
+    return max(earlier or ([] if moves else found), key=lambda s: s.lineno, default=None)
 
 
 class Unplaced(ValueError):
@@ -131,7 +133,7 @@ def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str
     name = ast.unparse(call.func)
     assign = _last_assignment(tree, name, where)
     if assign is None:
-        raise Unplaced(f"{kind}: no line assigning {name} before line {where}")
+        raise Unplaced(f"{kind}: no line assigning {name} in the file of line {where}")
     _after(fe, assign, f"{name} = {make(name)}")
     return name
 
