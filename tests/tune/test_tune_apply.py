@@ -94,7 +94,7 @@ def test_channels_last_converts_the_model_line_and_the_input_to_line(script):
 
 
 def test_autocast_wraps_forward_and_loss_but_not_backward(script):
-    orig, new = only_patch(result_for(script, ("amp", {"autocast": "bfloat16"})))
+    _, new = only_patch(result_for(script, ("amp", {"autocast": "bfloat16"})))
     lines = new.splitlines()
     w = lines.index("        with torch.autocast('cpu', dtype=torch.bfloat16):")
     assert lines[w + 1 : w + 4] == [
