@@ -528,3 +528,45 @@ def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsy
     code = cli(["fix", "--candidates", "workers", "--apply", "-q", "--", "python", str(script)])
     assert code == 2 and "--yes" in capsys.readouterr().err
     assert script.read_text() == TRAIN
+
+
+def test_the_budget_bounds_the_rounds_and_leaves_open_candidates_undecided(tmp_path):
+    """Every run takes 40 s of a fake clock; a candidate whose speed-up flips between rounds stays open
+    and is reported undecided with its interval when the 300 s budget ends."""
+    clock = [0.0]
+    base = FakeRunner(lambda ov: 0.1, loader_config(tmp_path), jitter=[1.0, 0.8, 1.25, 0.9, 1.1])
+
+    def runner(spec: RunSpec) -> RunResult:
+        clock[0] += 40.0
+        return base(spec)
+
+    progress: list[str] = []
+    r = run_fix(
+        ["python", "train.py"],
+        FixConfig(candidates=("amp",), budget=300.0),
+        runner=runner,
+        progress=progress.append,
+        clock=lambda: clock[0],
+    )
+    (amp,) = r.candidates
+    assert amp.verdict == "undecided" and amp.interval is not None and amp.interval.rounds >= 2
+    assert clock[0] <= 300.0 + 2 * 40.0  # the round that would not fit was not started
+    assert any("ETA" in p and "round" in p for p in progress)
+    report, _ = fix_report(r)
+    f = report.by_id("fix.amp")
+    assert "undecided" in f.title and "95% CI" in f.evidence
+
+
+def test_a_run_the_budget_stopped_is_not_a_failure(tmp_path):
+    config = loader_config(tmp_path)
+
+    def runner(spec: RunSpec) -> RunResult:
+        if spec.overrides.compile:
+            res = make_result(0.1, status="timeout")
+            res.steps, res.error = [], f"timed out after {spec.timeout:g} s"
+            return res
+        return make_result(0.1, config=config)
+
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("compile",)), runner=runner)
+    (c,) = r.candidates
+    assert c.verdict == "undecided" and "budget ended" in c.reason and not c.errors

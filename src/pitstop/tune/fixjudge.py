@@ -55,6 +55,7 @@ class Measured:
     # Judged on speed alone (hurt, no change, undecided): every other check passed.
     speed_only: bool = False
     ref_runs: list[float] = field(default_factory=list)  # the reference's steps/s, interleaved with these
+    unfinished: int = 0  # runs stopped because the budget ended while they ran
     arm: Arm = field(default_factory=lambda: Arm(""))
 
     def __post_init__(self) -> None:
@@ -142,7 +143,11 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
         m.verdict, m.reason = "rejected", "did not apply: " + "; ".join(m.skipped)
         return
     if m.interval is None:
-        m.verdict, m.reason = "failed", "no measurement"
+        if m.unfinished:
+            m.verdict, m.speed_only = UNDECIDED, True
+            m.reason = "the budget ended before a run of it finished (raise --budget)"
+        else:
+            m.verdict, m.reason = "failed", "no measurement"
         return
     if base.loss_means and m.loss_means:
         b, c = statistics.fmean(base.loss_means), statistics.fmean(m.loss_means)
@@ -167,3 +172,5 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
         NO_CHANGE: f"{iv}: within \u00b1{100 * min_gain:.0f}%",
         UNDECIDED: f"{iv}: the budget ended before the interval decided",
     }[speed]
+    if m.unfinished:
+        m.reason += f"; {m.unfinished} run(s) stopped when the budget ended"

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -39,6 +40,7 @@ from pitstop.tune.patch import dataloader_patch
 Runner = Callable[[RunSpec], RunResult]
 # shares of what is left of the budget for the first round when later stages may follow, and the second
 FIRST_SHARE, SECOND_SHARE = 0.6, 0.6
+MIN_RUN_S = 30.0  # a run gets at least this long even when the budget is nearly spent
 
 
 def _spec(command: list[str], cfg: FixConfig, overrides: Overrides, probes: bool = False) -> RunSpec:
@@ -84,7 +86,14 @@ class _Rounds:
             runs[0] += 1
             if self.progress:
                 self.progress(f"{label}: run {runs[0]}, {m.name} ({self.left():.0f} s of budget left)")
-            times = m.add(self.runner(_spec(self.command, cfg, ov)))
+            spec = _spec(self.command, cfg, ov)
+            # no run outlives the budget by much: one still going when it ends is stopped
+            spec.timeout = min(cfg.timeout or math.inf, max(MIN_RUN_S, self.left()))
+            r = self.runner(spec)
+            if r.status == "timeout" and spec.timeout < (cfg.timeout or math.inf):
+                m.unfinished += 1  # stopped by the budget, not by the script: no sample, no error
+                return None
+            times = m.add(r)
             if m is not base and m.blocked(bool(times)):
                 m.arm.verdict = m.blocked(bool(times))  # measured enough: it cannot pass whatever its speed
             return times
