@@ -161,16 +161,15 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
     speed = speed or decide(m.interval, min_gain, cfg.min_rounds) or UNDECIDED
     if m.cannot_help:
         # the script's facts say it cannot act: whatever the runs showed is noise or a side effect
-        m.verdict, m.reason = "rejected", f"did not apply: {m.cannot_help}; {m.interval.text()}"
+        m.verdict, m.reason = "rejected", f"did not apply: {m.cannot_help}"
         return
     m.verdict = speed
     m.speed_only = speed != HELPED
-    iv = m.interval.text()
     m.reason = {
-        HELPED: f"{iv}: faster by more than {100 * min_gain:.0f}%",
-        HURT: f"{iv}: slower",
-        NO_CHANGE: f"{iv}: within \u00b1{100 * min_gain:.0f}%",
-        UNDECIDED: f"{iv}: the budget ended before the interval decided",
+        HELPED: f"the interval lies above {1 + min_gain:.2f}x",
+        HURT: "the interval lies below 1.00x",
+        NO_CHANGE: f"the interval lies within 1.00x \u00b1{100 * min_gain:.0f}%",
+        UNDECIDED: "the budget ended before the interval decided",
     }[speed]
     if m.unfinished:
         m.reason += f"; {m.unfinished} run(s) stopped when the budget ended"

@@ -170,6 +170,19 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 location=result.patch and f"{result.patch.path}:{result.patch.line}",
             )
         )
+    elif not result.interrupted and (open_ := [m for m in result.candidates if m.verdict == UNDECIDED]):
+        out.append(
+            Finding(
+                id="fix.none",
+                severity=Severity.INFO,
+                title=f"No candidate was proven faster within the budget ({len(open_)} undecided)",
+                evidence=", ".join(
+                    f"{m.name}: {m.interval.text() if m.interval else 'no run finished'}" for m in open_
+                ),
+                fix="Re-run with a larger --budget (or --skip the slow candidates, e.g. compile) on a quieter "
+                "machine to decide them.",
+            )
+        )
     elif not result.interrupted:
         out.append(
             Finding(
