@@ -44,7 +44,8 @@ def interval_chart(
     for i, (label, est, lo, hi, verdict) in enumerate(rows):
         y = top + 13 + i * row_h
         color = VERDICT_COLOR.get(verdict, "#1565c0")
-        tip = f"{label}: {est:.3f}x, interval {lo:.3f}\u2013{hi:.3f} ({verdict})"
+        span = f"interval {lo:.3f}\u2013{hi:.3f}" if math.isfinite(hi) else "no interval yet"
+        tip = f"{label}: {est:.3f}x, {span} ({verdict})"
         parts.append(
             f'<text x="{label_w - 6}" y="{y + 4}" text-anchor="end">{esc(label)}</text>'
             f'<line x1="{px(lo):.1f}" y1="{y}" x2="{px(hi):.1f}" y2="{y}" stroke="{color}" stroke-width="3">'
