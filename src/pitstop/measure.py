@@ -20,8 +20,9 @@ Every "is B faster than A" in pitstop is answered here, in four steps:
    from steps alone (a bootstrap of steps, or a t-test over steps) is far too narrow and calls noise a
    gain. A bootstrap over rounds is the usual cure, but with the 3-12 rounds a budget allows it is too
    narrow as well: it cannot see more spread than the few rounds show, and in a simulation with a 10%
-   run-to-run spread it called 8 of 40 A/A pairs helped or hurt (this rule: 4 of 300 helped, 24 hurt). Student t with n - 1 degrees of freedom
-   widens the interval for few rounds by exactly the right amount when log ratios are normal, and
+   run-to-run spread it called 8 of 40 A/A pairs helped or hurt (this rule: 4 of 300 helped, 24 hurt).
+   Student t with n - 1 degrees of freedom widens the interval for few rounds by exactly the right
+   amount when log ratios are normal, and
    pairing the candidate with the baseline of its own round removes slow drift. The interval is a pure
    function of the samples, so the same samples give the same interval.
 4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
