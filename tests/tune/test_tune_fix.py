@@ -247,7 +247,7 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
     assert report.sections["fix"]["candidates"][0]["interval"]["rounds"] == 3
     assert ids["fix.combined"].fix_code == r.patch.diff
     assert report.sections["fix"]["speedup"] == pytest.approx(2.0)
-    assert blocks
+    assert sum(b.html.count("<circle") for b in blocks) == 4  # one interval per candidate, second round too
 
 
 def test_fix_combines_fixes_that_helped(tmp_path):
