@@ -15,6 +15,7 @@ from pitstop.profile.runner import RunResult, RunSpec
 from pitstop.profile.timeline import StepRecord
 from pitstop.tune.fix import (
     FixConfig,
+    FixResult,
     Measured,
     build_candidates,
     fix_report,
@@ -570,3 +571,29 @@ def test_a_run_the_budget_stopped_is_not_a_failure(tmp_path):
     r = run_fix(["python", "train.py"], FixConfig(candidates=("compile",)), runner=runner)
     (c,) = r.candidates
     assert c.verdict == "undecided" and "budget ended" in c.reason and not c.errors
+
+
+def test_the_first_stage_keeps_the_budget_unless_a_later_stage_needs_some(tmp_path):
+    """Runs take 10 s of a fake clock; autocast flips between rounds and never decides. Alone, it may use
+    the whole budget; once more workers helped, the first stage stops at 60% so the second stage runs."""
+
+    def make(kinds: tuple[str, ...]) -> tuple[FixResult, list[float], list[float]]:
+        clock, stage1_end = [0.0], []
+        inner = FakeRunner(
+            lambda ov: 0.05 if ov.dataloader else 0.1, loader_config(tmp_path), jitter=[1.0, 0.8, 1.25]
+        )
+
+        def runner(spec: RunSpec) -> RunResult:
+            clock[0] += 10.0
+            if spec.overrides.dataloader and spec.overrides.autocast and not stage1_end:
+                stage1_end.append(clock[0] - 10.0)  # the first run of the second stage
+            return inner(spec)
+
+        cfg = FixConfig(candidates=kinds, workers_values=(4,), budget=300.0, max_rounds=100)
+        return run_fix(["python", "train.py"], cfg, runner=runner, clock=lambda: clock[0]), clock, stage1_end
+
+    alone, clock, _ = make(("amp",))
+    assert alone.candidates[0].verdict == "undecided" and clock[0] > 0.6 * 300 + 20
+    both, _, stage1_end = make(("workers", "amp"))
+    assert stage1_end and stage1_end[0] <= 0.6 * 300 + 30  # stopped after the round that crossed 60%
+    assert any(c.on_top_of == "num_workers=4" for c in both.candidates)

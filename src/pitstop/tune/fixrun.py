@@ -38,7 +38,8 @@ from pitstop.tune.fixjudge import HELPED, Measured, judge
 from pitstop.tune.patch import dataloader_patch
 
 Runner = Callable[[RunSpec], RunResult]
-# shares of what is left of the budget for the first round when later stages may follow, and the second
+# Shares of what is left of the budget that the first stage may use once a later stage is sure to follow
+# (a loader fix or two fixes helped), and that the second stage may use.
 FIRST_SHARE, SECOND_SHARE = 0.6, 0.6
 MIN_RUN_S = 30.0  # a run gets at least this long even when the budget is nearly spent
 
@@ -74,9 +75,17 @@ class _Rounds:
     def left(self) -> float:
         return max(0.0, self.deadline - self.clock())
 
-    def stage(self, label: str, configs: list[tuple[Measured, Overrides]], share: float = 1.0) -> None:
-        """Rounds over ``configs`` (the first is the reference) for ``share`` of the budget left."""
+    def stage(
+        self,
+        label: str,
+        configs: list[tuple[Measured, Overrides]],
+        share: float = 1.0,
+        reserve: Callable[[], bool] | None = None,
+    ) -> None:
+        """Rounds over ``configs`` (the first is the reference) for ``share`` of the budget left; with
+        ``reserve``, for all of it until ``reserve()`` says a later stage needs the rest."""
         cfg = self.cfg
+        start, left = self.clock(), self.left()
         by_name = {m.name: (m, ov) for m, ov in configs}
         base, arms = configs[0][0], [m for m, _ in configs[1:]]
         runs = [0]
@@ -102,13 +111,24 @@ class _Rounds:
             if self.progress:
                 self.progress(f"{label}: {p.text()}")
 
+        def should_stop() -> bool:
+            return reserve is not None and reserve() and self.clock() - start > share * left
+
         settings = Settings(
-            budget_s=self.left() * share,
+            budget_s=left if reserve is not None else left * share,
             min_rounds=cfg.min_rounds,
             max_rounds=cfg.max_rounds,
             min_gain=cfg.min_gain,
         )
-        interleave(base.arm, [m.arm for m in arms], sample, settings, clock=self.clock, on_progress=report)
+        interleave(
+            base.arm,
+            [m.arm for m in arms],
+            sample,
+            settings,
+            clock=self.clock,
+            on_progress=report,
+            should_stop=should_stop,
+        )
         judge(base, base, cfg)
         for m in arms:
             judge(m, base, cfg)
@@ -164,10 +184,14 @@ def run_fix(
             Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
         ]
         result.candidates = measured
-        later_possible = len(cands) > 1 or any(c.kind in LOADER_KINDS for c in cands)
+
+        def later_stage_follows() -> bool:
+            won = [m for m in measured if m.arm.verdict == HELPED]
+            return len(won) > 1 or any(m.kind in LOADER_KINDS for m in won)
+
         if cands:
             configs = [(base, Overrides()), *((m, c.overrides) for m, c in zip(measured, cands, strict=True))]
-            rounds.stage("candidates", configs, FIRST_SHARE if later_possible else 1.0)
+            rounds.stage("candidates", configs, FIRST_SHARE, reserve=later_stage_follows)
         else:
             judge(base, base, cfg)
         if not any(base.arm.rounds):
