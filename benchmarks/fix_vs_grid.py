@@ -113,14 +113,23 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     cfg = FixConfig(
         steps=args.steps,
         warmup=args.warmup,
-        repeats=args.repeats,
+        budget=args.budget,
         skip=("compile",),
         cwd=str(ROOT),
         env=env(args),
     )
     fix = run_fix(cmd, cfg, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     fix_s = time.perf_counter() - t0
-    fix_runs = 1 + args.repeats * (1 + len(fix.candidates)) + (2 * args.repeats if fix.combined else 0)
+    fix_runs = (
+        1
+        + sum(len(m.arm.run_s) for m in [fix.baseline, *fix.candidates])
+        + (
+            # the combination's rounds: it, the single fix, and as many baseline runs as the single fix's
+            2 * len(fix.final_single.arm.run_s) + len(fix.combined.arm.run_s)
+            if fix.combined and fix.final_single
+            else 0
+        )
+    )
     chosen = [m for m in fix.candidates if m.name in fix.chosen]
     merged: dict[str, Any] = {}
     for m in chosen:
@@ -204,7 +213,8 @@ def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma list of " + ", ".join(EXAMPLES))
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per grid cell")
+    ap.add_argument("--budget", type=float, default=300.0, help="pitstop fix's budget per example (s)")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument(

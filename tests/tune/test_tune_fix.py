@@ -15,6 +15,7 @@ from pitstop.profile.runner import RunResult, RunSpec
 from pitstop.profile.timeline import StepRecord
 from pitstop.tune.fix import (
     FixConfig,
+    FixResult,
     Measured,
     build_candidates,
     fix_report,
@@ -133,26 +134,34 @@ def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
 
 
 def m(name: str, runs: list[float], losses: list[float] | None = None) -> Measured:
+    """A configuration whose runs went at ``runs`` steps/s (five equal steps each)."""
     x = Measured(name, name, {})
-    x.steps_per_s = list(runs)
-    x.loss_means = list(losses or [1.0] * len(runs))
+    for i, r in enumerate(runs):
+        x.record(make_result(1.0 / r, (losses or [1.0] * len(runs))[i]))
     return x
 
 
-def test_judge_needs_gain_consistency_and_a_close_loss():
+def test_judge_gives_the_engines_verdict_with_its_interval_and_checks_the_loss():
     cfg = FixConfig(min_gain=0.05, loss_rtol=0.1)
     base = m("base", [10, 10.5, 9.5])
     judge(base, base, cfg)
-    assert base.verdict == "baseline" and base.median == 10
-    fast = m("fast", [13, 12.5, 12.8])
+    assert base.verdict == "baseline" and base.median == pytest.approx(10)
+    fast = m("fast", [13, 13.65, 12.35])  # 1.3x in every round
     judge(fast, base, cfg)
-    assert fast.verdict == "helped" and fast.speedup == pytest.approx(12.8 / 10)
-    noisy = m("noisy", [14, 9.0, 12])  # median 1.2x, but one run slower than the baseline's best
+    assert fast.verdict == "helped" and fast.speedup == pytest.approx(1.3)
+    assert fast.interval.lo == pytest.approx(1.3) and "above 1.05x" in fast.reason
+    noisy = m("noisy", [14, 9.0, 12])  # 1.2x median, but one round slower: the interval spans 1
     judge(noisy, base, cfg)
-    assert noisy.verdict == "inconclusive" and "noisy" in noisy.reason
-    flat = m("flat", [10.2, 10.1, 10.3])
+    assert noisy.verdict == "undecided" and noisy.interval.lo < 1 < noisy.interval.hi
+    flat = m("flat", [10.1, 10.6, 9.6])
     judge(flat, base, cfg)
-    assert flat.verdict == "rejected" and "below" in flat.reason
+    assert flat.verdict == "no change" and "within" in flat.reason
+    slow = m("slow", [8, 8.4, 7.6])
+    judge(slow, base, cfg)
+    assert slow.verdict == "hurt" and slow.speed_only
+    early = m("early", [13, 13.6])  # two rounds: below min_rounds, nothing is decided yet
+    judge(early, base, cfg)
+    assert early.verdict == "undecided"
     diverged = m("diverged", [20, 21, 22], losses=[3.0, 3.1, 2.9])
     judge(diverged, base, cfg)
     assert diverged.verdict == "rejected" and "loss" in diverged.reason
@@ -167,10 +176,9 @@ def test_judge_needs_gain_consistency_and_a_close_loss():
 
 
 def test_non_finite_loss_rejects():
-    base = Measured("b", "baseline", {})
-    base.add(make_result(0.1, 1.0))
+    base = m("b", [10.0])
     cand = Measured("c", "amp", {})
-    cand.add(make_result(0.05, math.nan))
+    cand.record(make_result(0.05, math.nan))
     judge(base, base, FixConfig())
     judge(cand, base, FixConfig())
     assert cand.verdict == "rejected" and "non-finite" in cand.reason
@@ -194,15 +202,13 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
         return t  # channels_last does nothing (an MLP)
 
     runner = FakeRunner(step_time, config)
-    r = run_fix(
-        ["python", "train.py"], FixConfig(candidates=("workers", "channels_last"), repeats=3), runner=runner
-    )
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("workers", "channels_last")), runner=runner)
     verdicts = {c.name: c.verdict for c in r.candidates if c.on_top_of is None}
-    assert verdicts == {"num_workers=2": "helped", "num_workers=4": "helped", "channels_last": "rejected"}
+    assert verdicts == {"num_workers=2": "helped", "num_workers=4": "helped", "channels_last": "no change"}
     # measured again with the loader fix in place (it may only have been hidden by the data wait): still no
     (again,) = [c for c in r.candidates if c.on_top_of]
     assert (
-        again.name == "channels_last" and again.on_top_of == "num_workers=2" and again.verdict == "rejected"
+        again.name == "channels_last" and again.on_top_of == "num_workers=2" and again.verdict == "no change"
     )
     assert r.chosen == ["num_workers=2"]
     assert r.speedup == pytest.approx(2.0)
@@ -214,7 +220,13 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
         "num_workers=4, persistent_workers=True",
         "channels_last=True",
     ]
-    assert names[4] == "none"
+    # every candidate decided after min_rounds (3) rounds; rotating order: round 2 starts with the next one
+    assert names[4:8] == [
+        "num_workers=2, persistent_workers=True",
+        "num_workers=4, persistent_workers=True",
+        "channels_last=True",
+        "none",
+    ]
     assert len(runner.specs) == 3 * 4 + 3 * 2  # round 2: num_workers=2 alone, and with channels_last
     assert all(s.steps == 20 and s.quiet for s in runner.specs)
     # the diff edits the DataLoader at train.py:5 and nothing else
@@ -227,10 +239,16 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
     report, blocks = fix_report(r)
     ids = {f.id: f for f in report.findings}
     assert ids["fix.workers"].severity is Severity.WARN
-    assert ids["fix.channels_last"].severity is Severity.INFO and "rejected" in ids["fix.channels_last"].title
+    assert (
+        ids["fix.channels_last"].severity is Severity.INFO and "no change" in ids["fix.channels_last"].title
+    )
+    w2 = next(f for f in report.findings if f.title.startswith("num_workers=2:"))
+    assert "2.00x (95% CI 2.00\u20132.00, 3 rounds, 18 steps each side)" in w2.evidence
+    assert r.interval is not None and r.interval.estimate == pytest.approx(2.0)
+    assert report.sections["fix"]["candidates"][0]["interval"]["rounds"] == 3
     assert ids["fix.combined"].fix_code == r.patch.diff
     assert report.sections["fix"]["speedup"] == pytest.approx(2.0)
-    assert blocks
+    assert sum(b.html.count("<circle") for b in blocks) == 4  # one interval per candidate, second round too
 
 
 def test_fix_combines_fixes_that_helped(tmp_path):
@@ -245,7 +263,7 @@ def test_fix_combines_fixes_that_helped(tmp_path):
         return t
 
     runner = FakeRunner(step_time, config)
-    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach"), repeats=2), runner=runner)
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach")), runner=runner)
     assert r.combined is not None
     assert set(r.chosen) == {"autocast bfloat16", "optimizer foreach"}
     assert r.speedup == pytest.approx(0.12 / 0.07)
@@ -269,11 +287,11 @@ def test_compute_fixes_are_measured_again_once_the_loader_fix_removes_the_data_w
     def loss(ov: Overrides) -> float:
         return 2.0 if ov.channels_last else 1.0  # channels_last "breaks" this model: rejected on loss
 
-    cfg = FixConfig(candidates=("workers", "amp", "channels_last"), workers_values=(4,), repeats=2)
+    cfg = FixConfig(candidates=("workers", "amp", "channels_last"), workers_values=(4,))
     r = run_fix(["python", "train.py"], cfg, runner=FakeRunner(step_time, config, loss=loss))
     first = {m.name: m for m in r.candidates if m.on_top_of is None}
     assert first["num_workers=4"].verdict == "helped"
-    assert first["autocast bfloat16"].verdict == "rejected"  # 0.10 s of data wait either way
+    assert first["autocast bfloat16"].verdict == "no change"  # 0.10 s of data wait either way
     (top,) = [m for m in r.candidates if m.on_top_of]
     assert top.name == "autocast bfloat16" and top.on_top_of == "num_workers=4"
     assert top.verdict == "helped" and top.speedup == pytest.approx(0.05 / 0.03)
@@ -293,14 +311,14 @@ def test_a_combination_slower_than_the_best_single_fix_in_the_same_round_is_not_
         return 0.12 - (0.03 if ov.autocast else 0.0) - (0.02 if ov.optimizer_impl else 0.0)
 
     runner = FakeRunner(step_time, loader_config(tmp_path))
-    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach"), repeats=2), runner=runner)
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("amp", "foreach")), runner=runner)
     assert r.chosen == ["autocast bfloat16"] and r.speedup == pytest.approx(0.12 / 0.09)
     # the single fix was re-run interleaved with the combination: baseline, single, combination
-    tail = [s.overrides.describe() for s in runner.specs[-6:]]
+    tail = [s.overrides.describe() for s in runner.specs[-9:]]
     assert tail[:3] == ["none", "autocast=bfloat16", "autocast=bfloat16, optimizer_impl=foreach"]
     report, _ = fix_report(r)
     assert (
-        "was not faster than autocast bfloat16 alone in the same round"
+        "was not faster than autocast bfloat16 alone in the same rounds"
         in report.by_id("fix.combined").evidence
     )
 
@@ -318,7 +336,7 @@ def test_auto_mode_profiles_first_and_uses_its_findings(tmp_path, monkeypatch):
         )
 
     monkeypatch.setattr(RunResult, "report", report)
-    r = run_fix(["python", "train.py"], FixConfig(repeats=2), runner=runner)
+    r = run_fix(["python", "train.py"], FixConfig(), runner=runner)
     assert runner.specs[0].probes is True  # the profile run
     assert [c.name for c in r.candidates] == ["channels_last"]
     assert r.chosen == ["channels_last"]
@@ -347,7 +365,7 @@ def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix
         )
 
     monkeypatch.setattr(RunResult, "report", report)
-    cfg = FixConfig(repeats=2, workers_values=(4,), skip=("compile",))
+    cfg = FixConfig(workers_values=(4,), skip=("compile",))
     r = run_fix(["python", "train.py"], cfg, runner=FakeRunner(step_time, config))
     assert [(c.name, c.on_top_of) for c in r.candidates] == [
         ("num_workers=4", None),
@@ -444,7 +462,7 @@ def test_host_memory_candidate_is_for_cpu_steps_and_must_really_apply(tmp_path):
         "override_errors": ["keep_host_memory: off: jemalloc is preloaded and already keeps freed memory"]
     }
     for _ in range(3):
-        x.add(make_result(0.05, config=failed))
+        x.record(make_result(0.05, config=failed))
     judge(x, base, FixConfig())
     assert x.verdict == "rejected" and "jemalloc" in x.reason
 
@@ -463,11 +481,15 @@ def cli(argv: list[str]) -> int:
 def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, capsys):
     import json
 
-    import pitstop.tune.fix as fixmod
+    import pitstop.tune.fixrun as fixrun
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    monkeypatch.setattr(fixmod, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    import pitstop.tune.apply as applymod
+
+    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    # the verification run of the patched script: as fast as the measured fix
+    monkeypatch.setattr(applymod, "run", FakeRunner(lambda ov: 0.05, config))
     out = tmp_path / "fix.json"
     code = cli(
         [
@@ -493,16 +515,85 @@ def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, caps
 
     jsonschema.validate(d, load_schema())
     assert d["tool"] == "fix" and d["sections"]["fix"]["diff"].startswith("--- a/")
-    assert "backup at" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "backup at" in err and "2.00x in one run, inside 2.00x (95% CI" in err
 
 
 def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsys):
-    import pitstop.tune.fix as fixmod
+    import pitstop.tune.fixrun as fixrun
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    monkeypatch.setattr(fixmod, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
     code = cli(["fix", "--candidates", "workers", "--apply", "-q", "--", "python", str(script)])
     assert code == 2 and "--yes" in capsys.readouterr().err
     assert script.read_text() == TRAIN
+
+
+def test_the_budget_bounds_the_rounds_and_leaves_open_candidates_undecided(tmp_path):
+    """Every run takes 40 s of a fake clock; a candidate whose speed-up flips between rounds stays open
+    and is reported undecided with its interval when the 300 s budget ends."""
+    clock = [0.0]
+    base = FakeRunner(lambda ov: 0.1, loader_config(tmp_path), jitter=[1.0, 0.8, 1.25, 0.9, 1.1])
+
+    def runner(spec: RunSpec) -> RunResult:
+        clock[0] += 40.0
+        return base(spec)
+
+    progress: list[str] = []
+    r = run_fix(
+        ["python", "train.py"],
+        FixConfig(candidates=("amp",), budget=300.0),
+        runner=runner,
+        progress=progress.append,
+        clock=lambda: clock[0],
+    )
+    (amp,) = r.candidates
+    assert amp.verdict == "undecided" and amp.interval is not None and amp.interval.rounds >= 2
+    assert clock[0] <= 300.0 + 2 * 40.0  # the round that would not fit was not started
+    assert any("ETA" in p and "round" in p for p in progress)
+    report, _ = fix_report(r)
+    f = report.by_id("fix.amp")
+    assert "undecided" in f.title and "95% CI" in f.evidence
+
+
+def test_a_run_the_budget_stopped_is_not_a_failure(tmp_path):
+    config = loader_config(tmp_path)
+
+    def runner(spec: RunSpec) -> RunResult:
+        if spec.overrides.compile:
+            res = make_result(0.1, status="timeout")
+            res.steps, res.error = [], f"timed out after {spec.timeout:g} s"
+            return res
+        return make_result(0.1, config=config)
+
+    r = run_fix(["python", "train.py"], FixConfig(candidates=("compile",)), runner=runner)
+    (c,) = r.candidates
+    assert c.verdict == "undecided" and "budget ended" in c.reason and not c.errors
+
+
+def test_the_first_stage_keeps_the_budget_unless_a_later_stage_needs_some(tmp_path):
+    """Runs take 10 s of a fake clock; autocast flips between rounds and never decides. Alone, it may use
+    the whole budget; once more workers helped, the first stage stops at 60% so the second stage runs."""
+
+    def make(kinds: tuple[str, ...]) -> tuple[FixResult, list[float], list[float]]:
+        clock, stage1_end = [0.0], []
+        inner = FakeRunner(
+            lambda ov: 0.05 if ov.dataloader else 0.1, loader_config(tmp_path), jitter=[1.0, 0.8, 1.25]
+        )
+
+        def runner(spec: RunSpec) -> RunResult:
+            clock[0] += 10.0
+            if spec.overrides.dataloader and spec.overrides.autocast and not stage1_end:
+                stage1_end.append(clock[0] - 10.0)  # the first run of the second stage
+            return inner(spec)
+
+        cfg = FixConfig(candidates=kinds, workers_values=(4,), budget=300.0, max_rounds=100)
+        return run_fix(["python", "train.py"], cfg, runner=runner, clock=lambda: clock[0]), clock, stage1_end
+
+    alone, clock, _ = make(("amp",))
+    assert alone.candidates[0].verdict == "undecided" and clock[0] > 0.6 * 300 + 20
+    both, _, stage1_end = make(("workers", "amp"))
+    assert stage1_end and stage1_end[0] <= 0.6 * 300 + 30  # stopped after the round that crossed 60%
+    assert any(c.on_top_of == "num_workers=4" for c in both.candidates)

@@ -2,24 +2,28 @@
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
 vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, the optimizer's step as it ran vs
-foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are interleaved
-(A B A B ...) and compared by median, except the malloc one, which cannot be undone in the process and
-so runs last, before then after. Each probe is bounded in time and skipped (with the reason) when the
-model is too large to copy or a single pass is too slow.
+foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
+rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
+(``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
+runs last, before then after, and is marked ``confirmed: False``. Each probe is bounded in time and
+skipped (with the reason) when the model is too large to copy or a single pass is too slow.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map_only
 
 from pitstop import hardware
+from pitstop.measure import Arm, Interval, Settings, interleave
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together
@@ -52,27 +56,60 @@ def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         t.float().mean().backward()
 
 
-def compare(
+@dataclass
+class Timed:
+    """Median seconds per call of each variant, and each later variant's speed-up over the first with
+    its 95% interval (``pitstop.measure``; None when fewer than two rounds fitted the budget)."""
+
+    medians: dict[str, float]
+    intervals: dict[str, Interval | None] = field(default_factory=dict)
+
+
+def timed(
     variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = 6.0
-) -> dict[str, float]:
-    """Median seconds per call of each variant, interleaved, after one warm-up call each."""
+) -> Timed:
+    """Rotating rounds of the variants through the timing engine, after one warm-up call each. A round
+    calls each variant up to 3 times (fewer when a call is slow, so ``reps`` rounds fit ``budget_s``)."""
     import time
 
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    warm: list[float] = []
     for fn in variants.values():
+        _sync(device_type)
+        t = time.perf_counter()
         fn()
-    _sync(device_type)
-    start = time.perf_counter()
-    for _ in range(reps):
-        for name, fn in variants.items():
+        _sync(device_type)
+        warm.append(time.perf_counter() - t)
+    calls = max(1, min(3, int(budget_s / max(1e-9, reps * sum(warm)))))
+
+    def sample(name: str) -> list[float]:
+        fn, out = variants[name], []
+        for _ in range(calls):
             _sync(device_type)
             t = time.perf_counter()
             fn()
             _sync(device_type)
-            times[name].append(time.perf_counter() - t)
-        if time.perf_counter() - start > budget_s and all(len(v) >= 3 for v in times.values()):
-            break
-    return {k: statistics.median(v) for k, v in times.items()}
+            out.append(time.perf_counter() - t)
+        return out
+
+    names = list(variants)
+    base, arms = Arm(names[0]), [Arm(n) for n in names[1:]]
+    interleave(base, arms, sample, Settings(budget_s=budget_s, min_rounds=reps, max_rounds=reps))
+    medians = {a.name: statistics.median(v for r in a.rounds for v in r) for a in [base, *arms]}
+    return Timed(medians, {a.name: a.interval for a in arms})
+
+
+def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
+    """base_s, new_s, saving_s (>0: ``new`` is faster) and, from the interval, the saving's bounds."""
+    b, n = t.medians[base], t.medians[new]
+    out: dict[str, Any] = {"base_s": b, "new_s": n, "saving_s": b - n}
+    iv = t.intervals.get(new)
+    if iv is not None and iv.rounds >= 2:
+        # speed-up S = base/new, so new = base/S and the saving base - base/S grows with S
+        out["saving_lo_s"] = b - b / iv.lo if iv.lo > 0 else None
+        out["saving_hi_s"] = b - b / iv.hi if math.isfinite(iv.hi) else None
+        out["interval"] = iv.to_dict()
+        out["interval_text"] = iv.text()
+    return out
 
 
 def _inputs_to_channels_last(v: Any) -> Any:
@@ -162,12 +199,9 @@ def _model_probes(
             with torch.autocast(dev, dtype=getattr(torch, amp_dtype)):
                 _fwd_bwd(model, args, kwargs)
 
-        m = compare({"fp32": base, "amp": amp}, dev)
         out["precision"] = {
             "dtype": amp_dtype,
-            "base_s": m["fp32"],
-            "new_s": m["amp"],
-            "saving_s": m["fp32"] - m["amp"],
+            **saving(timed({"fp32": base, "amp": amp}, dev), "fp32", "amp"),
         }
     elif fp32:
         out["precision"] = {"dtype": None, "skipped": f"no fast bf16/fp16 path on this {dev}"}
@@ -188,12 +222,8 @@ def _model_probes(
             with as_script():
                 _fwd_bwd(cl_model, cl_args, cl_kwargs)
 
-        m = compare({"nchw": base, "channels_last": cl}, dev)
-        out["channels_last"] = {
-            "base_s": m["nchw"],
-            "new_s": m["channels_last"],
-            "saving_s": m["nchw"] - m["channels_last"],
-        }
+        t = timed({"nchw": base, "channels_last": cl}, dev)
+        out["channels_last"] = saving(t, "nchw", "channels_last")
         del cl_model
 
     if dev == "cuda" and facts.get("conv2d_layers") and not torch.backends.cudnn.benchmark:
@@ -205,8 +235,7 @@ def _model_probes(
             finally:
                 torch.backends.cudnn.benchmark = False
 
-        m = compare({"off": base, "on": bench_on}, dev)
-        out["cudnn_benchmark"] = {"base_s": m["off"], "new_s": m["on"], "saving_s": m["off"] - m["on"]}
+        out["cudnn_benchmark"] = saving(timed({"off": base, "on": bench_on}, dev), "off", "on")
     return out
 
 
@@ -274,6 +303,8 @@ def _host_memory_probe(
         "base_faults": base_faults,
         "new_faults": new_faults,
         "detail": result.detail,
+        # before/after in one process: whatever warmed up in between counts as saving, so no interval
+        "confirmed": False,
     }
 
 
@@ -290,10 +321,5 @@ def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[
     for g in foreach.param_groups:
         g["foreach"] = True
     dev = params[0].device.type if params else "cpu"
-    m = compare({"as_is": as_is.step, "foreach": foreach.step}, dev, reps=7)
-    return {
-        "type": facts.get("type"),
-        "base_s": m["as_is"],
-        "new_s": m["foreach"],
-        "saving_s": m["as_is"] - m["foreach"],
-    }
+    t = timed({"as_is": as_is.step, "foreach": foreach.step}, dev, reps=7)
+    return {"type": facts.get("type"), **saving(t, "as_is", "foreach")}

@@ -523,7 +523,14 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     )
     p.add_argument("--steps", type=int, default=20, help="measured steps per run (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps per run (default 5)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per configuration (default 3)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        help="seconds for the whole measurement; candidates still open then are 'undecided' (default 300)",
+    )
+    p.add_argument("--min-rounds", type=int, default=3, help="rounds before any verdict (default 3)")
+    p.add_argument("--max-rounds", type=int, default=10, help="rounds at most per stage (default 10)")
     p.add_argument(
         "--candidates",
         default="auto",
@@ -549,8 +556,18 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     cmd = command_after_dashes(ns)
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
-    if ns.steps <= 0 or ns.warmup < 0 or ns.repeats <= 0 or ns.min_gain < 0 or ns.loss_rtol <= 0:
-        return usage_error("need --steps > 0, --warmup >= 0, --repeats > 0, --min-gain >= 0, --loss-rtol > 0")
+    if (
+        ns.steps <= 0
+        or ns.warmup < 0
+        or ns.budget <= 0
+        or not 2 <= ns.min_rounds <= ns.max_rounds
+        or ns.min_gain < 0
+        or ns.loss_rtol <= 0
+    ):
+        return usage_error(
+            "need --steps > 0, --warmup >= 0, --budget > 0, 2 <= --min-rounds <= --max-rounds, "
+            "--min-gain >= 0, --loss-rtol > 0"
+        )
     try:
         from pitstop.tune.fix import FixConfig, parse_candidates, run_fix
     except ImportError as e:
@@ -563,7 +580,9 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     cfg = FixConfig(
         steps=ns.steps,
         warmup=ns.warmup,
-        repeats=ns.repeats,
+        budget=ns.budget,
+        min_rounds=ns.min_rounds,
+        max_rounds=ns.max_rounds,
         candidates=names,
         skip=tuple(skip),
         min_gain=ns.min_gain,
@@ -571,40 +590,44 @@ def cmd_fix(ns: argparse.Namespace) -> int:
         timeout=ns.timeout,
     )
     from pitstop.tune.fix import fix_report
-    from pitstop.tune.patch import apply_patch
 
     with _status("pitstop fix", ns.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
-        [m.name, m.verdict, ", ".join(f"{v:.3g}" for v in m.steps_per_s), m.median, m.speedup, m.reason]
+        [m.name, m.verdict, m.interval.text() if m.interval else "", m.median, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
     ]
     _print_table(
         ns,
-        "pitstop fix: runs",
-        ["configuration", "verdict", "steps/s per run", "median", "speed-up", "note"],
+        "pitstop fix: verdicts",
+        ["configuration", "verdict", "speed-up (95% interval)", "median steps/s", "note"],
         rows,
     )
     code = finish(report, ns, blocks)
-    if result.patch is not None and not ns.quiet and ns.json != "-":
-        print(result.patch.diff)
+    if result.patches and not ns.quiet and ns.json != "-":
+        print("".join(p.diff for p in result.patches))
     if ns.apply:
-        if result.patch is None:
-            print("pitstop fix: nothing to apply (no local DataLoader change helped)", file=sys.stderr)
+        from pitstop.tune.apply import apply_all, verify
+
+        if not result.patches:
+            print("pitstop fix: nothing to apply (no fix with a code location helped)", file=sys.stderr)
         else:
             if not ns.yes:
                 if not sys.stdin.isatty():
                     return usage_error("--apply needs confirmation; pass --yes to apply without asking")
-                answer = input(f"Apply this change to {result.patch.path} (a backup is kept)? [y/N] ")
+                names = ", ".join(str(p.path) for p in result.patches)
+                answer = input(f"Apply this change to {names} (a backup is kept)? [y/N] ")
                 if answer.strip().lower() not in ("y", "yes"):
                     print("not applied", file=sys.stderr)
                     return code
             try:
-                backup = apply_patch(result.patch)
+                backups = apply_all(result.patches)
             except (OSError, ValueError) as e:
                 return usage_error(f"could not apply: {e}")
-            print(f"applied to {result.patch.path}; backup at {backup}", file=sys.stderr)
+            for p, backup in zip(result.patches, backups, strict=True):
+                print(f"applied to {p.path}; backup at {backup}", file=sys.stderr)
+            print(f"pitstop fix: {verify(result, cfg).text}", file=sys.stderr)
     if result.baseline_error and not result.baseline_steps:
         return 1
     return code

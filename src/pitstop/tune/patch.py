@@ -1,4 +1,5 @@
-"""A unified diff that changes the keyword arguments of one DataLoader(...) call in the user's file.
+"""A unified diff that changes the keyword arguments of one call (a DataLoader(...), an optimizer's
+constructor) in the user's file.
 
 The call is found with ``ast`` at the file:line the profile hooks recorded; existing keywords have their
 value replaced, missing ones are added after the last argument, and everything else in the file is
@@ -42,16 +43,16 @@ def _pos(text: str, starts: list[int], lineno: int, col_bytes: int) -> int:
     return line_start + len(line.encode("utf-8")[:col_bytes].decode("utf-8", errors="ignore"))
 
 
-def _is_dataloader(call: ast.Call) -> bool:
+def _is_call_to(call: ast.Call, name: str | None) -> bool:
     f = call.func
-    return (isinstance(f, ast.Name) and f.id == "DataLoader") or (
-        isinstance(f, ast.Attribute) and f.attr == "DataLoader"
-    )
+    if name is None:
+        return True
+    return (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name)
 
 
-def find_call(tree: ast.AST, line: int) -> ast.Call | None:
-    """The DataLoader(...) call at ``line`` (starting there, or spanning it)."""
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_dataloader(n)]
+def find_call(tree: ast.AST, line: int, name: str | None = "DataLoader") -> ast.Call | None:
+    """The ``name(...)`` call at ``line`` (starting there, or spanning it); any call when name is None."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_call_to(n, name)]
     starting = [c for c in calls if c.lineno == line]
     if starting:
         return starting[0]
@@ -69,23 +70,13 @@ def resolve(location: str, cwd: str | os.PathLike[str] | None = None) -> tuple[P
     return p, int(line)
 
 
-def dataloader_patch(
-    location: str, changes: dict[str, Any], cwd: str | os.PathLike[str] | None = None
-) -> Patch:
-    """Build the patch that sets ``changes`` (keyword -> Python value) on the DataLoader call at
-    ``location``. Raises ValueError when the file or the call cannot be found."""
-    path, line = resolve(location, cwd)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"cannot read {path}: {e}") from e
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as e:
-        raise ValueError(f"cannot parse {path}: {e}") from e
-    call = find_call(tree, line)
+def keyword_edit(text: str, line: int, changes: dict[str, Any], name: str | None = "DataLoader") -> str:
+    """``text`` with ``changes`` (keyword -> Python value) set on the ``name(...)`` call at ``line``.
+    Raises SyntaxError when the text does not parse, ValueError when there is no such call."""
+    tree = ast.parse(text)
+    call = find_call(tree, line, name)
     if call is None:
-        raise ValueError(f"no DataLoader(...) call at {location}")
+        raise ValueError(f"no {name or 'call'}(...) call")
     starts = _offsets(text)
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) as character offsets
     existing = {kw.arg: kw for kw in call.keywords if kw.arg}
@@ -111,6 +102,25 @@ def dataloader_patch(
     patched = text
     for a, b, rep in sorted(edits, reverse=True):
         patched = patched[:a] + rep + patched[b:]
+    return patched
+
+
+def dataloader_patch(
+    location: str, changes: dict[str, Any], cwd: str | os.PathLike[str] | None = None
+) -> Patch:
+    """Build the patch that sets ``changes`` (keyword -> Python value) on the DataLoader call at
+    ``location``. Raises ValueError when the file or the call cannot be found."""
+    path, line = resolve(location, cwd)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    try:
+        patched = keyword_edit(text, line, changes)
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse {path}: {e}") from e
+    except ValueError as e:
+        raise ValueError(f"{e} at {location}") from e
     name = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
     diff = "".join(
         difflib.unified_diff(

@@ -1,0 +1,358 @@
+"""The timing engine: per-step samples, outliers, interleaved rounds, speed-up intervals, verdicts.
+
+Every "is B faster than A" in pitstop is answered here, in four steps:
+
+1. **Samples** are per-step times in seconds, one list per run of a configuration (a child process of
+   the user's script, or a timed block in-process). ``clean`` drops the first ``warmup`` samples of a
+   run, then the slow outliers: steps slower than ``median + k * MAD`` of that run (MAD scaled by 1.4826
+   so it estimates the standard deviation of normal noise). The first batch after a worker pool starts,
+   an epoch boundary or an eval pass costs many times a step; the median and MAD ignore up to half the
+   samples being such spikes, where a mean and a standard deviation are dragged by the spikes they
+   should find. With ``k = 5`` a sample of pure normal noise loses about 3 in 10 million steps, so
+   only real spikes go. The rule is one-sided: a fast step is never dropped. Dropped steps are kept as
+   ``Outlier`` records so reports can say what was left out and why.
+2. **Rounds**: ``interleave`` runs every configuration once per round, in an order rotated each round,
+   so drift of the machine (other load, thermal state, page cache) falls on all of them alike.
+3. **Interval**: ``speedup_interval`` takes, for each round, the ratio of medians (baseline median step
+   time over candidate median step time, so > 1 means faster) and gives their geometric mean with a
+   Student t interval on the log ratios. The round is the unit because the noise comes in runs: steps
+   within one process are correlated (one process can be 20% slower than the next), so an interval
+   from steps alone (a bootstrap of steps, or a t-test over steps) is far too narrow and calls noise a
+   gain. A bootstrap over rounds is the usual cure, but with the 3-12 rounds a budget allows it is too
+   narrow as well: it cannot see more spread than the few rounds show, and in a simulation with a 10%
+   run-to-run spread it called 8 of 40 A/A pairs helped or hurt (this rule: 4 of 300 helped, 24 hurt).
+   Student t with n - 1 degrees of freedom widens the interval for few rounds by exactly the right
+   amount when log ratios are normal, and
+   pairing the candidate with the baseline of its own round removes slow drift. The interval is a pure
+   function of the samples, so the same samples give the same interval.
+4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
+   above ``1 + min_gain``; *hurt* when the upper bound is below 1; *no change* when the interval lies
+   inside ``1 +- min_gain``; otherwise the next round. A candidate still open when the budget ends is
+   *undecided*, with its interval. Looking after every round raises the chance that noise passes once;
+   the ``min_gain`` margin pays for that: an A/A pair has to show a lower bound above 1.05, not above 1,
+   and ``benchmarks/fix_calibration.py`` measures the resulting false-positive rate.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAD_SCALE = 1.4826  # MAD * this = standard deviation, for normal noise
+HELPED, HURT, NO_CHANGE, UNDECIDED = "helped", "hurt", "no change", "undecided"
+
+
+@dataclass(frozen=True)
+class Outlier:
+    run: int  # index of the run (round) it came from
+    index: int  # position of the step in that run's samples
+    seconds: float
+    why: str  # "warm-up" | "spike" (slower than the threshold)
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    kept: list[float]
+    outliers: list[Outlier]
+    threshold: float | None  # seconds above which a step was a spike (None: too few samples to tell)
+
+
+def clean(samples: Sequence[float], warmup: int = 0, k: float = 5.0, run: int = 0) -> Cleaned:
+    """Drop the first ``warmup`` samples and the slow spikes (> median + k * scaled MAD) of one run."""
+    vals = [float(v) for v in samples if math.isfinite(v) and v > 0]
+    head, rest = vals[:warmup], vals[warmup:]
+    out = [Outlier(run, i, v, "warm-up") for i, v in enumerate(head)]
+    if len(rest) < 3:
+        return Cleaned(rest, out, None)
+    med = statistics.median(rest)
+    mad = statistics.median(abs(v - med) for v in rest) * MAD_SCALE
+    # a run of identical steps has MAD 0: then a step must be 1% slower than the median to be a spike
+    threshold = med + k * max(mad, 0.01 * med)
+    kept = []
+    for i, v in enumerate(rest):
+        if v > threshold:
+            out.append(Outlier(run, warmup + i, v, "spike"))
+        else:
+            kept.append(v)
+    return Cleaned(kept, out, threshold)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Speed-up of a candidate over the baseline (> 1: faster), with its bootstrap interval."""
+
+    estimate: float
+    lo: float
+    hi: float
+    rounds: int
+    steps_base: int
+    steps_cand: int
+    confidence: float = 0.95
+
+    def text(self) -> str:
+        """'1.20x (95% CI 1.12–1.28, 6 rounds, 180 steps each side)'."""
+        return format_interval(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def format_interval(iv: Interval) -> str:
+    steps = (
+        f"{iv.steps_base} steps each side"
+        if iv.steps_base == iv.steps_cand
+        else f"{iv.steps_cand} vs {iv.steps_base} steps"
+    )
+    rounds = f"{iv.rounds} round" + ("" if iv.rounds == 1 else "s")
+    if not math.isfinite(iv.hi):
+        return f"{iv.estimate:.2f}x (no interval from {rounds}, {steps})"
+    return (
+        f"{iv.estimate:.2f}x ({100 * iv.confidence:.0f}% CI {iv.lo:.2f}\u2013{iv.hi:.2f}, {rounds}, {steps})"
+    )
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """Two-sided Student t critical value: P(|T| < t) = ``confidence`` with ``df`` degrees of freedom.
+
+    Exact for integer df (Abramowitz & Stegun 26.7.3-4), inverted by bisection; no scipy needed."""
+
+    def central(t: float) -> float:
+        th = math.atan(t / math.sqrt(df))
+        c2, s = math.cos(th) ** 2, math.sin(th)
+        if df % 2 == 0:
+            term, total = 1.0, 1.0
+            for j in range(2, df, 2):
+                term *= c2 * (j - 1) / j
+                total += term
+            return s * total
+        if df == 1:
+            return 2 * th / math.pi
+        term, total = 1.0, 1.0
+        for j in range(3, df, 2):
+            term *= c2 * (j - 1) / j
+            total += term
+        return 2 / math.pi * (th + s * math.cos(th) * total)
+
+    lo, hi = 0.0, 1e7
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if central(mid) < confidence:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def speedup_interval(
+    base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], confidence: float = 0.95
+) -> Interval | None:
+    """Speed-up (baseline median step time / candidate median step time) with its interval, from the
+    per-round paired log ratios of medians and Student t.
+
+    ``base[r]`` and ``cand[r]`` are the kept step times of round ``r``; rounds where either side has no
+    sample are left out. None when no round has both; one round gives the estimate with an unbounded
+    interval."""
+    d = [
+        math.log(statistics.median(b) / statistics.median(c))
+        for b, c in zip(base, cand, strict=False)
+        if len(b) and len(c)
+    ]
+    if not d:
+        return None
+    n = len(d)
+    est = math.exp(statistics.fmean(d))
+    if n < 2:
+        lo, hi = 0.0, math.inf
+    else:
+        half = t_quantile(confidence, n - 1) * statistics.stdev(d) / math.sqrt(n)
+        lo, hi = math.exp(statistics.fmean(d) - half), math.exp(statistics.fmean(d) + half)
+    return Interval(
+        estimate=est,
+        lo=min(lo, est),
+        hi=max(hi, est),
+        rounds=n,
+        steps_base=sum(len(b) for b, c in zip(base, cand, strict=False) if len(b) and len(c)),
+        steps_cand=sum(len(c) for b, c in zip(base, cand, strict=False) if len(b) and len(c)),
+        confidence=confidence,
+    )
+
+
+def decide(iv: Interval | None, min_gain: float, min_rounds: int = 3) -> str | None:
+    """helped / hurt / no change as soon as the interval allows (after ``min_rounds``); else None."""
+    if iv is None or iv.rounds < min_rounds:
+        return None
+    if iv.lo > 1 + min_gain:
+        return HELPED
+    if iv.hi < 1:
+        return HURT
+    if iv.lo >= 1 - min_gain and iv.hi <= 1 + min_gain:
+        return NO_CHANGE
+    return None
+
+
+# ------------------------------------------------------------------------------------- interleaved rounds
+
+
+@dataclass
+class Arm:
+    """One configuration's measurements: kept step times per round, and what was dropped."""
+
+    name: str
+    rounds: list[list[float]] = field(default_factory=list)
+    outliers: list[Outlier] = field(default_factory=list)
+    run_s: list[float] = field(default_factory=list)  # wall seconds per run
+    verdict: str | None = None  # None while open; the baseline never gets one
+    decided_at: int | None = None  # the round after which it was decided
+    interval: Interval | None = None
+
+    @property
+    def steps(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+    def add(self, samples: Sequence[float], warmup: int = 0, k: float = 5.0, wall_s: float = 0.0) -> None:
+        c = clean(samples, warmup, k, run=len(self.rounds))
+        self.rounds.append(c.kept)
+        self.outliers.extend(c.outliers)
+        self.run_s.append(wall_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "decided_at": self.decided_at,
+            "interval": self.interval.to_dict() if self.interval else None,
+            "interval_text": self.interval.text() if self.interval else None,
+            "steps": self.steps,
+            "rounds": len(self.rounds),
+            "outliers": [asdict(o) for o in self.outliers],
+        }
+
+
+@dataclass
+class Settings:
+    budget_s: float = 300.0  # wall time for all rounds of one comparison
+    min_rounds: int = 3
+    max_rounds: int = 12
+    min_gain: float = 0.05
+    confidence: float = 0.95
+    warmup: int = 0  # samples dropped from the start of every run
+    k: float = 5.0  # outlier threshold in scaled MADs
+
+
+@dataclass
+class Progress:
+    round: int
+    max_rounds: int
+    elapsed_s: float
+    eta_s: float | None  # until the last round that fits the budget
+    verdicts: dict[str, str | None]
+
+    def text(self) -> str:
+        done = [f"{n}: {v}" for n, v in self.verdicts.items() if v]
+        eta = f", ETA {self.eta_s:.0f} s" if self.eta_s is not None else ""
+        return f"round {self.round}/{self.max_rounds}{eta}" + (f"; {', '.join(done)}" if done else "")
+
+
+Sample = Callable[[str], tuple[Sequence[float], float] | Sequence[float] | None]
+
+
+def rotated(names: Sequence[str], r: int) -> list[str]:
+    """Round ``r``'s order: the list rotated by ``r`` places (every configuration leads in turn)."""
+    if not names:
+        return []
+    s = r % len(names)
+    return list(names[s:]) + list(names[:s])
+
+
+def update_verdicts(base: Arm, arms: Sequence[Arm], s: Settings, round_no: int) -> None:
+    """Recompute every open arm's interval and decide it if the interval allows."""
+    for a in arms:
+        if a.verdict is not None:
+            continue
+        a.interval = speedup_interval(base.rounds, a.rounds, s.confidence)
+        v = decide(a.interval, s.min_gain, s.min_rounds)
+        if v is not None:
+            a.verdict, a.decided_at = v, round_no
+
+
+def interleave(
+    base: Arm,
+    arms: Sequence[Arm],
+    sample: Sample,
+    settings: Settings | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    on_progress: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> int:
+    """Rotating rounds of ``sample(name)`` over the baseline and the open arms until every arm is decided,
+    ``max_rounds`` are done, or the next round would not fit the budget. ``sample`` returns the step times
+    of one run (optionally with its wall seconds), or None for a run that failed (that round is skipped
+    for its arm). Arms already holding rounds (e.g. a baseline run made earlier) keep them: round ``r``
+    fills ``rounds[r]``. Returns the number of rounds; open arms end ``undecided``."""
+    s = settings or Settings()
+    start = clock()
+    r = min([len(base.rounds), *(len(a.rounds) for a in arms)])
+    last_round_s: float | None = None
+    while r < s.max_rounds:
+        open_arms = [a for a in arms if a.verdict is None]
+        if not open_arms or (should_stop and should_stop()):
+            break
+        elapsed = clock() - start
+        if last_round_s is not None and elapsed + last_round_s > s.budget_s:
+            break
+        t0 = clock()
+        by_name = {a.name: a for a in [base, *open_arms]}
+        for name in rotated(list(by_name), r):
+            arm = by_name[name]
+            if len(arm.rounds) > r:
+                continue  # measured before the rounds started
+            t1 = clock()
+            got = sample(name)
+            wall = clock() - t1
+            if isinstance(got, tuple):
+                got, wall = got
+            if got is None:
+                arm.rounds.append([])
+                arm.run_s.append(wall)
+            else:
+                arm.add(got, s.warmup, s.k, wall)
+        r += 1
+        last_round_s = clock() - t0
+        update_verdicts(base, open_arms, s, r)
+        if on_progress:
+            elapsed = clock() - start
+            left = min(s.max_rounds - r, max(0, int((s.budget_s - elapsed) // max(last_round_s, 1e-9))))
+            on_progress(
+                Progress(r, s.max_rounds, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
+            )
+    for a in arms:
+        if a.verdict is None:
+            a.interval = speedup_interval(base.rounds, a.rounds, s.confidence)
+            a.verdict = UNDECIDED
+    return r
+
+
+__all__ = [
+    "HELPED",
+    "HURT",
+    "NO_CHANGE",
+    "UNDECIDED",
+    "Arm",
+    "Cleaned",
+    "Interval",
+    "Outlier",
+    "Progress",
+    "Settings",
+    "clean",
+    "decide",
+    "format_interval",
+    "interleave",
+    "rotated",
+    "speedup_interval",
+    "update_verdicts",
+]

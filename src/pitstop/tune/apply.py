@@ -1,0 +1,417 @@
+"""`pitstop fix --apply`: the code change of every fix that helped, as one unified diff per file.
+
+Each kind is placed with ``ast`` at the locations the profile hooks recorded (the model's first forward
+call, the optimizer's constructor, the DataLoader call), and everything else in the file is left byte for
+byte:
+
+- DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.tune.patch``);
+- foreach / fused: ``foreach=True`` / ``fused=True`` on the optimizer's constructor call;
+- channels_last: ``model = model.to(memory_format=torch.channels_last)`` after the line that assigns
+  the model, and the same for the forward's first input after the line that moves it with ``.to(...)``
+  (before the forward's statement when no such line exists);
+- compile: ``model = torch.compile(model)`` after the line that assigns the model;
+- autocast: the statements from the forward up to the ``.backward()`` call wrapped in
+  ``with torch.autocast(...)`` (forward and loss, not the backward);
+- keep_host_memory, cudnn.benchmark: one line at the top of the script's ``main()`` (or of its
+  ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others.
+
+``verify`` re-runs the patched script once and compares its speed with the interval fix measured.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pitstop.measure import clean
+from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
+from pitstop.tune.fix import FixConfig, FixResult, device_type, loader_of
+from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
+
+# (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
+Insert = tuple[int, int, list[str]]
+
+
+@dataclass
+class FileEdits:
+    path: Path
+    original: str
+    text: str  # after the keyword edits (which keep every line where it was)
+    inserts: list[Insert] = field(default_factory=list)
+    wraps: list[tuple[int, int, str]] = field(default_factory=list)  # (first, last line 0-based, header)
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def tree(self) -> ast.Module:
+        return ast.parse(self.text)
+
+    def render(self) -> str:
+        lines = self.text.splitlines(keepends=True)
+        ops: list[tuple[int, int, Any]] = [(a, 0, ls) for a, _, ls in self.inserts]
+        ops += [(a, 1, (b, h)) for a, b, h in self.wraps]
+        for at, prio, what in sorted(ops, key=lambda o: (o[0], o[1]), reverse=True):
+            if prio == 1:
+                end, header = what
+                body = ["    " + ln if ln.strip() else ln for ln in lines[at : end + 1]]
+                lines[at : end + 1] = [header + "\n", *body]
+            else:
+                lines[at:at] = [ln + "\n" for ln in what]
+        return "".join(lines)
+
+
+def _indent(text: str, line: int) -> str:
+    s = text.splitlines()[line - 1]
+    return s[: len(s) - len(s.lstrip())]
+
+
+def _statements(tree: ast.AST) -> list[tuple[ast.stmt, list[ast.stmt]]]:
+    """Every statement with the body list it sits in."""
+    out = []
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            body = getattr(node, name, None)
+            if isinstance(body, list):
+                out += [(s, body) for s in body if isinstance(s, ast.stmt)]
+    return out
+
+
+def _innermost(tree: ast.AST, line: int) -> tuple[ast.stmt, list[ast.stmt]] | None:
+    hits = [(s, b) for s, b in _statements(tree) if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    return min(hits, key=lambda sb: (sb[0].end_lineno or 0) - sb[0].lineno) if hits else None
+
+
+def _forward_call(tree: ast.AST, line: int) -> ast.Call | None:
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or 0)]
+    calls = [c for c in calls if isinstance(c.func, ast.Name | ast.Attribute) and c.args]
+    # the outermost call on the line whose callee is a plain name (model(x)) or attribute (self.model(x))
+    named = [c for c in calls if not (isinstance(c.func, ast.Attribute) and c.func.attr in ("to", "cuda"))]
+    return min(named, key=lambda c: len(ast.unparse(c.func)) - 1000 * (c.lineno == line), default=None)
+
+
+def _targets(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, ast.Assign):
+        tg: list[ast.expr] = list(stmt.targets)
+    elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
+        tg = [stmt.target]
+    else:
+        return []
+    out = []
+    for t in tg:
+        out += [ast.unparse(e) for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
+    return out
+
+
+def _last_assignment(tree: ast.AST, name: str, before: int, moves: bool = False) -> ast.stmt | None:
+    """The last statement assigning ``name`` before line ``before`` (with ``moves``: by a ``.to(...)``
+    call). For the model only (not ``moves``), one anywhere in the file when none comes before: the
+    forward often runs in a ``train()`` defined above the ``main()`` that builds the model."""
+    found = [
+        s for s, _ in _statements(tree) if name in _targets(s) and (not moves or ".to(" in ast.unparse(s))
+    ]
+    earlier = [s for s in found if s.lineno < before]
+    return max(earlier or ([] if moves else found), key=lambda s: s.lineno, default=None)
+
+
+class Unplaced(ValueError):
+    """A fix whose code location could not be found in the file."""
+
+
+def _after(fe: FileEdits, stmt: ast.stmt, line: str) -> None:
+    fe.inserts.append((stmt.end_lineno or stmt.lineno, 0, [_indent(fe.text, stmt.lineno) + line]))
+
+
+def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str) -> str:
+    tree = fe.tree()
+    call = _forward_call(tree, where)
+    if call is None:
+        raise Unplaced(f"{kind}: no model call at line {where}")
+    name = ast.unparse(call.func)
+    assign = _last_assignment(tree, name, where)
+    if assign is None:
+        raise Unplaced(f"{kind}: no line assigning {name} in the file of line {where}")
+    _after(fe, assign, f"{name} = {make(name)}")
+    return name
+
+
+def edit_channels_last(fe: FileEdits, where: int) -> None:
+    _model_line(fe, where, lambda n: f"{n}.to(memory_format=torch.channels_last)", "channels_last")
+    tree = fe.tree()
+    call = _forward_call(tree, where)
+    arg = call.args[0] if call else None
+    if not isinstance(arg, ast.Name):
+        raise Unplaced("channels_last: the model's first input is not a plain variable")
+    conv = f"{arg.id} = {arg.id}.to(memory_format=torch.channels_last)"
+    moved = _last_assignment(tree, arg.id, where, moves=True)
+    if moved is not None:
+        _after(fe, moved, conv)
+    else:
+        hit = _innermost(tree, where)
+        assert hit is not None
+        fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + conv]))
+    _need_torch(fe)
+
+
+def edit_compile(fe: FileEdits, where: int) -> None:
+    _model_line(fe, where, lambda n: f"torch.compile({n})", "compile")
+    _need_torch(fe)
+
+
+def edit_autocast(fe: FileEdits, where: int, device: str, dtype: str) -> None:
+    hit = _innermost(fe.tree(), where)
+    if hit is None:
+        raise Unplaced(f"autocast: no statement at line {where}")
+    stmt, body = hit
+    i = body.index(stmt)
+    k = next(
+        (
+            j
+            for j in range(i, len(body))
+            if any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+                for n in ast.walk(body[j])
+            )
+        ),
+        None,
+    )
+    last = body[k - 1] if k is not None and k > i else stmt
+    header = f"{_indent(fe.text, stmt.lineno)}with torch.autocast({device!r}, dtype=torch.{dtype}):"
+    fe.wraps.append((stmt.lineno - 1, (last.end_lineno or last.lineno) - 1, header))
+    _need_torch(fe)
+
+
+def _main_top(fe: FileEdits) -> int:
+    """0-based line before which a statement runs first in the script's main (or module)."""
+    tree = fe.tree()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and len(node.body) > 1:
+                first = node.body[1]  # after the docstring
+            return first.lineno - 1
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return node.body[0].lineno - 1
+    return _after_imports(tree)
+
+
+def _after_imports(tree: ast.Module) -> int:
+    imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    if imports:
+        return imports[-1].end_lineno or imports[-1].lineno
+    first = tree.body[0] if tree.body else None
+    doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    return (first.end_lineno or 0) if doc and first else 0
+
+
+def _first_line(fe: FileEdits, code: str, import_line: str | None = None) -> None:
+    at = _main_top(fe)
+    lines = fe.text.splitlines()
+    indent = ""
+    if at < len(lines):
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    fe.inserts.append((at, 1, [indent + code]))
+    if import_line and import_line not in fe.text:
+        fe.inserts.append((_after_imports(fe.tree()), 0, [import_line]))
+
+
+def _need_torch(fe: FileEdits) -> None:
+    tree = fe.tree()
+    has = any(
+        isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+        for n in ast.walk(tree)
+    )
+    if not has and not any(ls == ["import torch"] for _, _, ls in fe.inserts):
+        fe.inserts.append((_after_imports(tree), 0, ["import torch"]))
+
+
+# ----------------------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class Plan:
+    patches: list[Patch] = field(default_factory=list)
+    unplaced: list[str] = field(default_factory=list)  # fixes whose code location was not found, and why
+
+
+def plan(result: FixResult, cwd: str | os.PathLike[str] | None = None) -> Plan:
+    """The patches for the fixes ``result`` recommends (one per file), and the ones that could not be
+    placed. Nothing is written."""
+    out = Plan()
+    chosen = [m for m in result.candidates if m.name in result.chosen]
+    files: dict[Path, FileEdits] = {}
+
+    def file_at(location: str | None, what: str) -> tuple[FileEdits, int]:
+        if not location:
+            raise Unplaced(f"{what}: the profile recorded no location for it")
+        path, line = resolve(location, cwd)
+        if path not in files:
+            try:
+                text = path.read_text(encoding="utf-8")
+                ast.parse(text)
+            except (OSError, SyntaxError) as e:
+                raise Unplaced(f"{what}: cannot read {path}: {e}") from e
+            files[path] = FileEdits(path, text, text)
+        return files[path], line
+
+    config = result.config
+    models = config.get("models") or []
+    model_at = models[0].get("first_location") if models else None
+    loader_changes: dict[str, Any] = {}
+    for m in chosen:
+        loader_changes.update(m.overrides.get("dataloader") or {})
+    edits: list[tuple[str, Callable[[], None]]] = []
+    if loader_changes:
+
+        def loader() -> None:
+            fe, line = file_at(loader_of(config).get("location"), "DataLoader")
+            fe.text = keyword_edit(fe.text, line, loader_changes, "DataLoader")
+            fe.changes["dataloader"] = loader_changes
+
+        edits.append(("dataloader", loader))
+    for m in chosen:
+        kinds = {m.kind} | ({"foreach"} if m.overrides.get("optimizer_impl") else set())
+        for kind in kinds:
+            edits.append((kind, _kind_edit(kind, m.overrides, config, model_at, file_at, result, cwd)))
+    done: set[str] = set()
+    for kind, edit in edits:
+        if kind in done or kind in ("workers", "persistent_workers", "combined"):
+            continue
+        done.add(kind)
+        try:
+            edit()
+        except (Unplaced, ValueError) as e:
+            out.unplaced.append(str(e))
+    for fe in files.values():
+        patched = fe.render()
+        if patched == fe.original:
+            continue
+        ast.parse(patched)  # an edit that breaks the file is a bug here, never written
+        name = os.path.relpath(fe.path) if not os.path.relpath(fe.path).startswith("..") else str(fe.path)
+        diff = "".join(
+            difflib.unified_diff(
+                fe.original.splitlines(keepends=True),
+                patched.splitlines(keepends=True),
+                fromfile=f"a/{name}",
+                tofile=f"b/{name}",
+            )
+        )
+        first = next(
+            (
+                i + 1
+                for i, (a, b) in enumerate(zip(fe.original.splitlines(), patched.splitlines(), strict=False))
+                if a != b
+            ),
+            1,
+        )
+        out.patches.append(Patch(fe.path, first, fe.original, patched, diff, dict(fe.changes)))
+    return out
+
+
+def _kind_edit(
+    kind: str,
+    ov: dict[str, Any],
+    config: dict[str, Any],
+    model_at: str | None,
+    file_at: Callable[[str | None, str], tuple[FileEdits, int]],
+    result: FixResult,
+    cwd: str | os.PathLike[str] | None,
+) -> Callable[[], None]:
+    def edit() -> None:
+        if kind == "foreach":
+            opts = config.get("optimizers") or []
+            if not opts:
+                raise Unplaced("foreach: no optimizer was recorded")
+            impl = ov.get("optimizer_impl") or "foreach"
+            for o in opts:
+                fe, line = file_at(o.get("location"), "optimizer")
+                fe.text = keyword_edit(fe.text, line, {impl: True}, o.get("type"))
+            fe.changes["optimizer"] = {impl: True}
+        elif kind == "channels_last":
+            fe, line = file_at(model_at, "channels_last")
+            edit_channels_last(fe, line)
+            fe.changes["channels_last"] = True
+        elif kind == "compile":
+            fe, line = file_at(model_at, "compile")
+            edit_compile(fe, line)
+            fe.changes["compile"] = True
+        elif kind == "amp":
+            fe, line = file_at(model_at, "autocast")
+            edit_autocast(fe, line, device_type(config), ov.get("autocast") or "bfloat16")
+            fe.changes["autocast"] = ov.get("autocast")
+        elif kind in ("host_memory", "cudnn_benchmark"):
+            try:
+                what, script, _ = parse_command(result.command, str(cwd) if cwd else None)
+            except CommandError as e:
+                raise Unplaced(f"{kind}: {e}") from e
+            if what != "script":
+                raise Unplaced(f"{kind}: the command runs a module, not a script file")
+            fe, _ = file_at(f"{script}:1", kind)
+            if kind == "host_memory":
+                _first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
+                fe.changes["keep_host_memory"] = True
+            else:
+                _first_line(fe, "torch.backends.cudnn.benchmark = True")
+                _need_torch(fe)
+                fe.changes["cudnn_benchmark"] = True
+        else:
+            raise Unplaced(f"{kind}: no code change is known for it")
+
+    return edit
+
+
+def apply_all(patches: list[Patch]) -> list[Path]:
+    """Write every patch (each file keeps a backup); refuses before writing any when a file changed."""
+    for p in patches:
+        if p.path.read_text(encoding="utf-8") != p.original:
+            raise ValueError(f"{p.path} changed since pitstop read it; re-run pitstop fix")
+    return [apply_patch(p) for p in patches]
+
+
+# --------------------------------------------------------------------------------------------- verify
+
+
+@dataclass
+class Verification:
+    speedup: float | None
+    inside: bool | None  # None: no interval to compare with
+    text: str
+    error: str | None = None
+
+
+def verify(
+    result: FixResult, cfg: FixConfig, runner: Callable[[RunSpec], RunResult] | None = None
+) -> Verification:
+    """Run the patched script once, unmodified by pitstop, and compare its speed-up over the baseline's
+    runs with the interval fix measured for the recommendation."""
+    runner = runner or run
+    r = runner(
+        RunSpec(
+            command=list(result.command),
+            steps=cfg.steps,
+            warmup=cfg.warmup,
+            timeout=cfg.timeout,
+            cwd=cfg.cwd,
+            env=dict(cfg.env),
+            probes=False,
+            quiet=True,
+        )
+    )
+    if not r.ok or not r.steps:
+        err = r.error or f"the patched script ended with status {r.status}"
+        return Verification(None, None, f"the patched script did not run: {err}", err)
+    kept = clean([s.total_s for s in r.steps if not s.eval]).kept
+    base = [v for rnd in result.baseline.arm.rounds for v in rnd]
+    if not kept or not base:
+        return Verification(None, None, "no step to compare")
+    s = statistics.median(base) / statistics.median(kept)
+    iv = result.interval
+    if iv is None:
+        return Verification(s, None, f"the patched script runs: {s:.2f}x the baseline in one run")
+    inside = iv.lo <= s <= iv.hi
+    where = "inside" if inside else "outside"
+    return Verification(s, inside, f"the patched script runs: {s:.2f}x in one run, {where} {iv.text()}")

@@ -1,0 +1,301 @@
+"""`pitstop fix`'s orchestration: profile, rounds of child runs judged by the timing engine, combination.
+
+1. Profile the script once; its findings pick the candidates (``pitstop.tune.fix``), or ``--candidates``
+   names them (then the first baseline run is round 1's baseline).
+2. Rotating rounds of the baseline and every open candidate, each run a bounded number of steps, until
+   every candidate is decided (``pitstop.measure``) or its share of ``--budget`` is spent.
+3. While the script waits for data, a compute fix cannot show. So when a loader fix helped, the compute
+   candidates judged on speed alone (and those the profile measured a small gain for) are measured again
+   with it in place, against the loader fix alone.
+4. The fixes that helped (the best num_workers value only, and the second round's) are combined and
+   measured against the baseline again, interleaved with the best single fix in the same rounds. If the
+   combination's speed-up is below that single fix's there, the single fix is kept.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from pitstop.measure import Progress, Settings, interleave
+from pitstop.profile.overrides import Overrides
+from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.tune.apply import plan
+from pitstop.tune.fix import (
+    LOADER_KINDS,
+    FixConfig,
+    FixResult,
+    build_candidates,
+    hidden_kinds,
+    kinds_from_findings,
+    loader_of,
+    merge,
+)
+from pitstop.tune.fixjudge import HELPED, Measured, judge
+from pitstop.tune.patch import dataloader_patch
+
+Runner = Callable[[RunSpec], RunResult]
+# Shares of what is left of the budget that the first stage may use once a later stage is sure to follow
+# (a loader fix or two fixes helped), and that the second stage may use.
+FIRST_SHARE, SECOND_SHARE = 0.6, 0.6
+MIN_RUN_S = 30.0  # a run gets at least this long even when the budget is nearly spent
+
+
+def _spec(command: list[str], cfg: FixConfig, overrides: Overrides, probes: bool = False) -> RunSpec:
+    return RunSpec(
+        command=list(command),
+        steps=cfg.steps,
+        warmup=cfg.warmup,
+        timeout=cfg.timeout,
+        overrides=overrides,
+        cwd=cfg.cwd,
+        env=dict(cfg.env),
+        probes=probes,
+        quiet=True,
+    )
+
+
+class _Rounds:
+    """Runs stages of interleaved rounds inside one deadline."""
+
+    def __init__(
+        self,
+        command: list[str],
+        cfg: FixConfig,
+        runner: Runner,
+        progress: Callable[[str], None] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.command, self.cfg, self.runner, self.progress, self.clock = command, cfg, runner, progress, clock
+        self.deadline = clock() + cfg.budget
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - self.clock())
+
+    def stage(
+        self,
+        label: str,
+        configs: list[tuple[Measured, Overrides]],
+        share: float = 1.0,
+        reserve: Callable[[], bool] | None = None,
+    ) -> None:
+        """Rounds over ``configs`` (the first is the reference) for ``share`` of the budget left; with
+        ``reserve``, for all of it until ``reserve()`` says a later stage needs the rest."""
+        cfg = self.cfg
+        start, left = self.clock(), self.left()
+        by_name = {m.name: (m, ov) for m, ov in configs}
+        base, arms = configs[0][0], [m for m, _ in configs[1:]]
+        runs = [0]
+
+        def sample(name: str) -> list[float] | None:
+            m, ov = by_name[name]
+            runs[0] += 1
+            if self.progress:
+                self.progress(f"{label}: run {runs[0]}, {m.name} ({self.left():.0f} s of budget left)")
+            spec = _spec(self.command, cfg, ov)
+            # no run outlives the budget by much: one still going when it ends is stopped
+            spec.timeout = min(cfg.timeout or math.inf, max(MIN_RUN_S, self.left()))
+            r = self.runner(spec)
+            if r.status == "timeout" and spec.timeout < (cfg.timeout or math.inf):
+                m.unfinished += 1  # stopped by the budget, not by the script: no sample, no error
+                return None
+            times = m.add(r)
+            if m is not base and m.blocked(bool(times)):
+                m.arm.verdict = m.blocked(bool(times))  # measured enough: it cannot pass whatever its speed
+            return times
+
+        def report(p: Progress) -> None:
+            if self.progress:
+                self.progress(f"{label}: {p.text()}")
+
+        def should_stop() -> bool:
+            return reserve is not None and reserve() and self.clock() - start > share * left
+
+        settings = Settings(
+            budget_s=left if reserve is not None else left * share,
+            min_rounds=cfg.min_rounds,
+            max_rounds=cfg.max_rounds,
+            min_gain=cfg.min_gain,
+        )
+        interleave(
+            base.arm,
+            [m.arm for m in arms],
+            sample,
+            settings,
+            clock=self.clock,
+            on_progress=report,
+            should_stop=should_stop,
+        )
+        judge(base, base, cfg)
+        for m in arms:
+            judge(m, base, cfg)
+
+
+def run_fix(
+    command: list[str],
+    cfg: FixConfig | None = None,
+    *,
+    runner: Runner | None = None,
+    progress: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> FixResult:
+    """Measure the candidate fixes for ``command`` within ``cfg.budget`` seconds; ``runner`` replaces
+    ``pitstop.profile.runner.run`` in tests. Ctrl-C stops the measuring and reports what was measured."""
+    cfg = cfg or FixConfig()
+    runner = runner or run
+    rounds = _Rounds(command, cfg, runner, progress, clock)
+    base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
+    result = FixResult(command=list(command), baseline=base)
+    result.settings = {k: v for k, v in asdict(cfg).items() if k != "env"}
+    try:
+        if cfg.candidates is None:
+            if progress:
+                progress("profiling the script to choose candidates")
+            prof = runner(_spec(command, cfg, Overrides(), probes=True))
+            if not prof.ok or not prof.steps:
+                result.baseline_error = prof.error or f"the script ended with status {prof.status}"
+                base.errors.append(result.baseline_error)
+                return _finish(result, cfg)
+            result.config = prof.config
+            result.profile_findings = prof.report().findings
+            kinds = kinds_from_findings(result.profile_findings)
+            hidden = hidden_kinds(result.profile_findings, [k for k, _ in kinds])
+        else:
+            kinds = [(k, "requested") for k in cfg.candidates]
+            hidden = []
+            if progress:
+                progress("baseline run")
+            first = runner(_spec(command, cfg, Overrides()))
+            base.record(first)
+            if not first.ok or not first.steps:
+                result.baseline_error = first.error or f"the script ended with status {first.status}"
+                return _finish(result, cfg)
+            result.config = first.config
+        user_skipped = [
+            f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
+        ]
+        kinds = [(k, why) for k, why in kinds if k not in cfg.skip]
+        cands, skipped = build_candidates(kinds, result.config, cfg)
+        result.skipped_candidates = user_skipped + skipped
+        measured = [
+            Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
+        ]
+        result.candidates = measured
+
+        def later_stage_follows() -> bool:
+            won = [m for m in measured if m.arm.verdict == HELPED]
+            return len(won) > 1 or any(m.kind in LOADER_KINDS for m in won)
+
+        if cands:
+            configs = [(base, Overrides()), *((m, c.overrides) for m, c in zip(measured, cands, strict=True))]
+            rounds.stage("candidates", configs, FIRST_SHARE, reserve=later_stage_follows)
+        else:
+            judge(base, base, cfg)
+        if not any(base.arm.rounds):
+            result.baseline_error = base.errors[0] if base.errors else "the baseline never ran a step"
+            return _finish(result, cfg)
+        helped = [m for m in measured if m.verdict == HELPED]
+        workers = [m for m in helped if m.kind == "workers"]
+        if len(workers) > 1:  # one num_workers value: the fastest
+            best_w = max(workers, key=lambda m: m.speedup or 0.0)
+            helped = [m for m in helped if m.kind != "workers" or m is best_w]
+        later = build_candidates([(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg)[0]
+        helped += _on_top_of_loader_fix(helped, measured, later, rounds, result)
+        if len(helped) == 1:
+            result.chosen, result.speedup = [helped[0].name], helped[0].speedup
+            result.interval = helped[0].interval if not helped[0].on_top_of else None
+        elif len(helped) > 1:
+            _combine(helped, base, rounds, result)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        judge(base, base, cfg)
+        for m in result.candidates:
+            judge(m, base, cfg)
+    return _finish(result, cfg)
+
+
+def _combine(helped: list[Measured], base: Measured, rounds: _Rounds, result: FixResult) -> None:
+    """The combination and the best single fix in the same rounds against the script as it is, so the
+    choice between them is made on runs taken side by side. (Second-round speed-ups are over the loader
+    fix: not comparable, so never the single fix.)"""
+    ov = merge([Overrides.from_dict(m.overrides) for m in helped])
+    comb = Measured(" + ".join(m.name for m in helped), "combined", ov.to_dict(), "the fixes that helped")
+    result.combined = comb
+    best = max((m for m in helped if not m.on_top_of), key=lambda m: m.speedup or 0.0)
+    single = Measured(best.name, best.kind, best.overrides, best.why)
+    rebase = Measured(base.name, "baseline", {})
+    rounds.stage(
+        "combination", [(rebase, Overrides()), (single, Overrides.from_dict(best.overrides)), (comb, ov)]
+    )
+    result.final_single = single
+    if comb.speedup and not comb.errors and comb.speedup >= (single.speedup or 0.0):
+        result.chosen, result.speedup, result.interval = [m.name for m in helped], comb.speedup, comb.interval
+    else:
+        result.chosen = [best.name]
+        result.speedup = single.speedup or best.speedup
+        result.interval = single.interval or best.interval
+
+
+def _on_top_of_loader_fix(
+    helped: list[Measured],
+    measured: list[Measured],
+    later: list[Any],
+    rounds: _Rounds,
+    result: FixResult,
+) -> list[Measured]:
+    """Second round. While the script waits for data, a compute fix (autocast, channels_last, ...) cannot
+    show: the step is as long as the data wait. When a loader fix helped, the compute candidates judged
+    on speed alone (not failed, not a loss change) are measured again with the loader fix in place,
+    against the loader fix alone, with ``later``: compute fixes whose gain the profile measured but found
+    too small a share of a data-bound step to try first. Returns those that helped there."""
+    first = next((m for m in helped if m.kind in LOADER_KINDS), None)
+    retry = [m for m in measured if m.kind not in LOADER_KINDS and m.speed_only and m.verdict != HELPED]
+    retry_kinds = {m.kind for m in retry}
+    retry += [
+        Measured(c.name, c.kind, c.overrides.to_dict(), c.why)
+        for c in later
+        if c.kind not in retry_kinds and c.kind not in LOADER_KINDS and not c.cannot_help
+    ]
+    if first is None or not retry:
+        return []
+    first_ov = Overrides.from_dict(first.overrides)
+    ref = Measured(f"{first.name} alone", "baseline", first.overrides)
+    tops = [
+        Measured(
+            m.name,
+            m.kind,
+            merge([first_ov, Overrides.from_dict(m.overrides)]).to_dict(),
+            m.why,
+            on_top_of=first.name,
+        )
+        for m in retry
+    ]
+    rounds.stage(
+        f"on top of {first.name}",
+        [(ref, first_ov), *((t, Overrides.from_dict(t.overrides)) for t in tops)],
+        SECOND_SHARE,
+    )
+    for t in tops:
+        t.ref_runs = list(ref.steps_per_s)
+    result.candidates += tops
+    return [t for t in tops if t.verdict == HELPED]
+
+
+def _finish(result: FixResult, cfg: FixConfig) -> FixResult:
+    chosen = [m for m in result.candidates if m.name in result.chosen]
+    loader_changes: dict[str, Any] = {}
+    for m in chosen:
+        loader_changes.update(m.overrides.get("dataloader") or {})
+    where = loader_of(result.config).get("location")
+    if loader_changes and where:
+        try:
+            result.patch = dataloader_patch(where, loader_changes, cfg.cwd)
+        except ValueError as e:
+            result.patch_error = str(e)
+    if result.chosen:
+        p = plan(result, cfg.cwd)
+        result.patches, result.unplaced = p.patches, p.unplaced
+    return result
