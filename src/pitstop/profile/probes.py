@@ -20,6 +20,7 @@ import torch
 from torch.utils._pytree import tree_map_only
 
 from pitstop import hardware
+from pitstop.profile import gpu_probes
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together
@@ -207,6 +208,8 @@ def _model_probes(
 
         m = compare({"off": base, "on": bench_on}, dev)
         out["cudnn_benchmark"] = {"base_s": m["off"], "new_s": m["on"], "saving_s": m["off"] - m["on"]}
+    if dev == "cuda":  # fp16+GradScaler, TF32, pinned/non_blocking copies (pitstop.profile.gpu_probes)
+        out.update(gpu_probes.run(model, args, kwargs, facts, base))
     return out
 
 
