@@ -41,8 +41,12 @@ def test_shares_of_kernel_memcpy_memset_comm_and_idle():
         x("Memcpy HtoD", "gpu_memcpy", 400, 100, pid=0, tid=7, device=0, stream=7),
         x("Memset", "gpu_memset", 500, 20, pid=0, tid=7, device=0, stream=7),
         kernel("ncclDevKernel_AllReduce", 600, 200, stream=9),
+        x(
+            "c10d::allreduce_", "cpu_op", 590, 20, pid=1, tid=1
+        ),  # the host op that launched it: not device time
     ]
     rows = ta.stream_shares(ta.parse({"traceEvents": ev}))
+    assert {r["device"] for r in rows} == {0}
     dev = next(r for r in rows if r["stream"] is None)
     assert dev["kernel_us"] == 400 and dev["memcpy_us"] == 100 and dev["memset_us"] == 20
     assert dev["comm_us"] == 200

@@ -38,6 +38,7 @@ SYNC_MARKERS = (
 )
 DATA_MARKERS = ("enumerate(DataLoader)", "DataLoader")
 BLOCKING_COPY = ("cudaMemcpy", "cudaMemcpyAsync")
+DEVICE_KINDS = ("kernel", "comm", "memcpy", "memset")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ class Trace:
 
     def of_kind(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
+
+    def on_device(self) -> list[Event]:
+        """Device activity (kernels, collectives, copies, memsets), not the host ops that launched them."""
+        return [e for e in self.events if e.kind in DEVICE_KINDS and e.device is not None]
 
 
 # -------------------------------------------------------------------------------------------- parsing
@@ -179,8 +184,6 @@ def _spans(events: list[Event], lo: float, hi: float) -> list[tuple[float, float
 
 # ------------------------------------------------------------------------------------------- analysis
 
-DEVICE_KINDS = ("kernel", "comm", "memcpy", "memset")
-
 
 def stream_shares(trace: Trace) -> list[dict[str, Any]]:
     """Per device and per stream (``stream`` None = the device as a whole): time in kernels, memcpy,
@@ -190,7 +193,7 @@ def stream_shares(trace: Trace) -> list[dict[str, Any]]:
         return []
     lo, hi = win
     span = hi - lo
-    dev_events = [e for e in trace.events if e.kind in DEVICE_KINDS]
+    dev_events = trace.on_device()
     rows = []
     for dev in sorted({e.device for e in dev_events}, key=str):
         on_dev = [e for e in dev_events if e.device == dev]
@@ -238,8 +241,8 @@ def launch_bound(trace: Trace) -> list[dict[str, Any]]:
         return []
     lo, hi = win
     out = []
-    for dev in sorted({e.device for e in trace.of_kind(*DEVICE_KINDS)}, key=str):
-        evs = [e for e in trace.of_kind("kernel", "comm", "memset", "memcpy") if e.device == dev]
+    for dev in sorted({e.device for e in trace.on_device()}, key=str):
+        evs = [e for e in trace.on_device() if e.device == dev]
         kernels = [e for e in evs if e.kind == "kernel" and e.end > lo and e.ts < hi]
         if not kernels:
             continue
@@ -304,8 +307,8 @@ def idle_causes(trace: Trace) -> list[dict[str, Any]]:
     }
     host_work = _spans([e for e in host if e.kind == "cpu_op"], lo, hi)
     out = []
-    for dev in sorted({e.device for e in trace.of_kind(*DEVICE_KINDS)}, key=str):
-        busy = _spans([e for e in trace.of_kind(*DEVICE_KINDS) if e.device == dev], lo, hi)
+    for dev in sorted({e.device for e in trace.on_device()}, key=str):
+        busy = _spans([e for e in trace.on_device() if e.device == dev], lo, hi)
         idle = gaps(busy, lo, hi)
         short = [(s, e) for s, e in idle if e - s < SHORT_GAP_US and s > lo and e < hi]
         long_ = [g for g in idle if g not in short]
