@@ -62,6 +62,8 @@ def test_measure_uses_the_compute_dtype_and_a_small_bounded_peak(monkeypatch):
     assert calls == [("bfloat16", "cpu", mfu.PEAK_SIZES["cpu"], mfu.PEAK_MIN_RUN_S)]
     assert m["dtype"] == "bfloat16" and m["peak_flops_per_s"] == 1e11 and m["flops_per_pass"] > 0
     assert mfu.measure(None, None, {})["skipped"]
+    slow = mfu.measure(model, ((torch.randn(4, 8),), {}), {}, probes={"pass_s": mfu.MAX_PASS_S + 1})
+    assert "took" in slow["skipped"] and len(calls) == 1  # neither counted nor peaked
 
 
 def test_mfu_section_and_finding():

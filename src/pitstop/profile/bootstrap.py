@@ -211,7 +211,7 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
             )
         except Exception as e:
             probes = {"error": f"{type(e).__name__}: {e}"}
-        data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts)  # FLOPs/step vs matmul peak
+        data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
     data.update({"losses": losses, "trace": trace, "probes": probes})
     return data
 

@@ -79,6 +79,9 @@ def print_gpu(report: Report, console: Console | None = None) -> None:
     console = console or Console()
     lines = []
     if dev := s.get("device_time"):
+        lines.append(
+            "device vs host ms: " + ", ".join(f"{r[0]} {r[2]} vs {r[1]}" for r in device_rows(dev)[:3])
+        )
         lines.append(idle_line(dev))
     if m := s.get("mfu"):
         lines.append(mfu_line(m))

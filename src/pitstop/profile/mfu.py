@@ -43,11 +43,18 @@ def count_flops(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], fact
 
 
 def measure(
-    model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]] | None, facts: dict[str, Any]
+    model: Any,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    facts: dict[str, Any],
+    probes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """FLOPs of one training pass and the matmul peak for this device and dtype (or why not)."""
+    """FLOPs of one training pass and the matmul peak for this device and dtype (or why not). ``probes``
+    (when they ran) gives the time of one plain pass: a slower one than ``MAX_PASS_S`` is not counted,
+    as counting runs every op through Python and is slower still."""
     if model is None or inputs is None:
         return {"skipped": "no model forward with a batch was captured"}
+    if (pass_s := (probes or {}).get("pass_s", 0.0)) > MAX_PASS_S:
+        return {"skipped": f"one forward+backward took {pass_s:.1f} s (> {MAX_PASS_S} s)"}
     p = next(model.parameters(), None)
     if p is None:
         return {"skipped": "the model has no parameters"}
