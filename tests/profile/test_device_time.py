@@ -191,6 +191,12 @@ def test_launch_gaps_from_the_trace_move_busy_time_to_idle():
     assert a.busy_s == pytest.approx(0.008) and a.idle_launch_s == pytest.approx(0.012)
 
 
+def test_steps_without_forward_marks_are_not_counted_as_idle():
+    dev = step_device([("step_start", 0.0, 0.0), ("opt_end", 0.01, 0.01), ("step_end", 0.02, 0.02)])
+    assert not dev["complete"]
+    assert device_breakdown([{"index": 0, "total_s": 0.02}], [{**dev, "index": 0}]) is None
+
+
 def test_events_are_read_only_once_complete_and_in_batches():
     tl = FakeTimeline([float(i) for i in range(100)])
     t = DeviceTimer(event_factory=tl.event, synchronize=tl.synchronize, enabled=True, read_every=3)

@@ -160,6 +160,8 @@ def step_device(marks: list[tuple[str, float, float]]) -> dict[str, Any]:
         # the device finished the previous step's work this long after the host started this step
         "carry_in_s": max(0.0, first[2] - first[1]),
         "data_ready_host_s": None if data_ready is None else data_ready - first[1],
+        # forward and optimizer both marked: a step whose model ran outside the hooks is not timed as idle
+        "complete": {"fwd_start", "fwd_end", "opt_end"} <= {n for n, _, _ in marks},
     }
 
 
@@ -219,7 +221,7 @@ def device_breakdown(
 ) -> dict[str, Any] | None:
     """Means over the steps that have both a host record and device times: host and device seconds per
     phase side by side, busy/idle and the idle's causes, and the share of device-bound steps."""
-    by_index = {d["index"]: d for d in device_steps}
+    by_index = {d["index"]: d for d in device_steps if d.get("complete", True)}
     pairs = [(s, by_index[s["index"]]) for s in steps if s["index"] in by_index]
     if not pairs:
         return None
