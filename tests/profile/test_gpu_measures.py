@@ -294,6 +294,47 @@ def test_oom_snapshot_saved_with_largest_allocations_by_line(tmp_path):
     assert f.id == "memory.oom" and f.severity is Severity.WARN and "train.py:42 1536 MiB" in f.evidence
 
 
+def test_host_memory_errors_are_not_gpu_ooms(tmp_path):
+    cpu_oom = torch.OutOfMemoryError("DefaultCPUAllocator: can't allocate memory")
+    assert gpu_memory.save_oom_snapshot(cpu_oom, tmp_path, FakeCuda()) is None
+
+
+@pytest.mark.slow
+def test_a_cuda_oom_in_the_script_leaves_a_snapshot_and_a_finding(tmp_path):
+    """The bootstrap's path end to end; on a CPU the allocator snapshot is real but empty."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "oom.py"
+    script.write_text(
+        "import torch\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB')\n"
+    )
+    out, report = tmp_path / "out", tmp_path / "r.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pitstop",
+        "profile",
+        "--quiet",
+        "--out-dir",
+        str(out),
+        "--json",
+        str(report),
+    ]
+    subprocess.run(
+        [*cmd, "--", "python", str(script)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert pickle.loads((out / gpu_memory.SNAPSHOT).read_bytes())["segments"] == []
+    found = {f["id"]: f for f in json.loads(report.read_text())["findings"]}
+    assert "no stacks recorded" in found["memory.oom"]["evidence"]
+
+
 def test_history_is_bounded_and_can_be_turned_off(monkeypatch):
     cuda = FakeCuda()
     assert gpu_memory.start_history(cuda)

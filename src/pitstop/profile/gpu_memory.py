@@ -69,10 +69,13 @@ def memory_facts(device: Any, cuda: Any = None) -> dict[str, Any]:
 
 
 def is_oom(exc: BaseException) -> bool:
+    """A CUDA out-of-memory error (torch raises the same type when host memory runs out: not that)."""
     import torch
 
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(exc, oom)) or "CUDA out of memory" in str(exc)
+    return "CUDA out of memory" in str(exc) or (
+        oom is not None and isinstance(exc, oom) and "CUDA" in str(exc)
+    )
 
 
 def save_oom_snapshot(exc: BaseException, out_dir: Path, cuda: Any = None) -> dict[str, Any] | None:

@@ -582,7 +582,7 @@ class Instrumentation:
                 memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
                 memory["cuda_peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
             memory.update(gpu_memory.memory_facts(dev))
-            memory["oom"] = self.oom
+        memory["oom"] = self.oom
         return {
             "version": 1,
             "status": status,
