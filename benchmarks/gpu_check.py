@@ -5,7 +5,7 @@
 
 For each ``pitstop profile --trace --out-dir OUT_DIR`` run: the traced steps (the three active steps of
 the profiler window) are looked up in ``measurements.json``; pitstop's events give the device span of
-those steps (first step's start to last step's end, as the device ran them) and the device time of
+those steps (first step's forward start to last step's optimizer end, as the device ran them) and the device time of
 forward+backward+optimizer; the Chrome trace gives the span from the first to the last device activity
 and the union of kernel/memcpy/memset time. The span is the check (within 10%): both clocks see the
 same device run the same work. Busy vs the events' compute time is reported beside it: they agree only
@@ -45,7 +45,11 @@ def compare(out_dir: Path) -> dict[str, Any]:
     if not traced or not all(i in by_index for i in traced) or not trace_path.exists():
         return {**row, "verdict": f"not checked: events for traced steps {traced} or the trace missing"}
     steps = [by_index[i] for i in traced]
-    events_span = sum(s["span_s"] for s in steps)
+    # from the first step's forward start to the last step's optimizer end, as the device ran them: the
+    # data wait before the first forward and the host work after the last optimizer step hold no kernels
+    events_span = (
+        sum(s["span_s"] for s in steps) - steps[0]["data_s"] - steps[0]["pre_s"] - steps[-1]["post_s"]
+    )
     events_compute = sum(s["compute_s"] for s in steps)
     trace = ta.load(trace_path)
     acts = trace.on_device()
