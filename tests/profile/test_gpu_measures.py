@@ -335,9 +335,20 @@ def test_a_cuda_oom_in_the_script_leaves_a_snapshot_and_a_finding(tmp_path):
     assert "no stacks recorded" in found["memory.oom"]["evidence"]
 
 
-def test_history_is_bounded_and_can_be_turned_off(monkeypatch):
+def test_history_runs_until_the_warm_up_ends_and_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(gpu_memory, "_recording", [])  # this process's state, restored after the test
     cuda = FakeCuda()
+    gpu_memory.stop_history()  # never started: touches nothing
+    assert gpu_memory.start_history(cuda) and not gpu_memory.start_history(cuda)  # once
+    assert cuda.history == [
+        {"context": "state", "stacks": "python", "max_entries": gpu_memory.HISTORY_ENTRIES}
+    ]
+    gpu_memory.stop_history()
+    assert cuda.history[-1] == {"enabled": None}
+    monkeypatch.setenv("PITSTOP_MEMORY_HISTORY", "all")
     assert gpu_memory.start_history(cuda)
-    assert cuda.history == [{"max_entries": gpu_memory.HISTORY_ENTRIES, "stacks": "python"}]
+    gpu_memory.stop_history()
+    assert len(cuda.history) == 3  # kept on for the whole run
+    monkeypatch.setattr(gpu_memory, "_recording", [])
     monkeypatch.setenv("PITSTOP_MEMORY_HISTORY", "0")
-    assert not gpu_memory.start_history(cuda) and len(cuda.history) == 1
+    assert not gpu_memory.start_history(cuda) and len(cuda.history) == 3

@@ -1,10 +1,13 @@
 """CUDA memory: peaks, fragmentation, and on an out-of-memory error a snapshot with its largest
 allocations by ``file:line``.
 
-The allocator's history (``torch.cuda.memory._record_memory_history``, Python stacks only) is recorded
-from the moment the script first puts a tensor on CUDA, so an OOM snapshot says where each live block
-was allocated; ``PITSTOP_MEMORY_HISTORY=0`` turns it off. The snapshot (``_snapshot()``, the format
-https://pytorch.org/memory_viz reads) is written next to the report as ``memory_snapshot.pickle``.
+The allocator records the Python stack of each live block (``torch.cuda.memory._record_memory_history``
+with ``context="state"``: no event ring) from the moment the script first puts a tensor on CUDA until
+the warm-up steps end, so the measured steps do not pay for it. An OOM in the first steps, where most
+come, gets every live block's ``file:line``; a later one the blocks allocated while it recorded.
+``PITSTOP_MEMORY_HISTORY=0`` turns it off, ``=all`` keeps it on for the whole run. The snapshot
+(``_snapshot()``, the format https://pytorch.org/memory_viz reads) is written next to the report as
+``memory_snapshot.pickle``.
 """
 
 from __future__ import annotations
@@ -27,20 +30,28 @@ def _cuda() -> Any:
     return torch.cuda
 
 
+_recording: list[Any] = []  # the cuda module history was started on (stop only what was started)
+
+
 def start_history(cuda: Any = None) -> bool:
-    """Record allocations with their Python stacks (bounded ring of ``HISTORY_ENTRIES``)."""
-    if os.environ.get("PITSTOP_MEMORY_HISTORY", "1") == "0":
+    """Record the Python stack of each live allocation."""
+    if os.environ.get("PITSTOP_MEMORY_HISTORY", "1") == "0" or _recording:
         return False
     cuda = cuda or _cuda()
     try:
-        cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES, stacks="python")
-        return True
+        cuda.memory._record_memory_history(context="state", stacks="python", max_entries=HISTORY_ENTRIES)
     except Exception:
         return False
+    _recording.append(cuda)
+    return True
 
 
-def stop_history(cuda: Any = None) -> None:
-    cuda = cuda or _cuda()
+def stop_history() -> None:
+    """At the end of the warm-up (unless ``PITSTOP_MEMORY_HISTORY=all``); a no-op when it never started,
+    so a CPU-only script never touches CUDA."""
+    if not _recording or os.environ.get("PITSTOP_MEMORY_HISTORY") == "all":
+        return
+    cuda = _recording.pop()
     with contextlib.suppress(Exception):
         cuda.memory._record_memory_history(enabled=None)
 

@@ -396,6 +396,7 @@ class Instrumentation:
 
     def _warmup_finished(self) -> None:
         self.warm_done = True
+        gpu_memory.stop_history()  # allocation stacks cost per allocation: not in the measured steps
         if self.cfg.callback and self.cfg.callback_at == "step":
             self.run_callback()
         if self.cfg.trace and self.tracer is None:
