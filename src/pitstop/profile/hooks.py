@@ -773,7 +773,8 @@ def _make_to(inst: Instrumentation, orig: Any) -> Any:
                 inst.captured.device = out.device
                 if out.device.type == "cuda":
                     inst.start_gpu_sampler(out.device)
-                    gpu_memory.start_history()
+                    if not inst.warm_done:  # allocation stacks until the warm-up ends
+                        gpu_memory.start_history()
                     inst._install_cuda_sync_debug()
         return out
 
