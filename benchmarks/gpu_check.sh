@@ -45,8 +45,8 @@ else
   STEPS=(--steps 20 --warmup 5)
   EXAMPLES=("healthy.py" "item_sync.py" "conv_fp32.py" "slow_loader.py --images 64")
   OVERHEAD=(--repeats 1 --inproc-repeats 2)
-  BENCH=(--size small --device cuda --budget 90s --no-peers)
-  T_PROFILE=60 T_OVERHEAD=150 T_BENCH=120
+  BENCH=(--size small --device cuda --budget 75s --no-peers)
+  T_PROFILE=50 T_OVERHEAD=120 T_BENCH=100  # with doctor 60: at most 480 s in all
 fi
 
 stage() {  # name, limit (s), command...: run it with a time limit, log it, say how it ended
@@ -65,7 +65,7 @@ stage() {  # name, limit (s), command...: run it with a time limit, log it, say 
 }
 
 : > "$WORK/stages.md"
-stage doctor 90 "$PY" -m pitstop doctor --json "$WORK/doctor.json" --quiet --no-write
+stage doctor 60 "$PY" -m pitstop doctor --json "$WORK/doctor.json" --quiet --no-write
 
 dirs=()
 for ex in "${EXAMPLES[@]}"; do
