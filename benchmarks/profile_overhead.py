@@ -137,6 +137,9 @@ def main() -> int:
     ap.add_argument("--inproc-repeats", type=int, default=8, help="in-process repeats per example")
     ap.add_argument("--threads", type=int, default=1, help="OMP threads for every run (default 1)")
     ap.add_argument("--only", nargs="*", help="example file names to run (default: all)")
+    ap.add_argument(
+        "--results", type=Path, default=RESULTS, help=f"where to write the table (default {RESULTS})"
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from pitstop.machine import load_average, load_line, machine_line
@@ -199,8 +202,8 @@ def main() -> int:
         *_table(inproc_rows),
     ]
     text = "\n".join(lines) + "\n"
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(text)
     print()
     print(text)
     return 0

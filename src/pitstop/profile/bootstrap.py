@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(cfg: dict[str, Any], out_dir: Path) -> int:
+    from pitstop.profile.gpu_memory import save_oom_snapshot
     from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, write_json_atomic
     from pitstop.profile.overrides import Overrides
     from pitstop.profile.watchdog import Watchdog
@@ -110,6 +111,7 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
             with contextlib.suppress(Exception):
                 error, tb = _describe_error(e)  # again, with that handler gone: the user's file:line
             error = f"{error}; then {type(late).__name__}: {late}"
+        inst.oom = save_oom_snapshot(e, out_dir)  # CUDA OOM: allocator snapshot next to the report
         dead = _dead_workers(inst)
         if dead and "DataLoader worker" not in error:
             error = f"{error}; {dead}"
@@ -189,6 +191,7 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
     if inst.tracer is not None:
         inst.tracer.finish()
         trace = inst.tracer.summary()
+    inst.device_timer.finish()  # CUDA phase events: read the rest, anchor on the host clock
     data = inst.snapshot(status)
     probes: dict[str, Any] | None = None
     if (
@@ -198,6 +201,7 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
         and inst.cfg.overrides.is_empty()
         and inst.records
     ):
+        from pitstop.profile.mfu import measure as measure_mfu
         from pitstop.profile.probes import run_probes
 
         if inst.flush_path is not None:
@@ -213,6 +217,7 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
             )
         except Exception as e:
             probes = {"error": f"{type(e).__name__}: {e}"}
+        data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
     data.update({"losses": losses, "trace": trace, "probes": probes})
     return data
 

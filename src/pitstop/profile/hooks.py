@@ -45,6 +45,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from pitstop.host_memory import keep_host_memory, kept, minor_page_faults
+from pitstop.profile import gpu_memory
+from pitstop.profile.device_time import DeviceTimer
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.syncs import SYNC_METHODS, make_sync, new_site
@@ -205,6 +207,8 @@ class Instrumentation:
         self.optimizer_facts: list[dict[str, Any]] = []
         self.tracer: Any = None
         self.gpu_sampler: GpuSampler | None = None
+        self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.device_time)
+        self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.gpu_memory)
         self._last_flush = clock()
         self._flush_every = FLUSH_EVERY_S
         self.flush_path: Path | None = None
@@ -369,6 +373,7 @@ class Instrumentation:
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
+        self.device_timer.close_step(n, now, self.captured.device)
         if self.tracer is not None:
             self.tracer.step()
         if n == 0 and self._global_fwd and self.captured.models:
@@ -391,6 +396,7 @@ class Instrumentation:
 
     def _warmup_finished(self) -> None:
         self.warm_done = True
+        gpu_memory.stop_history()  # allocation stacks cost per allocation: not in the measured steps
         if self.cfg.callback and self.cfg.callback_at == "step":
             self.run_callback()
         if self.cfg.trace and self.tracer is None:
@@ -432,6 +438,7 @@ class Instrumentation:
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()
         self.opt += now - self._opt_t0
+        self.device_timer.mark("opt_end", now)
         self.stepped.add(id(opt))
         self.last_opt_post = now
 
@@ -490,6 +497,7 @@ class Instrumentation:
         self.boundary(now)
         self._depth = 1 if self._global_fwd else 0
         self._fwd_t0 = now
+        self.device_timer.mark("fwd_start", now)
         if not torch.is_grad_enabled():
             self._eval_seen = True  # a validation pass ran inside this step: the timeline can set it apart
         else:
@@ -513,7 +521,9 @@ class Instrumentation:
     def _model_post(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
         if torch.compiler.is_compiling():
             return None
-        dt = clock() - self._fwd_t0
+        end = clock()
+        self.device_timer.mark("fwd_end", end)
+        dt = end - self._fwd_t0
         self.fwd += dt
         self.totals["forward_s"] += dt
         self.totals["forwards"] += 1
@@ -572,6 +582,8 @@ class Instrumentation:
             with contextlib.suppress(Exception):
                 memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
                 memory["cuda_peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+            memory.update(gpu_memory.memory_facts(dev))
+        memory["oom"] = self.oom
         return {
             "version": 1,
             "status": status,
@@ -591,6 +603,7 @@ class Instrumentation:
             "override_errors": self.override_errors,
             "host_memory": str(kept()) if kept() is not None else None,  # set by the script or an override
             "gpu_util": self.gpu_sampler.summary(self.records) if self.gpu_sampler else None,
+            "device_time": self.device_timer.summary(),
             "wall_s": clock() - self.t0,
             "pid": os.getpid(),
         }
@@ -701,6 +714,7 @@ def _make_next(inst: Instrumentation, orig: Any) -> Any:
         if cap is not None:
             cap.batches += 1
         inst.captured.last_batch = batch
+        inst.device_timer.mark("data_ready", clock())
         return batch
 
     return __next__
@@ -759,6 +773,8 @@ def _make_to(inst: Instrumentation, orig: Any) -> Any:
                 inst.captured.device = out.device
                 if out.device.type == "cuda":
                     inst.start_gpu_sampler(out.device)
+                    if not inst.warm_done:  # allocation stacks until the warm-up ends
+                        gpu_memory.start_history()
                     inst._install_cuda_sync_debug()
         return out
 
@@ -774,7 +790,9 @@ def _make_backward(inst: Instrumentation, orig: Any) -> Any:
         try:
             return orig(self, *args, **kwargs)
         finally:
-            dt = clock() - t
+            end = clock()
+            inst.device_timer.mark("bwd_end", end)
+            dt = end - t
             inst.bwd += dt
             inst.totals["backward_s"] += dt
 

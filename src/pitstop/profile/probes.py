@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_map_only
 
 from pitstop import hardware
 from pitstop.measure import Arm, Interval, Settings, interleave
+from pitstop.profile import gpu_probes
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together
@@ -236,6 +237,8 @@ def _model_probes(
                 torch.backends.cudnn.benchmark = False
 
         out["cudnn_benchmark"] = saving(timed({"off": base, "on": bench_on}, dev), "off", "on")
+    if dev == "cuda":  # fp16+GradScaler, TF32, pinned/non_blocking copies (pitstop.profile.gpu_probes)
+        out.update(gpu_probes.run(model, args, kwargs, facts, base))
     return out
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from pitstop.findings import Report
+from pitstop.profile import gpu_render
 from pitstop.profile.render_stacks import stacks_blocks
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import PALETTE, Block, bar_chart, line_chart, stacked_bar, table
@@ -126,6 +127,7 @@ def html_blocks(report: Report) -> list[Block]:
                 [[r["name"], r["calls"], r["self_cpu_ms"], r["self_device_ms"]] for r in top],
             )
         )
+    blocks += gpu_render.html_blocks(report)  # host vs device time, MFU, kernel analysis
     return blocks
 
 
@@ -159,6 +161,7 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
     )
     console.print(bar)
     console.print(legend)
+    gpu_render.print_gpu(report, console)  # device time, MFU, trace shares
 
 
 assert len(PALETTE) >= len(PARTS)

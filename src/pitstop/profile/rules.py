@@ -15,6 +15,7 @@ from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host_memory import GLIBC_ENV
 from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
+from pitstop.profile import gpu_rules
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
@@ -27,6 +28,7 @@ GPU_IDLE_PCT = 70.0
 MIN_SHARE = 0.01  # a finding whose whole point is its cost is left out under 1% of the step
 FAULTS_WORTH_A_RUN = 256  # untimed page faults per step (1 MiB of fresh pages) worth a `pitstop fix` run
 MIN_FAULTS_TO_TIME = 200  # fewer faults saved in the probe: its time difference is mostly noise
+MEASURES = ("compute.mfu",)  # info findings that report a measurement, not an unmeasured problem
 
 
 def _probe_helps(probe: dict[str, Any]) -> bool:
@@ -500,6 +502,7 @@ def findings_for(
                 fix="pitstop times steps by optimizer.step(); profile the training script, or run longer.",
             )
         )
+        found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
         return found, None
     cores = cores if cores is not None else hardware.usable_cores()
     device = data.get("device") or "cpu"
@@ -515,8 +518,15 @@ def findings_for(
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
+    found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):
-        unmeasured = sorted({f.id for f in found if f.est_saving_s is None and f.severity is Severity.INFO})
+        unmeasured = sorted(
+            {
+                f.id
+                for f in found
+                if f.est_saving_s is None and f.severity is Severity.INFO and f.id not in MEASURES
+            }
+        )
         found.append(
             Finding(
                 id="summary.healthy",
@@ -590,6 +600,7 @@ def build_report(result: RunResult) -> Report:
         sections["trace"] = data["trace"]
     if data.get("gpu_util"):
         sections["gpu_util"] = data["gpu_util"]
+    sections.update(gpu_rules.sections(result.steps, data, bd))  # device_time, mfu
     if result.callback_result is not None:
         sections["callback_result"] = result.callback_result
     meta: dict[str, Any] = {

@@ -71,11 +71,15 @@ class StepTracer:
             self.top_ops = top_ops(self.prof)
 
     def summary(self) -> dict[str, Any]:
+        from pitstop.profile.trace_analysis import analyze_file
+
+        exists = self.path.exists()
         return {
-            "path": str(self.path) if self.path.exists() else None,
+            "path": str(self.path) if exists else None,
             "steps": max(0, self.steps_seen - 1),
             "top_ops": self.top_ops,
             "error": self.error,
+            "analysis": analyze_file(self.path) if exists else None,  # kernel/idle shares, launch-bound
         }
 
 
