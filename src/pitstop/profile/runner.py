@@ -330,6 +330,13 @@ def _collect(
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
+    return collect_data(spec, data, returncode, status_override, wall)
+
+
+def collect_data(
+    spec: RunSpec, data: dict[str, Any], returncode: int, status_override: str | None, wall: float
+) -> RunResult:
+    """A RunResult from a measurements record (the child's file, or an in-process Profiler's snapshot)."""
     status = data.get("status", "killed")
     error = data.get("error")
     if status in ("running", "probing") or not data:
