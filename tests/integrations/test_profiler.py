@@ -38,7 +38,9 @@ def train(model, opt, loader, max_steps: int, done: list[int] | None = None) -> 
     return n
 
 
-def test_notebook_style_block_gets_the_top_finding_and_keeps_training(unpatched, slow_dataset, patched_now):
+def test_notebook_style_block_gets_the_top_finding_and_keeps_training(
+    unpatched, slow_dataset, patched_now, line_of
+):
     model, opt = make_model()
     loader = DataLoader(slow_dataset(), batch_size=4)
     with pitstop.Profiler(steps=6, warmup=2, probes=False) as prof:
@@ -51,7 +53,7 @@ def test_notebook_style_block_gets_the_top_finding_and_keeps_training(unpatched,
     top = prof.ranked()[0]
     assert top.id == "dataloader.workers"
     # built before the block: located where it is iterated
-    assert top.location == f"tests/integrations/test_profiler.py:{_line_of('for x, y in loader:')}"
+    assert top.location == f"tests/integrations/test_profiler.py:{line_of('for x, y in loader:')}"
     assert len(report.sections["steps"]) == 8  # nothing recorded after measuring stopped
     assert patched_now() == unpatched
 
@@ -75,7 +77,7 @@ def test_patches_are_gone_right_after_the_measured_steps(unpatched, slow_dataset
     assert seen == [False] * 4 + [True] * 4
 
 
-def test_stop_true_ends_the_block_and_the_report_says_stopped(unpatched, slow_dataset, patched_now):
+def test_stop_true_ends_the_block_and_the_report_says_stopped(unpatched, slow_dataset, patched_now, line_of):
     model, opt = make_model()
     loader = DataLoader(slow_dataset(delay_s=0.0), batch_size=4)
     done: list[int] = []
@@ -89,7 +91,7 @@ def test_stop_true_ends_the_block_and_the_report_says_stopped(unpatched, slow_da
     assert prof.report().meta["measured_steps"] == 3
     assert issubclass(pitstop.StopProfiling, BaseException)
     (ld,) = prof.report().sections["loaders"]
-    assert ld["location"] == f"tests/integrations/test_profiler.py:{_line_of('# BUILT-INSIDE')}"
+    assert ld["location"] == f"tests/integrations/test_profiler.py:{line_of('# BUILT-INSIDE')}"
 
 
 def test_decorator_form_returns_the_value_and_keeps_the_report(unpatched, slow_dataset, patched_now):
@@ -161,8 +163,14 @@ def test_probes_run_on_exit_and_leave_the_training_state_as_it_was(unpatched, sl
     assert model_a.training and model_a[1].training
 
 
-def _line_of(text: str) -> int:
-    from pathlib import Path
+def test_metrics_carry_the_breakdown_and_mfu_when_the_report_has_it():
+    from pitstop.integrations.window import metrics_of
 
-    lines = Path(__file__).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
+    bd = {"steps": 4, "mean_step_s": 0.02, "median_step_s": 0.018, "data_wait_s": 0.01, "forward_s": 0.004}
+    report = Report(tool="profile", sections={"breakdown": bd}, meta={"steps_per_s": 55.5})
+    m = metrics_of(report)
+    assert m["pitstop/step_ms"] == pytest.approx(18.0) and m["pitstop/data_wait_ms"] == pytest.approx(10.0)
+    assert m["pitstop/optimizer_ms"] == 0.0 and m["pitstop/steps_per_s"] == 55.5 and "pitstop/mfu" not in m
+    report.sections["mfu"] = {"mfu": 0.31, "peak_flops": 1e12}
+    assert metrics_of(report)["pitstop/mfu"] == 0.31
+    assert metrics_of(Report(tool="profile")) == {}

@@ -46,9 +46,6 @@ class PitstopCallback(Callback):
         if stage == "fit" and trainer.is_global_zero and not self.window.measuring:
             self.window.begin(f"lightning: {type(pl_module).__name__}")
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.window.adopt(_loaders(trainer.train_dataloader))
-
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
         if self.window.ready:
             self._finish(trainer)
@@ -73,14 +70,3 @@ class PitstopCallback(Callback):
                 logger.save()
         if self.stop:
             trainer.should_stop = True
-
-
-def _loaders(obj: Any) -> list[Any]:
-    """The DataLoaders in what ``trainer.train_dataloader`` holds (one, or a collection of them)."""
-    if obj is None:
-        return []
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in _loaders(v)]
-    if isinstance(obj, list | tuple):
-        return [x for v in obj for x in _loaders(v)]
-    return [obj]

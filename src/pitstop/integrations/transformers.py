@@ -48,7 +48,6 @@ class PitstopCallback(TrainerCallback):
         _run_first(self, sys._getframe(1).f_locals.get("self"))
         model = kwargs.get("model")
         self.window.begin(f"transformers: {type(model).__name__}")
-        self.window.adopt([kwargs.get("train_dataloader")])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         last = state.max_steps and state.global_step >= state.max_steps
@@ -70,6 +69,8 @@ class PitstopCallback(TrainerCallback):
     ) -> None:
         if self.metrics and logs is not None:
             logs.update(self.metrics)
+            if state.log_history:  # Trainer.log appended its copy of the event before calling us
+                state.log_history[-1].update(self.metrics)
             self.metrics = {}
 
     def _finish(self, args: Any) -> None:

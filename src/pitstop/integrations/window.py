@@ -3,10 +3,8 @@ report next to the trainer's logs, and turn it into scalar metrics for the train
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pitstop.findings import Report
 from pitstop.integrations.profiler import Profiler
@@ -48,7 +46,8 @@ class FitWindow:
     """Steps ``start_step`` .. ``stop_step`` (optimizer steps from the start of the fit, end exclusive).
 
     The instrumentation goes in when the fit starts, so the loaders and optimizers the trainer builds are
-    seen as the CLI sees them; the steps before ``start_step`` count as warm-up.
+    seen as the CLI sees them (loaders built earlier, e.g. passed to fit or wrapped by accelerate, are
+    measured from the first iterator made after); the steps before ``start_step`` count as warm-up.
     """
 
     start_step: int = 5
@@ -69,16 +68,6 @@ class FitWindow:
         )
         self.report = None
         self.profiler.start()
-
-    def adopt(self, loaders: Iterable[Any]) -> None:
-        """Loaders the trainer built before the fit started (passed in, or wrapped by accelerate)."""
-        from torch.utils.data import DataLoader
-
-        if self.profiler is None or self.profiler._inst is None:
-            return
-        for ld in loaders:
-            if isinstance(ld, DataLoader):
-                self.profiler._inst.adopt_loader(ld)
 
     @property
     def measuring(self) -> bool:
