@@ -174,3 +174,30 @@ def test_metrics_carry_the_breakdown_and_mfu_when_the_report_has_it():
     report.sections["mfu"] = {"mfu": 0.31, "peak_flops": 1e12}
     assert metrics_of(report)["pitstop/mfu"] == 0.31
     assert metrics_of(Report(tool="profile")) == {}
+
+
+@pytest.mark.slow
+def test_notebook_style_example_ranks_the_planted_loader_first(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "notebook_style.py"
+    out = tmp_path / "r.json"
+    r = subprocess.run(
+        [sys.executable, str(example), "--images", "48", "--steps", "14", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["findings"][0]["id"] == "dataloader.workers"
+    assert doc["findings"][0]["location"].endswith("notebook_style.py:" + str(_loop_line(example)))
+    assert "trained 14 steps; measured 8" in r.stdout
+
+
+def _loop_line(path) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "for x, y in loader:" in t)
