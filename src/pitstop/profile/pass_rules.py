@@ -18,8 +18,8 @@ def skipped_probe_passes(probes: dict[str, Any], device: str) -> list[Finding]:
             id="precision.amp",
             severity=Severity.PASS,
             title=f"fp32 kept: this {device} has no fast bf16/fp16 path",
-            evidence=f"autocast not timed ({prec['skipped']}); without {hw}, bf16 runs through "
-            "conversions and is not faster than fp32",
+            evidence=f"autocast not timed ({prec['skipped']}): without {hw} low precision has no "
+            "hardware path to gain from here",
             data=prec,
         )
     ]

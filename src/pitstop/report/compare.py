@@ -77,6 +77,7 @@ def summary_row(report: Report) -> dict[str, Any]:
         "status": report.meta.get("status"),
         "command": report.meta.get("command"),
         "median_step_s": median,
+        "mean_step_s": bd.get("mean_step_s"),
         "steps_per_s": report.meta.get("steps_per_s") or (1.0 / median if median else None),
         "measured_steps": len(samples) or bd.get("steps"),
         "parts_s": {p: bd[p] for p in PARTS if p in bd},
@@ -178,6 +179,8 @@ def _rows(report: Report) -> list[tuple[str, list[str]]]:
         ("status", [str(r.get("status") or "–") for r in reps]),
         ("median step", [_ms(r["median_step_s"]) for r in reps]),
     ]
+    if any(r.get("mean_step_s") for r in reps):  # the parts below add up to the mean step
+        out.append(("mean step", [_ms(r.get("mean_step_s")) for r in reps]))
     for p in PARTS:
         if any(p in r["parts_s"] for r in reps):
             out.append((f"  {PART_LABELS[p]}", [_ms(r["parts_s"].get(p)) for r in reps]))
