@@ -201,3 +201,12 @@ def test_notebook_style_example_ranks_the_planted_loader_first(tmp_path):
 
 def _loop_line(path) -> int:
     return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if "for x, y in loader:" in t)
+
+
+def test_persistent_workers_keep_serving_after_the_block(unpatched, slow_dataset):
+    model, opt = make_model()
+    loader = DataLoader(slow_dataset(n=32, delay_s=0.0), batch_size=4, num_workers=1, persistent_workers=True)
+    with Profiler(steps=3, warmup=1, probes=False) as prof:
+        first = train(model, opt, loader, max_steps=100)
+    assert prof.report().meta["measured_steps"] == 3
+    assert train(model, opt, loader, max_steps=100) == first == 8  # the same worker pool, still alive

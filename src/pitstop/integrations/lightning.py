@@ -62,7 +62,7 @@ class PitstopCallback(Callback):
     def _finish(self, trainer: Any, exc: BaseException | None = None) -> None:
         if not self.window.measuring:
             return
-        report = self.window.end(trainer.log_dir or trainer.default_root_dir, exc)
+        report = self.window.end(_log_dir(trainer), exc)
         metrics = metrics_of(report) if report is not None else {}
         if metrics:
             for logger in trainer.loggers:
@@ -70,3 +70,11 @@ class PitstopCallback(Callback):
                 logger.save()
         if self.stop:
             trainer.should_stop = True
+
+
+def _log_dir(trainer: Any) -> str:
+    """``trainer.log_dir`` without its broadcast: only rank 0 gets here, and a collective would hang."""
+    if trainer.loggers:
+        lg = trainer.loggers[0]
+        return getattr(lg, "log_dir", None) or lg.save_dir or trainer.default_root_dir
+    return trainer.default_root_dir

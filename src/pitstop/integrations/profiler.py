@@ -103,7 +103,7 @@ class Profiler:
             if restore is None:
                 inst.cfg.probes = False
             try:
-                data = finalize(inst, status)
+                data = finalize(inst, status, stop_workers=False)
             finally:
                 if restore is not None:
                     restore()
