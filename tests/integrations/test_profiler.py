@@ -17,9 +17,11 @@ from pitstop.integrations.profiler import Profiler
 torch.set_num_threads(1)
 
 
-def make_model(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
+def make_model(seed: int = 0, adam: bool = False) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+    if adam:
+        return model, torch.optim.Adam(model.parameters(), lr=0.01)
     return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
@@ -143,12 +145,15 @@ def test_outputs_json_html_and_jupyter_escape_user_strings(tmp_path, unpatched, 
 
 
 @pytest.mark.slow
-def test_probes_run_on_exit_and_leave_the_training_state_as_it_was(unpatched, slow_dataset, patched_now):
+@pytest.mark.parametrize("adam", [False, True])
+def test_probes_run_on_exit_and_leave_the_training_state_as_it_was(
+    unpatched, slow_dataset, patched_now, adam
+):
     """Same seeds with and without the profiler (probes on): same weights, buffers, optimizer state."""
     loader_a = DataLoader(slow_dataset(delay_s=0.0), batch_size=8)
     loader_b = DataLoader(slow_dataset(delay_s=0.0), batch_size=8)
-    model_a, opt_a = make_model(1)
-    model_b, opt_b = make_model(1)
+    model_a, opt_a = make_model(1, adam=adam)
+    model_b, opt_b = make_model(1, adam=adam)
     with Profiler(steps=4, warmup=1) as prof:
         train(model_a, opt_a, loader_a, max_steps=8)
     train(model_b, opt_b, loader_b, max_steps=8)
@@ -157,7 +162,9 @@ def test_probes_run_on_exit_and_leave_the_training_state_as_it_was(unpatched, sl
         assert ka == kb and torch.equal(va, vb), ka
     state_a, state_b = copy.deepcopy(opt_a.state_dict()), copy.deepcopy(opt_b.state_dict())
     for sa, sb in zip(state_a["state"].values(), state_b["state"].values(), strict=True):
-        assert torch.equal(sa["momentum_buffer"], sb["momentum_buffer"])
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(torch.as_tensor(sa[k]), torch.as_tensor(sb[k])), k
     for pa, pb in zip(model_a.parameters(), model_b.parameters(), strict=True):
         assert torch.equal(pa.grad, pb.grad)
     assert model_a.training and model_a[1].training
@@ -210,3 +217,38 @@ def test_persistent_workers_keep_serving_after_the_block(unpatched, slow_dataset
         first = train(model, opt, loader, max_steps=100)
     assert prof.report().meta["measured_steps"] == 3
     assert train(model, opt, loader, max_steps=100) == first == 8  # the same worker pool, still alive
+
+
+@pytest.mark.slow
+def test_inside_a_pitstop_profile_run_the_cli_measures_and_the_profiler_steps_aside(tmp_path):
+    import sys
+
+    from pitstop.profile.runner import RunSpec, run
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json, sys, torch\n"
+        "import pitstop\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "with pitstop.Profiler(steps=3, warmup=1, probes=False) as prof:\n"
+        "    for i in range(50):\n"
+        "        model(torch.randn(8, 4)).sum().backward()\n"
+        "        opt.step()\n"
+        f"    open({str(tmp_path / 'inner.json')!r}, 'w').write('not reached')\n"
+    )
+    result = run(RunSpec(command=[sys.executable, str(script)], steps=4, warmup=1, probes=False, quiet=True))
+    assert result.status == "stopped" and len(result.steps) == 4  # the CLI's stop went through the block
+    assert not (tmp_path / "inner.json").exists()
+
+
+def test_nested_profiler_installs_nothing_and_lets_the_outer_stop_through(
+    monkeypatch, unpatched, patched_now
+):
+    from pitstop.integrations import profiler as mod
+
+    monkeypatch.setattr(mod, "_under_pitstop_profile", lambda: True)
+    with pytest.raises(pitstop.StopProfiling), Profiler(probes=False) as prof:
+        assert patched_now() == unpatched
+        raise pitstop.StopProfiling("the enclosing run's stop")
+    assert prof.nested and "pitstop profile" in prof.report().error

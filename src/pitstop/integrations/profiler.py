@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,7 @@ class Profiler:
         self._t0 = 0.0
         self._report: Report | None = None
         self.done = False  # the measured steps are complete (measuring has stopped)
+        self.nested = False  # inside a `pitstop profile` run, which measures instead
 
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self) -> Profiler:
@@ -63,6 +65,10 @@ class Profiler:
 
         if _active:
             raise RuntimeError("a pitstop.Profiler is already measuring in this process")
+        self._report, self.done = None, False
+        self.nested = _under_pitstop_profile()
+        if self.nested:  # the enclosing run measures; a second layer of hooks would count twice
+            return self
         cfg = Config(
             steps=self.steps,
             warmup=self.warmup,
@@ -71,7 +77,6 @@ class Profiler:
             on_done=None if self.stop else self._measured_all,
         )
         self._inst = Instrumentation(cfg)
-        self._report, self.done = None, False
         self._t0 = time.perf_counter()
         self._inst.install()
         _active.append(self)
@@ -88,6 +93,10 @@ class Profiler:
         from pitstop.profile.runner import RunSpec, collect_data
 
         inst = self._inst
+        if self.nested:
+            self.done = True
+            self._report = Report(tool="profile", error=NESTED, meta={"command": self.label})
+            return self._report
         if inst is None:
             raise RuntimeError("the Profiler was not started")
         status, error, tb, code = "completed", None, None, 0
@@ -134,7 +143,7 @@ class Profiler:
         from pitstop.profile.hooks import StopProfiling
 
         self.finish(exc)
-        return isinstance(exc, StopProfiling)
+        return isinstance(exc, StopProfiling) and not self.nested  # the enclosing run's stop is its own
 
     def __call__(self, fn: F) -> F:
         """Decorator form: each call of ``fn`` is profiled; ``fn.profiler`` (this object) has the report."""
@@ -184,35 +193,50 @@ class Profiler:
         return f'<iframe sandbox srcdoc="{esc(page)}" style="width:100%;height:640px;border:0"></iframe>'
 
 
-def _save_state(inst: Any) -> Callable[[], None] | None:
-    """Copies of what the probes touch (the models' parameters, buffers and grads, the optimizers'
-    state), and a function that puts them back; None when they are too large to copy."""
-    import copy
+NESTED = (
+    "not measured here: this process already runs under `pitstop profile`, whose report has the measurements"
+)
 
+
+def _under_pitstop_profile() -> bool:
+    """Whether ``pitstop profile``'s instrumentation is installed (its wrapper on Tensor.backward)."""
     import torch
+
+    code = getattr(vars(torch.Tensor).get("backward"), "__code__", None)
+    return code is not None and f"pitstop{os.sep}profile" in code.co_filename
+
+
+def _save_state(inst: Any) -> Callable[[], None] | None:
+    """Host copies of what the probes touch (the models' parameters, buffers and grads, the optimizers'
+    state: host memory, so a full GPU is not asked for more), and a function that puts them back; None
+    when they are too large to copy."""
+    import torch
+    from torch.utils._pytree import tree_map_only
 
     models = list(inst.captured.models)
     optimizers = list(inst.captured.optimizers)
     tensors = [t for m in models for t in (*m.parameters(), *m.buffers())]
     if sum(t.numel() * t.element_size() for t in tensors) * 3 > MAX_SAVED_BYTES:
         return None
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to("cpu", copy=True)
+
     with torch.no_grad():
-        states = [{k: v.detach().clone() for k, v in m.state_dict(keep_vars=True).items()} for m in models]
-        grads = [
-            [None if p.grad is None else p.grad.detach().clone() for p in m.parameters()] for m in models
-        ]
+        states = [tree_map_only(torch.Tensor, host, m.state_dict()) for m in models]
+        grads = [[None if p.grad is None else host(p.grad) for p in m.parameters()] for m in models]
         modes = [[sub.training for sub in m.modules()] for m in models]
-    opt_states = [copy.deepcopy(o.state_dict()) for o in optimizers]
+        opt_states = [tree_map_only(torch.Tensor, host, o.state_dict()) for o in optimizers]
 
     def restore() -> None:
         with torch.no_grad():
             for m, state, g, mode in zip(models, states, grads, modes, strict=True):
                 m.load_state_dict(state)
                 for p, saved in zip(m.parameters(), g, strict=True):
-                    p.grad = saved
+                    p.grad = None if saved is None else saved.to(p.device)
                 for sub, training in zip(m.modules(), mode, strict=True):
                     sub.training = training
-        for o, s in zip(optimizers, opt_states, strict=True):
-            o.load_state_dict(s)
+        for o, st in zip(optimizers, opt_states, strict=True):
+            o.load_state_dict(st)  # moves the state back to each parameter's device
 
     return restore
