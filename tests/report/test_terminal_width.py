@@ -104,3 +104,34 @@ def test_a_skipped_precision_probe_is_a_pass_that_says_why():
         == []
     )
     assert skipped_probe_passes({}, "cpu") == []
+
+
+@pytest.mark.slow
+def test_profile_cli_at_80_columns_prints_whole_ids_and_locations(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from pitstop.cli import main
+
+    script = tmp_path / "a_training_script_with_a_long_name.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for i in range(100):\n"
+        "    loss = model(torch.randn(16, 8)).pow(2).mean()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    for v in model(torch.randn(256, 8)).detach().flatten():\n"
+        "        v.item()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert (
+        main(["profile", "--steps", "4", "--warmup", "1", "--no-probes", "--", sys.executable, script.name])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert any("sync.item" in line and "ms/step" in line for line in lines)
+    assert any(line.endswith("a_training_script_with_a_long_name.py:10") for line in lines)
