@@ -108,8 +108,10 @@ def test_decorator_form_returns_the_value_and_keeps_the_report(unpatched, slow_d
     report = fit.profiler.report()
     assert report.meta["measured_steps"] == 3
     assert report.meta["command"].endswith("fit")
-    assert fit() == 10  # a second call profiles afresh
+    assert fit() == 10  # a second call profiles afresh, the loader built outside seen again
     assert fit.profiler.report() is not report
+    assert fit.profiler.report().sections["loaders"][0]["batches_seen"] >= 4
+    assert not hasattr(loader, "_pitstop_captured")
 
 
 def test_an_error_in_the_block_propagates_and_still_reports(unpatched, slow_dataset, patched_now):

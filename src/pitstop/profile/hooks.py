@@ -321,6 +321,9 @@ class Instrumentation:
         while self._autocast_ctx:
             with contextlib.suppress(Exception):
                 self._autocast_ctx.pop().__exit__(None, None, None)
+        for cap in self.captured.loaders:  # a later profiling session must see these loaders afresh
+            with contextlib.suppress(AttributeError):
+                del cap.loader._pitstop_captured
 
     def adopt_loader(self, loader: DataLoader, where: str | None = None) -> None:
         """A DataLoader built before ``install`` (by a trainer): measured from its next iterator on."""
