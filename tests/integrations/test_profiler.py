@@ -254,3 +254,26 @@ def test_nested_profiler_installs_nothing_and_lets_the_outer_stop_through(
         assert patched_now() == unpatched
         raise pitstop.StopProfiling("the enclosing run's stop")
     assert prof.nested and "pitstop profile" in prof.report().error
+
+
+def test_pitstop_imports_without_the_frameworks_and_says_what_is_missing():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('lightning', 'pytorch_lightning', 'transformers'): sys.modules[m] = None\n"
+        "import pitstop, pitstop.integrations\n"
+        "assert 'torch' not in sys.modules, 'import pitstop pulled in torch'\n"
+        "assert pitstop.Profiler is pitstop.integrations.Profiler\n"
+        "for name, pkg in (('lightning', 'lightning'), ('transformers', 'transformers')):\n"
+        "    try:\n"
+        "        __import__(f'pitstop.integrations.{name}')\n"
+        "    except ImportError as e:\n"
+        "        assert f'pip install {pkg}' in str(e), e\n"
+        "    else:\n"
+        "        raise AssertionError(name)\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
