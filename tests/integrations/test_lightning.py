@@ -36,16 +36,17 @@ class Tiny(L.LightningModule):
 
 
 def fit(tmp_path, callback, max_steps, **kw):
+    kw.setdefault("logger", CSVLogger(tmp_path, name="run"))
     trainer = L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
         devices=1,
-        logger=CSVLogger(tmp_path, name="run"),
-        callbacks=[callback],
+        callbacks=[callback] if callback is not None else [],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
         **kw,
     )
     return trainer
@@ -99,27 +100,16 @@ def test_loaders_passed_to_fit_are_measured_too(tmp_path, slow_dataset, unpatche
 
 @pytest.mark.slow
 def test_a_fit_with_the_callback_and_its_probes_trains_the_same_weights(tmp_path, slow_dataset, unpatched):
-    def final_weights(callbacks):
+    def final_weights(callback):
         L.seed_everything(3, verbose=False)
         model = Tiny(slow_dataset(n=64, delay_s=0.0))
-        trainer = L.Trainer(
-            max_steps=10,
-            accelerator="cpu",
-            devices=1,
-            logger=False,
-            callbacks=callbacks,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            default_root_dir=tmp_path,
-        )
-        trainer.fit(model)
+        fit(tmp_path, callback, max_steps=10, logger=False).fit(model)
         return {k: v.clone() for k, v in model.state_dict().items()}
 
     cb = PitstopCallback(start_step=1, stop_step=4)  # probes on: they run mid-fit, after step 4
-    with_cb = final_weights([cb])
+    with_cb = final_weights(cb)
     assert "probes" in cb.report.sections
-    without = final_weights([])
+    without = final_weights(None)
     assert with_cb.keys() == without.keys()
     assert all(torch.equal(with_cb[k], without[k]) for k in with_cb)
     assert (tmp_path / "pitstop-profile.json").exists()  # no logger: the trainer's root dir
