@@ -94,3 +94,20 @@ def test_a_window_past_the_end_reports_what_it_measured(tmp_path, slow_dataset, 
     assert cb.report is not None and cb.report.meta["status"] == "completed"
     assert 3 <= cb.report.meta["measured_steps"] <= 4
     assert any("pitstop/step_ms" in e for e in trainer.state.log_history)
+
+
+class Boom(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3:
+            raise RuntimeError("boom at step 3")
+
+
+@pytest.mark.slow
+def test_after_train_raises_close_removes_the_instrumentation(tmp_path, slow_dataset, unpatched):
+    cb = PitstopCallback(start_step=1, stop_step=50, probes=False)
+    trainer = make_trainer(tmp_path, [cb, Boom()], max_steps=20, dataset=Tokens(slow_dataset, delay_s=0.0))
+    with pytest.raises(RuntimeError, match="boom") as info:
+        trainer.train()
+    report = cb.close(info.value)
+    assert report.meta["status"] == "error" and "boom at step 3" in report.error
+    assert report.meta["measured_steps"] >= 1

@@ -29,6 +29,9 @@ class PitstopCallback(TrainerCallback):
     """Profile optimizer steps ``start_step`` .. ``stop_step`` (end exclusive) of ``Trainer.train``.
 
     stop: end training once the report is made (``control.should_training_stop``).
+
+    HF calls no callback when ``train()`` raises: call ``close(exc)`` then (e.g. in an ``except``) to
+    remove the instrumentation and get the report of what was measured.
     """
 
     def __init__(
@@ -72,6 +75,10 @@ class PitstopCallback(TrainerCallback):
             if state.log_history:  # Trainer.log appended its copy of the event before calling us
                 state.log_history[-1].update(self.metrics)
             self.metrics = {}
+
+    def close(self, exc: BaseException | None = None, output_dir: str | None = None) -> Report | None:
+        """Finish now: instrumentation removed, report written to ``output_dir`` when given."""
+        return self.window.end(output_dir, exc) if self.window.measuring else self.window.report
 
     def _finish(self, args: Any) -> None:
         if not self.window.measuring:
