@@ -6,7 +6,7 @@ import pytest
 from pitstop import __version__
 from pitstop.cli import build_parser, main
 
-EXPECTED = {"doctor", "profile", "tune", "fix", "bench", "compress", "launch", "sysctl", "monitor"}
+EXPECTED = {"doctor", "profile", "tune", "fix", "bench", "compress", "launch", "sysctl", "monitor", "compare"}
 
 
 def test_every_command_is_registered():

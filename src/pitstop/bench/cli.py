@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from pitstop.bench.results import html_blocks, markdown, print_table, to_report, write_png
     from pitstop.bench.runner import BenchOptions, run_bench
     from pitstop.factory import FactoryError
+    from pitstop.plotting import unavailable
 
+    if args.png and (missing := unavailable("--png")):
+        return usage_error(missing)
     known = set(CLAIMS) | {"baseline", "all_compiled"}
     unknown = [n for n in _names(args.only) + _names(args.skip) if n not in known]
     if unknown:

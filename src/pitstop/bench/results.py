@@ -194,9 +194,9 @@ def html_blocks(result: BenchResult) -> list[Block]:
 
 def write_png(result: BenchResult, path: str | os.PathLike[str]) -> Path:
     """Bar chart of speed-up (and activation-memory ratio) per config, with the claim ranges shaded."""
-    import matplotlib
+    from pitstop.plotting import matplotlib_agg
 
-    matplotlib.use("Agg")
+    matplotlib_agg()
     import matplotlib.pyplot as plt
 
     rows = [r for r in result.rows if r.status == MEASURED and (r.speedup or r.activation_ratio)]

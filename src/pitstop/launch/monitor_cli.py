@@ -75,7 +75,10 @@ def run_monitor(
     """The command; ``nvml_lib`` (a fake pynvml) and ``live`` are for tests."""
     if ns.plot:
         from pitstop.launch.monitor_plot import PlotError, plot_csv
+        from pitstop.plotting import unavailable
 
+        if missing := unavailable("--plot"):
+            return usage_error(missing)
         try:
             out = plot_csv(ns.plot, ns.out)
         except PlotError as e:

@@ -31,9 +31,9 @@ def read_csv(path: str | os.PathLike[str]) -> dict[str, list[float | None]]:
 
 
 def plot_csv(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
-    import matplotlib
+    from pitstop.plotting import matplotlib_agg
 
-    matplotlib.use("Agg")
+    matplotlib_agg()
     import matplotlib.pyplot as plt
 
     cols = read_csv(path)

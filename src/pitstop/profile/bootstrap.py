@@ -157,7 +157,9 @@ def _quiet_sigchld() -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
-def finalize(inst: Any, status: str) -> dict[str, Any]:
+def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any]:
+    """Uninstall, read what the run left (CUDA events, losses, facts), run the probes. ``stop_workers``
+    False keeps the script's DataLoader workers (in-process profiling: the script goes on using them)."""
     import torch
 
     from pitstop.profile.facts import finish_optimizer_facts
@@ -171,7 +173,8 @@ def finalize(inst: Any, status: str) -> dict[str, Any]:
             if p is not None and not p.is_cpu:
                 inst.captured.device = p.device
                 break
-    shutdown_loader_workers(inst)
+    if stop_workers:
+        shutdown_loader_workers(inst)
     if inst.gpu_sampler is not None:
         inst.gpu_sampler.stop()
     cuda = inst.captured.device is not None and inst.captured.device.type == "cuda"

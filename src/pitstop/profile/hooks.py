@@ -154,6 +154,8 @@ class Config:
     callback_at: str = "loader"
     out_dir: Path = field(default_factory=Path.cwd)
     probes: bool = True  # measured what-ifs at the end (pitstop.profile.probes)
+    # called instead of raising StopProfiling after the measured steps (in-process profiling keeps training)
+    on_done: Any = None
 
 
 class Instrumentation:
@@ -177,7 +179,7 @@ class Instrumentation:
         self._eval_seen = False
         self.stepped: set[int] = set()
         self.last_opt_post: float | None = None
-        self._opt_t0 = 0.0
+        self._opt_t0 = self._opt_fb0 = 0.0
         self._fwd_t0 = 0.0
         self.data = self.h2d = self.sync = self.fwd = self.bwd = self.opt = 0.0
         self.n_syncs = 0
@@ -323,6 +325,28 @@ class Instrumentation:
         while self._autocast_ctx:
             with contextlib.suppress(Exception):
                 self._autocast_ctx.pop().__exit__(None, None, None)
+        for cap in self.captured.loaders:  # a later profiling session must see these loaders afresh
+            with contextlib.suppress(AttributeError):
+                del cap.loader._pitstop_captured
+
+    def adopt_loader(self, loader: DataLoader, where: str | None = None) -> None:
+        """A DataLoader built before ``install`` (by a trainer): measured from its next iterator on."""
+        if getattr(loader, "_pitstop_captured", None) is None:
+            cap = CapturedLoader(loader=loader, kwargs={}, dataset=loader.dataset, location=where)
+            loader._pitstop_captured = cap  # type: ignore[attr-defined]
+            self.captured.loaders.append(cap)
+
+    def detach(self) -> None:
+        """Stop measuring while the script runs on; safe inside one of our hooks. torch may be iterating
+        the dict that holds the hook being run, so hooks become no-ops here and ``uninstall`` removes them."""
+        parked = self._handles + self._global_fwd
+        for h in parked:
+            hooks = h.hooks_dict_ref()
+            if hooks is not None and h.id in hooks:
+                hooks[h.id] = _inert
+        self._handles, self._global_fwd = [], []
+        self.uninstall()
+        self._handles = parked
 
     # ---------------------------------------------------------------------------- step boundaries
     def boundary(self, now: float) -> None:
@@ -386,6 +410,8 @@ class Instrumentation:
         self._begin(now)
         done = len(self.records) - self.cfg.warmup
         if not self.cfg.full and done >= self.cfg.steps:
+            if self.cfg.on_done is not None:
+                return self.cfg.on_done()
             raise StopProfiling(f"measured {done} steps")
 
     def close_pending(self) -> None:
@@ -434,10 +460,12 @@ class Instrumentation:
         elif id(opt) in self.stepped:
             self._close(now)
         self._opt_t0 = clock()
+        self._opt_fb0 = self.fwd + self.bwd
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()
-        self.opt += now - self._opt_t0
+        # a closure (Lightning, LBFGS) runs forward and backward inside step(): they are not optimizer time
+        self.opt += now - self._opt_t0 - (self.fwd + self.bwd - self._opt_fb0)
         self.device_timer.mark("opt_end", now)
         self.stepped.add(id(opt))
         self.last_opt_post = now
@@ -612,6 +640,10 @@ class Instrumentation:
 # ----------------------------------------------------------------------------------------- wrappers
 
 
+def _inert(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
 def _make_dl_init(inst: Instrumentation, orig: Any) -> Any:
     @functools.wraps(orig)
     def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
@@ -678,6 +710,8 @@ def _make_dl_iter(inst: Instrumentation, orig: Any) -> Any:
     @functools.wraps(orig)
     def __iter__(self: DataLoader) -> Any:
         it = orig(self)
+        if getattr(self, "_pitstop_captured", None) is None:  # built before install: from here on
+            inst.adopt_loader(self, user_location(2))
         cap = getattr(self, "_pitstop_captured", None)
         if cap is not None and isinstance(it, _BaseDataLoaderIter):
             it._pitstop_captured = cap

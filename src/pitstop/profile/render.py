@@ -145,13 +145,14 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
     total = sum(parts.values()) or 1.0
     width = max(20, min(80, console.width - 10))
     bar = Text()
-    legend = Text()
+    items: list[Text] = []
     for i, (name, v) in enumerate(parts.items()):
         color = _RICH_COLORS[i % len(_RICH_COLORS)]
         n = round(width * v / total)
         bar.append("█" * n, style=color)
         if v / total >= 0.005:
-            legend.append(f"■ {name} {v * 1000:.1f} ms ({100 * v / total:.0f}%)  ", style=color)
+            items.append(Text(f"■ {name} {v * 1000:.1f} ms ({100 * v / total:.0f}%)", style=color))
+    legend = _pack(items, console.width)
     console.print(
         Text(
             f"step {bd['median_step_s'] * 1000:.1f} ms median over {bd['steps']} measured steps "
@@ -162,6 +163,21 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
     console.print(bar)
     console.print(legend)
     gpu_render.print_gpu(report, console)  # device time, MFU, trace shares
+
+
+def _pack(items: list[Text], width: int) -> Text:
+    """Legend items on as few lines as fit, never one split across two."""
+    out, used = Text(), 0
+    for item in items:
+        if used and used + 2 + item.cell_len > width:
+            out.append("\n")
+            used = 0
+        elif used:
+            out.append("  ")
+            used += 2
+        out.append_text(item)
+        used += item.cell_len
+    return out
 
 
 assert len(PALETTE) >= len(PARTS)

@@ -16,6 +16,7 @@ from pitstop.findings import Finding, Report, Severity
 from pitstop.host_memory import GLIBC_ENV
 from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
 from pitstop.profile import gpu_rules
+from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
@@ -513,6 +514,7 @@ def findings_for(
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)
+    found += skipped_probe_passes(probes, dev_type)
     if model and not probes.get("precision") and not model.get("autocast"):
         found += _unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)

@@ -338,6 +338,19 @@ def _collect(
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         data = {}
+    return collect_data(spec, data, returncode, status_override, wall, out_dir=path.parent)
+
+
+def collect_data(
+    spec: RunSpec,
+    data: dict[str, Any],
+    returncode: int,
+    status_override: str | None,
+    wall: float,
+    out_dir: Path | None = None,
+) -> RunResult:
+    """A RunResult from a measurements record (the child's file, or an in-process Profiler's snapshot).
+    ``out_dir``: the run folder, where the child's watchdog left its record (none in-process)."""
     status = data.get("status", "killed")
     error = data.get("error")
     if status in ("running", "probing") or not data:
@@ -358,7 +371,7 @@ def _collect(
         )
     elif status_override == "interrupted":
         status, error = "interrupted", "interrupted (Ctrl-C)"
-    data["watchdog"] = read_watchdog(path.parent, status)
+    data["watchdog"] = read_watchdog(out_dir, status) if out_dir is not None else {}
     hung = hang_summary(data["watchdog"])
     error = f"{hung}; {error}" if hung and error else hung or error
     records = [StepRecord.from_dict(r) for r in data.get("steps", [])]

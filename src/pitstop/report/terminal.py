@@ -1,4 +1,5 @@
-"""Terminal form of a Report: rich tables grouped by area, worst first."""
+"""Terminal form of a Report: findings grouped by area, worst first; a table from ``WIDE`` columns, one
+block per finding below (``pitstop.report.stacked``), so ids, costs and file:line are never cut."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.report.stacked import WIDE, cost_text, print_passes, print_stacked
 
 SEVERITY_STYLE = {
     Severity.ERROR: "bold red",
@@ -33,23 +35,35 @@ def print_report(report: Report, console: Console | None = None, show_pass: bool
     for area, group in groupby(sorted(findings, key=lambda f: f.area), key=lambda f: f.area):
         areas[area] = sorted(group, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0), f.id))
     order = sorted(areas, key=lambda a: (-areas[a][0].severity.rank, -(areas[a][0].est_saving_s or 0.0), a))
-    table = Table(title=title, show_lines=False, expand=True)
-    table.add_column("", width=5, no_wrap=True)
-    table.add_column("check", style="bold", ratio=2)
-    table.add_column("evidence", ratio=4)
-    table.add_column("fix", ratio=4)
-    for area in order:
-        table.add_section()
-        table.add_row(Text(""), Text(area, style="bold magenta"), Text(""), Text(""))
-        for f in areas[area]:
-            fix = f.fix + (f"\n{f.fix_code}" if f.fix_code else "")
-            where = f"\n@ {f.location}" if f.location else ""
-            # Text objects, not markup strings: user strings may contain "[...]".
-            check = Text(f.title) + Text(f"\n{f.id}", style="dim")
-            table.add_row(severity_text(f.severity), check, Text(f.evidence + where), Text(fix))
-    console.print(table)
+    if console.width < WIDE:
+        console.print(Text(title, style="bold"))
+        print_stacked([(a, areas[a]) for a in order], console, severity_text)
+    else:
+        _print_table(title, [(a, areas[a]) for a in order], console)
     s = report.to_dict()["summary"]
     console.print(
         f"[bold]{s['total']}[/bold] checks: [red]{s['error']} error[/red], [yellow]{s['warn']} warn[/yellow], "
         f"[cyan]{s['info']} info[/cyan], [green]{s['pass']} pass[/green]"
     )
+    if show_pass:
+        print_passes(findings, console)
+
+
+def _print_table(title: str, areas: list[tuple[str, list[Finding]]], console: Console) -> None:
+    table = Table(title=title, show_lines=False, expand=True)
+    table.add_column("", width=5, no_wrap=True)
+    longest_id = max((len(f.id) for _, fs in areas for f in fs), default=10)
+    table.add_column("check", style="bold", ratio=2, overflow="fold", min_width=min(40, longest_id))
+    table.add_column("evidence", ratio=4, overflow="fold")
+    table.add_column("fix", ratio=4, overflow="fold")
+    for area, findings in areas:
+        table.add_section()
+        table.add_row(Text(""), Text(area, style="bold magenta"), Text(""), Text(""))
+        for f in findings:
+            fix = f.fix + (f"\n{f.fix_code}" if f.fix_code else "")
+            where = f"\n@ {f.location}" if f.location else ""
+            cost = cost_text(f)
+            # Text objects, not markup strings: user strings may contain "[...]".
+            check = Text(f.title) + Text(f"\n{f.id}", style="dim") + Text(f"\n{cost}" if cost else "")
+            table.add_row(severity_text(f.severity), check, Text(f.evidence + where), Text(fix))
+    console.print(table)

@@ -40,7 +40,7 @@ def _save_plot(path: str, *args: Any, **kwargs: Any) -> None:
     try:
         save_line_png(path, *args, **kwargs)
         Console(stderr=True).print(f"plot: {path}")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:  # ImportError: pitstop.plotting.PlotUnavailable
         Console(stderr=True).print(f"pitstop: could not write the plot {path}: {e}")
 
 

@@ -19,9 +19,9 @@ def save_line_png(
     marks: dict[str, float] | None = None,
 ) -> Path:
     """One line per series over a shared x; ``marks`` draws labelled vertical lines (e.g. a suggested lr)."""
-    import matplotlib
+    from pitstop.plotting import matplotlib_agg
 
-    matplotlib.use("Agg", force=False)
+    matplotlib_agg()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4), dpi=110)

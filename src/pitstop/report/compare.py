@@ -1,0 +1,231 @@
+"""Reports of the same kind side by side: the before/after view (``pitstop compare A.json B.json ...``).
+
+The first report is the baseline. For each later one: step time and its parts, steps/s, the findings
+that disappeared or appeared, and the speed-up (baseline median step over this one's) with a bootstrap
+interval where both reports carry per-step samples (``sections.steps`` of a profile report). Pure
+functions from Reports to a Report (tool "compare"); rendering is below, separate from the numbers.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pitstop.findings import Finding, Report, Severity
+from pitstop.profile.timeline import PART_LABELS, PARTS
+from pitstop.report.html import Block, table
+
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+class CompareError(ValueError):
+    """The reports cannot be compared (different kinds, fewer than two)."""
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``median(a) / median(b)`` and its bootstrap interval (None without enough samples)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    n_a: int
+    n_b: int
+
+
+def ratio_of_medians(
+    a: Sequence[float], b: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0
+) -> Ratio:
+    """Percentile bootstrap of ``median(a) / median(b)``: each resample draws both samples again, with
+    replacement, at their own sizes. Seeded, so the same reports give the same interval."""
+    if not a or not b:
+        raise ValueError("both samples need at least one value")
+    value = statistics.median(a) / statistics.median(b)
+    if len(a) < 3 or len(b) < 3:
+        return Ratio(value, None, None, len(a), len(b))
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+        for _ in range(resamples)
+    )
+    tail = (1.0 - level) / 2.0
+    lo = ratios[int(tail * (resamples - 1))]
+    hi = ratios[int((1.0 - tail) * (resamples - 1))]
+    return Ratio(value, lo, hi, len(a), len(b))
+
+
+def step_samples(report: Report) -> list[float]:
+    """Measured (not warm-up) step times, seconds, from a profile report's per-step records."""
+    return [float(s["total_s"]) for s in report.sections.get("steps") or [] if not s.get("warmup")]
+
+
+def summary_row(report: Report) -> dict[str, Any]:
+    """The numbers compared for one report (None where it does not have them)."""
+    bd = report.sections.get("breakdown") or {}
+    samples = step_samples(report)
+    median = bd.get("median_step_s") or (statistics.median(samples) if samples else None)
+    row: dict[str, Any] = {
+        "tool": report.tool,
+        "status": report.meta.get("status"),
+        "command": report.meta.get("command"),
+        "median_step_s": median,
+        "mean_step_s": bd.get("mean_step_s"),
+        "steps_per_s": report.meta.get("steps_per_s") or (1.0 / median if median else None),
+        "measured_steps": len(samples) or bd.get("steps"),
+        "parts_s": {p: bd[p] for p in PARTS if p in bd},
+        "problems": sorted({f.id for f in report.findings if f.severity.rank >= Severity.WARN.rank}),
+        "findings": sorted({f.id for f in report.findings if f.severity is not Severity.PASS}),
+    }
+    return row
+
+
+def compare(reports: Sequence[Report], labels: Sequence[str]) -> Report:
+    """One Report holding the side-by-side rows and, for each report after the first, a speed-up and a
+    findings-diff Finding against the first."""
+    if len(reports) < 2:
+        raise CompareError("compare needs at least two reports")
+    kinds = sorted({r.tool for r in reports})
+    if len(kinds) > 1:
+        raise CompareError(f"reports of different kinds cannot be compared: {', '.join(kinds)}")
+    rows = [{"label": lab, **summary_row(r)} for lab, r in zip(labels, reports, strict=True)]
+    base, base_samples = rows[0], step_samples(reports[0])
+    findings: list[Finding] = []
+    pairs: list[dict[str, Any]] = []
+    for row, rep in zip(rows[1:], reports[1:], strict=True):
+        pair: dict[str, Any] = {"baseline": base["label"], "other": row["label"]}
+        samples = step_samples(rep)
+        if base_samples and samples:
+            r = ratio_of_medians(base_samples, samples)
+            pair.update(speedup=r.value, low=r.low, high=r.high, n_baseline=r.n_a, n_other=r.n_b)
+        elif base["median_step_s"] and row["median_step_s"]:
+            pair.update(speedup=base["median_step_s"] / row["median_step_s"], low=None, high=None)
+        pair["disappeared"] = sorted(set(base["findings"]) - set(row["findings"]))
+        pair["appeared"] = sorted(set(row["findings"]) - set(base["findings"]))
+        pairs.append(pair)
+        findings += _pair_findings(pair, base, row)
+    return Report(
+        tool="compare",
+        findings=findings,
+        sections={"kind": kinds[0], "reports": rows, "pairs": pairs},
+        meta={"baseline": base["label"], "reports": len(rows)},
+    )
+
+
+def _pair_findings(pair: dict[str, Any], base: dict[str, Any], row: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    a, b = pair["baseline"], pair["other"]
+    if "speedup" in pair:
+        s, lo, hi = pair["speedup"], pair.get("low"), pair.get("high")
+        rel = f"{s:.2f}x faster than" if s >= 1 else f"{1 / s:.2f}x slower than"
+        times = f"median step {1000 * base['median_step_s']:.1f} ms -> {1000 * row['median_step_s']:.1f} ms"
+        if lo is not None and hi is not None:
+            interval = (
+                f"; {100 * LEVEL:.0f}% bootstrap interval of the ratio of medians {lo:.2f}x-{hi:.2f}x "
+                f"({pair['n_baseline']} vs {pair['n_other']} measured steps, {RESAMPLES} resamples)"
+            )
+            clear = lo > 1 or hi < 1
+        else:
+            interval, clear = "; no per-step samples in both reports, so no interval", False
+        out.append(
+            Finding(
+                id="compare.speedup",
+                severity=Severity.WARN if (hi is not None and hi < 1) else Severity.INFO,
+                title=f"{b} is {rel} {a}" + ("" if clear or lo is None else " (within noise)"),
+                evidence=times + interval,
+                data={k: pair.get(k) for k in ("speedup", "low", "high", "n_baseline", "n_other")},
+            )
+        )
+    gone, new = pair["disappeared"], pair["appeared"]
+    if gone or new:
+        out.append(
+            Finding(
+                id="compare.findings",
+                severity=Severity.WARN if set(new) & set(row["problems"]) else Severity.INFO,
+                title=f"Findings changed from {a} to {b}",
+                evidence="; ".join(
+                    p
+                    for p in (
+                        f"gone: {', '.join(gone)}" if gone else "",
+                        f"new: {', '.join(new)}" if new else "",
+                    )
+                    if p
+                ),
+                data={"disappeared": gone, "appeared": new},
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------- render
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{1000 * v:.1f} ms"
+
+
+def _rows(report: Report) -> list[tuple[str, list[str]]]:
+    """(row name, one cell per compared report) for the terminal and HTML tables."""
+    reps = report.sections["reports"]
+    pairs = {p["other"]: p for p in report.sections["pairs"]}
+    out = [
+        ("status", [str(r.get("status") or "–") for r in reps]),
+        ("median step", [_ms(r["median_step_s"]) for r in reps]),
+    ]
+    if any(r.get("mean_step_s") for r in reps):  # the parts below add up to the mean step
+        out.append(("mean step", [_ms(r.get("mean_step_s")) for r in reps]))
+    for p in PARTS:
+        if any(p in r["parts_s"] for r in reps):
+            out.append((f"  {PART_LABELS[p]}", [_ms(r["parts_s"].get(p)) for r in reps]))
+    out.append(("steps/s", ["–" if not r["steps_per_s"] else f"{r['steps_per_s']:.2f}" for r in reps]))
+    out.append(("measured steps", [str(r.get("measured_steps") or "–") for r in reps]))
+    cells = ["baseline"]
+    for r in reps[1:]:
+        p = pairs[r["label"]]
+        if "speedup" not in p:
+            cells.append("–")
+        elif p.get("low") is None:
+            cells.append(f"{p['speedup']:.2f}x")
+        else:
+            cells.append(f"{p['speedup']:.2f}x [{p['low']:.2f}-{p['high']:.2f}]")
+    out.append(("speed-up", cells))
+    out.append(("problems", [", ".join(r["problems"]) or "none" for r in reps]))
+    return out
+
+
+def print_compare(report: Report, console: Console | None = None) -> None:
+    """The side-by-side table; one column per report (it folds, never cuts, at narrow widths)."""
+    console = console or Console()
+    reps = report.sections["reports"]
+    t = Table(title=f"pitstop compare ({report.sections['kind']})", expand=False)
+    t.add_column("", style="bold", overflow="fold")
+    for r in reps:
+        t.add_column(Text(r["label"]), overflow="fold")
+    for name, cells in _rows(report):
+        t.add_row(Text(name), *(Text(c) for c in cells))
+    console.print(t)
+
+
+def html_blocks(report: Report) -> list[Block]:
+    reps = report.sections["reports"]
+    blocks = [table("Side by side", ["", *(r["label"] for r in reps)], [[n, *c] for n, c in _rows(report)])]
+    pairs = report.sections["pairs"]
+    if pairs:
+        blocks.append(
+            table(
+                "Findings that changed (against the baseline)",
+                ["report", "gone", "new"],
+                [
+                    [p["other"], ", ".join(p["disappeared"]) or "–", ", ".join(p["appeared"]) or "–"]
+                    for p in pairs
+                ],
+            )
+        )
+    return blocks

@@ -1,0 +1,50 @@
+"""``pitstop compare A.json B.json [...]``: JSON reports of one kind side by side, the first as baseline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pitstop.cliutil import add_output_args, finish, usage_error
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "compare",
+        help="compare saved reports (before/after): step time, steps/s, findings, speed-up",
+        description="Put JSON reports of the same kind side by side, the first as the baseline: step time "
+        "and its parts, steps/s, findings that disappeared or appeared, and the speed-up with a bootstrap "
+        "interval where both reports carry per-step samples (profile reports do).",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT.json", help="two or more reports (--json output)")
+    add_output_args(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from pitstop.report.compare import CompareError, compare, html_blocks, print_compare
+    from pitstop.report.jsonfmt import load_json
+
+    if len(args.reports) < 2:
+        return usage_error("compare needs at least two reports")
+    reports = []
+    for path in args.reports:
+        try:
+            reports.append(load_json(path))
+        except (OSError, ValueError, KeyError) as e:
+            return usage_error(f"cannot read {path} as a pitstop JSON report: {e}")
+    try:
+        result = compare(reports, _labels(args.reports))
+    except CompareError as e:
+        return usage_error(str(e))
+    if not args.quiet and args.json != "-":
+        print_compare(result, Console())
+    return finish(result, args, html_blocks(result))
+
+
+def _labels(paths: list[str]) -> list[str]:
+    """File names, or whole paths where two reports share a name."""
+    names = [Path(p).name for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)

@@ -1,0 +1,67 @@
+"""Findings for terminals narrower than a table needs: one block per finding, nothing cut.
+
+The finding id, its cost and its file:line are what a user copies, so they get lines of their own and
+fold (never end in "…") when longer than the terminal. Code snippets keep their lines, indented.
+Also the "checked, no gain here" list of passes under the summary, at any width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.text import Text
+
+from pitstop.findings import Finding, Severity
+
+WIDE = 120  # columns from which the findings table keeps every id and file:line on one line
+
+
+def cost_text(f: Finding) -> str:
+    """``974.4 ms/step (82%)`` for a per-step cost, ``12.5 s`` for a total; empty when not measured."""
+    if f.est_saving_s is None:
+        return ""
+    if f.share is None:
+        return f"{f.est_saving_s:.3g} s"
+    return f"{1000 * f.est_saving_s:.1f} ms/step ({100 * f.share:.0f}%)"
+
+
+def print_stacked(
+    areas: Sequence[tuple[str, Sequence[Finding]]],
+    console: Console,
+    severity_text: Callable[[Severity], Text],
+) -> None:
+    """Each area under a rule; each finding: severity, id and cost; title; at file:line; evidence; fix."""
+    for area, findings in areas:
+        console.print(Rule(Text(area, style="bold magenta"), align="left"))
+        for f in findings:
+            head = severity_text(f.severity) + Text("  ") + Text(f.id, style="bold")
+            cost = cost_text(f)
+            if cost:
+                head += Text(f"  {cost}", style="bold")
+            console.print(head, overflow="fold")
+            console.print(Text(f.title), overflow="fold")
+            if f.location:
+                console.print(Text("at ", style="dim") + Text(f.location), overflow="fold")
+            if f.evidence:
+                console.print(Text(f.evidence, style="dim"), overflow="fold")
+            if f.fix:
+                console.print(Text("fix: ", style="bold") + Text(f.fix), overflow="fold")
+            if f.fix_code:
+                for line in f.fix_code.splitlines():
+                    console.print(Text(f"    {line}", style="green"), overflow="fold")
+            console.print()
+
+
+def print_passes(findings: Sequence[Finding], console: Console) -> None:
+    """What was checked and measured not to help here, with its numbers (under the summary line)."""
+    passes = [f for f in findings if f.severity is Severity.PASS]
+    if not passes:
+        return
+    console.print(Text("Checked, no gain here:", style="green"))
+    for f in passes:
+        line = Text("  ✓ ", style="green") + Text(f.id, style="bold") + Text(f": {f.title}")
+        if f.evidence:
+            line += Text(f" ({f.evidence})", style="dim")
+        console.print(line, overflow="fold")
