@@ -397,6 +397,7 @@ class Instrumentation:
 
     def optimizer_begin(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()
+        self.clock.optimizer_started()
         if self.clock.step_start is None:
             self._begin(now)
         elif id(opt) in self.clock.stepped:

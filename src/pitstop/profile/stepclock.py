@@ -105,6 +105,10 @@ class StepClock:
         """At a point where a step may begin: does the current one end here?"""
         return bool(self.stepped) or (self.mode == BY_BACKWARD and self.backwards > 0)
 
+    def optimizer_started(self) -> None:
+        if self.mode == PENDING:  # an LBFGS closure's backward calls must not look like a loop without one
+            self.mode = BY_OPTIMIZER
+
     def optimizer_stepped(self, opt: Any, now: float) -> bool:
         """After ``opt.step()``. True when the records so far were micro-steps and must be dropped."""
         self.stepped.add(id(opt))
