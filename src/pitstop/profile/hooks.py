@@ -41,7 +41,7 @@ from pitstop.profile.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.loaders import shutdown_loader_workers as _shutdown_workers
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
-from pitstop.profile.stepclock import BACKWARD, DATA, FORWARD, H2D, OPTIMIZER, StepClock
+from pitstop.profile.stepclock import BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.torchcalls import install_torch_patches
 from pitstop.profile.where import user_location
@@ -395,7 +395,9 @@ class Instrumentation:
         self.counts["backwards"] += 1
         self.clock.backward_done(now)
 
-    def optimizer_begin(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def optimizer_begin(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
+        """Before ``opt.step()``; a closure passed to it is wrapped so that its time is not the
+        optimizer's (returns the new (args, kwargs) then, as optimizer step pre-hooks may)."""
         now = clock()
         self.clock.optimizer_started()
         if self.clock.step_start is None:
@@ -403,6 +405,23 @@ class Instrumentation:
         elif id(opt) in self.clock.stepped:
             self.close_step(now)
         self.clock.phases.enter(OPTIMIZER, clock())
+        if kwargs.get("closure") is not None:
+            return args, {**kwargs, "closure": self._timed_closure(kwargs["closure"])}
+        if args and callable(args[0]):
+            return (self._timed_closure(args[0]), *args[1:]), kwargs
+        return None
+
+    def _timed_closure(self, closure: Any) -> Any:
+        phases = self.clock.phases
+
+        def run_closure() -> Any:
+            phases.enter(CLOSURE, clock())
+            try:
+                return closure()
+            finally:
+                phases.exit(CLOSURE, clock())
+
+        return run_closure
 
     def optimizer_end(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()

@@ -156,6 +156,8 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
             style="bold",
         )
     )
+    if bd.get("boundary"):
+        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(bar)
     console.print(legend)
 

@@ -22,6 +22,10 @@ from typing import Any
 
 PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s")
 DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC = PHASES
+# an optimizer closure's own Python (a framework's training-step plumbing): not the optimizer's time,
+# and not a part of its own: it is left to "other"
+CLOSURE = "closure"
+_ALL = (*PHASES, CLOSURE)
 BACKWARDS_BEFORE_FALLBACK = 3
 PENDING, BY_OPTIMIZER, BY_BACKWARD = "pending", "optimizer", "backward"
 BOUNDARY_LABELS = {BY_OPTIMIZER: "optimizer.step()", BY_BACKWARD: "backward()"}
@@ -34,8 +38,8 @@ class PhaseClock:
     __slots__ = ("acc", "done", "mark", "stack")
 
     def __init__(self) -> None:
-        self.acc = dict.fromkeys(PHASES, 0.0)
-        self.done = dict.fromkeys(PHASES, 0.0)  # seconds in phases before the last split, whole run
+        self.acc = dict.fromkeys(_ALL, 0.0)
+        self.done = dict.fromkeys(_ALL, 0.0)  # seconds in phases before the last split, whole run
         self.stack: list[str] = []
         self.mark = 0.0
 
@@ -77,7 +81,7 @@ class PhaseClock:
             self.acc[self.stack[-1]] += now - self.mark
         self.mark = now
         out = self.acc
-        self.acc = dict.fromkeys(PHASES, 0.0)
+        self.acc = dict.fromkeys(_ALL, 0.0)
         for k, v in out.items():
             self.done[k] += v
         return out
@@ -139,7 +143,8 @@ class StepClock:
     def times(self, now: float) -> dict[str, float]:
         """The closing step's total and exclusive phase seconds."""
         assert self.step_start is not None
-        return {"total_s": now - self.step_start, **self.phases.split(now)}
+        acc = self.phases.split(now)
+        return {"total_s": now - self.step_start, **{p: acc[p] for p in PHASES}}
 
     def pending_end(self) -> float | None:
         """Where a step left open at the end of the script ends, if it holds a step's work."""

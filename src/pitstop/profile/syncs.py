@@ -71,9 +71,7 @@ class SyncSites:
         for site in self.sites.values():
             site[1], site[2], site[3] = 0.0, 0, 0.0
 
-    def site(
-        self, key: tuple[Any, ...], code: Any, line: int, name: str, lasti: int = -1
-    ) -> list[Any]:
+    def site(self, key: tuple[Any, ...], code: Any, line: int, name: str, lasti: int = -1) -> list[Any]:
         site = self.sites.get(key)
         if site is None:
             site = self.sites[key] = [0, 0.0, 0, 0.0, code, line, name, lasti]
@@ -95,7 +93,14 @@ class SyncSites:
             at = where if isinstance(where, str) else location(code.co_filename, line)
             row = rows.setdefault(
                 (at, method),
-                {"location": at, "method": method, "count": 0, "time_s": 0.0, "measured_count": 0, "loop_gap_s": 0.0},
+                {
+                    "location": at,
+                    "method": method,
+                    "count": 0,
+                    "time_s": 0.0,
+                    "measured_count": 0,
+                    "loop_gap_s": 0.0,
+                },
             )
             row["count"] += count
             row["time_s"] += time_s
@@ -146,9 +151,7 @@ def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
     return wrapper0
 
 
-def _sync(
-    st: SyncSites, name: str, orig: Any, t: torch.Tensor, args: Any, kwargs: Any, frame: Any
-) -> Any:
+def _sync(st: SyncSites, name: str, orig: Any, t: torch.Tensor, args: Any, kwargs: Any, frame: Any) -> Any:
     """Any call but a repeat of the previous CPU sync: find (or make) its site, then time it."""
     code, at = frame.f_code, frame.f_lasti
     key = (id(code), at, name)  # id(code): hashing a code object hashes its bytecode
@@ -201,9 +204,7 @@ def _first_sync(
     return _timed_sync(st, site, orig, t, args, kwargs)
 
 
-def _timed_sync(
-    st: SyncSites, site: list[Any], orig: Any, t: torch.Tensor, args: Any, kwargs: Any
-) -> Any:
+def _timed_sync(st: SyncSites, site: list[Any], orig: Any, t: torch.Tensor, args: Any, kwargs: Any) -> Any:
     st.busy = True
     start = clock()
     gap = start - st.last_end
