@@ -27,7 +27,6 @@ import json
 import os
 import resource
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from pitstop.profile.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.loaders import shutdown_loader_workers as _shutdown_workers
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
+from pitstop.profile.patches import Patches, install_cuda_sync_debug
 from pitstop.profile.stepclock import BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.torchcalls import install_torch_patches
@@ -51,7 +51,6 @@ __all__ = ["Captured", "CapturedLoader", "Config", "Instrumentation", "StopProfi
 clock = time.perf_counter
 # how often measurements reach the parent while steps run; the env var is for tests and debugging
 FLUSH_EVERY_S = float(os.environ.get("PITSTOP_PROFILE_FLUSH_S", "1.0"))
-CUDA_SYNC_WARNING = ".*synchronizing CUDA operation.*"
 
 
 class StopProfiling(BaseException):
@@ -73,34 +72,6 @@ class Config:
     callback_at: str = "loader"
     out_dir: Path = field(default_factory=Path.cwd)
     probes: bool = True  # measured what-ifs at the end (pitstop.profile.probes)
-
-
-class Patches:
-    """Attributes replaced on torch's classes and modules, and hook handles; ``undo`` restores all."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[Any, str, bool, Any]] = []
-        self._handles: list[Any] = []
-
-    def patch(self, owner: Any, name: str, new: Any) -> None:
-        had = name in owner.__dict__
-        self._undo.append((owner, name, had, owner.__dict__.get(name)))
-        setattr(owner, name, new)
-
-    def handle(self, h: Any) -> None:
-        self._handles.append(h)
-
-    def undo(self) -> None:
-        for owner, name, had, old in reversed(self._undo):
-            if had:
-                setattr(owner, name, old)
-            else:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, name)
-        self._undo.clear()
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
 
 
 class Instrumentation:
@@ -196,37 +167,9 @@ class Instrumentation:
         self.models.uninstall()
 
     def _install_cuda_sync_debug(self) -> None:
-        """CUDA syncs our wrappers cannot see (inside torch calls): ``set_sync_debug_mode("warn")`` makes
-        torch warn on each; the warnings are counted at the user's line and not shown. Only once the script
-        itself has initialised CUDA: the call initialises it, which a CPU-only script must not pay for."""
-        if self._cuda_debug_on or not torch.cuda.is_initialized():
-            return
-        self._cuda_debug_on = True
-        try:
-            torch.cuda.set_sync_debug_mode("warn")
-        except Exception:
-            return
-        warnings.filterwarnings("always", message=CUDA_SYNC_WARNING)
-        orig_show = warnings.showwarning
-
-        def showwarning(
-            message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any
-        ) -> None:
-            if "synchronizing CUDA operation" in str(message):
-                self.record_cuda_sync()
-                return None
-            return orig_show(message, category, filename, lineno, *args, **kwargs)
-
-        self.patches.patch(warnings, "showwarning", showwarning)
-
-        def undo() -> None:
-            with contextlib.suppress(Exception):
-                torch.cuda.set_sync_debug_mode(0)
-            warnings.filters[:] = [
-                f for f in warnings.filters if getattr(f[1], "pattern", None) != CUDA_SYNC_WARNING
-            ]
-
-        self._extra_undo.append(undo)
+        if not self._cuda_debug_on and torch.cuda.is_initialized():
+            self._cuda_debug_on = True
+            install_cuda_sync_debug(self.record_cuda_sync, self.patches, self._extra_undo)
 
     def record_cuda_sync(self) -> None:
         """One sync reported by torch's sync debug mode, counted at the user's line."""

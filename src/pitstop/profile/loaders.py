@@ -22,7 +22,8 @@ from pitstop.profile.captured import CapturedLoader
 from pitstop.profile.where import user_location
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation, Patches
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.patches import Patches
 
 clock = time.perf_counter
 _DL_SIG = inspect.signature(DataLoader.__init__)

@@ -21,7 +21,8 @@ from torch.nn.modules import module as _module
 from pitstop.profile.where import user_location
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation, Patches
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.patches import Patches
 
 is_compiling = torch.compiler.is_compiling
 

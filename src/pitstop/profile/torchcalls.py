@@ -18,7 +18,8 @@ import torch
 from pitstop.profile.where import user_location
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation, Patches
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.patches import Patches
 
 clock = time.perf_counter
 is_compiling = torch.compiler.is_compiling
