@@ -78,6 +78,22 @@ def test_torch_autograd_backward_and_grad_also_delimit_steps(instrument):
     assert all(r["backward_s"] > 0 and r["forward_s"] > 0 for r in inst.records)
 
 
+def test_a_loop_without_modules_or_loaders_is_stepped_backward_to_backward(instrument):
+    inst = instrument()
+    w = torch.randn(4, requires_grad=True)
+    for _ in range(8):
+        loss = (w * torch.randn(4)).sum() ** 2
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.01 * w.grad
+            w.grad = None
+    inst.close_pending()
+    assert inst.clock.boundary_label() == "backward()"
+    assert len(inst.records) == 8 - BACKWARDS_BEFORE_FALLBACK
+    assert all(r["backward_s"] > 0 for r in inst.records)
+    _parts_add_up(inst.records)
+
+
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(instrument):
     inst = instrument()
     model = nn.Linear(4, 2)

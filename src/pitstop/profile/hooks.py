@@ -41,7 +41,7 @@ from pitstop.profile.loaders import shutdown_loader_workers as _shutdown_workers
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug
-from pitstop.profile.stepclock import BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
+from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.torchcalls import install_torch_patches
 from pitstop.profile.where import user_location
@@ -327,6 +327,8 @@ class Instrumentation:
         return self.models.override_output(module, output)
 
     def backward_begin(self, loss: torch.Tensor | None, now: float) -> None:
+        if self.clock.mode == BY_BACKWARD and (self.clock.step_start is None or self.clock.backwards):
+            self.boundary(now)  # a loop with no module call or batch fetch between its backward calls
         self.in_backward = True
         if self.step_loss is None and loss is not None:
             self.step_loss = loss.detach()

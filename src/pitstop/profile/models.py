@@ -93,10 +93,15 @@ class ModelHooks:
         # (args, kwargs, output) after a forward; (args, output) when forward raised (always_call)
         if is_compiling():
             return None
-        self.depth = max(0, self.depth - 1)
-        if not self.top or self.top[-1] is not module or self.depth:
+        depth = self.depth - 1
+        if depth > 0:  # a nested call: the common case, kept short
+            self.depth = depth
             return None
-        self.top.pop()
+        self.depth = 0
+        top = self.top
+        if not top or top[-1] is not module:
+            return None
+        top.pop()
         if len(rest) == 2 and torch.is_grad_enabled():
             self.inst.captured.last_inputs = (args, rest[0])
         return self.inst.forward_end(module, rest[-1])
