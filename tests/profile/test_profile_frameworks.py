@@ -77,7 +77,7 @@ def test_hf_trainer(tmp_path):
 def test_accelerate_backward(tmp_path):
     pytest.importorskip("accelerate")
     name = "accelerate_loop.py"
-    result, report = profile(tmp_path, name)
+    result, report = profile(tmp_path, name, steps=8)
     top = report.ranked()[0]
     assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in report.ranked()]
     assert top.location.endswith(f"{name}:{line_of(name, 'correct.append(bool(preds[i] == yb[i]))')}")
