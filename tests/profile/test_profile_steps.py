@@ -78,6 +78,25 @@ def test_torch_autograd_backward_and_grad_also_delimit_steps(instrument):
     assert all(r["backward_s"] > 0 and r["forward_s"] > 0 for r in inst.records)
 
 
+def test_torch_func_grad_loop_is_stepped_by_its_backward(instrument):
+    from torch.func import functional_call, grad
+
+    inst = instrument()
+    model = nn.Linear(4, 2)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, x):
+        return functional_call(model, p, (x,)).pow(2).mean()
+
+    for _ in range(8):
+        g = grad(loss_fn)(params, torch.randn(8, 4))
+        params = {k: params[k] - 0.1 * g[k] for k in params}
+    inst.close_pending()
+    assert inst.clock.boundary_label() == "backward()"
+    assert len(inst.records) == 8 - BACKWARDS_BEFORE_FALLBACK
+    assert all(r["forward_s"] > 0 and r["backward_s"] > 0 for r in inst.records)
+
+
 def test_a_loop_without_modules_or_loaders_is_stepped_backward_to_backward(instrument):
     inst = instrument()
     w = torch.randn(4, requires_grad=True)
