@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pitstop.profile.hooks import _apply_loader_overrides
+from pitstop.profile.loaders import apply_loader_overrides as _apply_loader_overrides
 from pitstop.profile.overrides import Overrides
 
 

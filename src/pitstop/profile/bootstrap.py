@@ -130,12 +130,21 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
             break
         except BaseException:
             continue
+    if status in ("completed", "exited"):  # the script ended by itself: its exit handlers run, as in Python
+        _run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     # os._exit: the script was stopped mid-loop; its leftover threads and atexit handlers must not hang us.
     # DataLoader workers were shut down in finalize, the parent reaps anything else in our process group.
     os._exit(code if 0 <= code <= 255 else 1)
+
+
+def _run_exit_handlers() -> None:
+    import atexit
+
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
 
 
 def _dead_workers(inst: Any) -> str | None:

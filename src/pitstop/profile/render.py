@@ -160,6 +160,8 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
             style="bold",
         )
     )
+    if bd.get("boundary"):
+        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(bar)
     console.print(legend)
     gpu_render.print_gpu(report, console)  # device time, MFU, trace shares

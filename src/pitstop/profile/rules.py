@@ -170,7 +170,8 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
     steps = max(1, n_steps)
     for s in measured:
         s["cost_per_step_s"] = (s.get("time_s", 0.0) + s.get("loop_gap_s", 0.0)) / steps
-    measured.sort(key=lambda s: (-s["cost_per_step_s"], -s["measured_count"]))
+    # costs under 10 us a step (CPU syncs: their first call's time only) are a tie: the most calls lead
+    measured.sort(key=lambda s: (-round(s["cost_per_step_s"], 5), -s["measured_count"]))
     top = measured[0]
     # the step's sync part already holds both: time inside the calls and the per-element loops around them
     loops = sum(s.get("loop_gap_s", 0.0) for s in measured) / steps
@@ -494,13 +495,15 @@ def findings_for(
             Finding(
                 id="profile.no_step",
                 severity=Severity.WARN,
-                title="No optimizer step was seen",
+                title="No training step was seen",
                 evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
                 f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
-                f"backward {totals.get('backward_s', 0.0):.3f} s, but optimizer.step() was never called "
-                "(or the script stopped before one)",
+                f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
+                "neither optimizer.step() nor enough backward() calls to delimit steps by "
+                "(or the script stopped before them)",
                 data=totals,
-                fix="pitstop times steps by optimizer.step(); profile the training script, or run longer.",
+                fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
+                "profile the training script, or run longer.",
             )
         )
         found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
@@ -595,6 +598,7 @@ def build_report(result: RunResult) -> Report:
             "mean_step_s": bd.total_s,
             "median_step_s": bd.median_total_s,
             **bd.parts,
+            "boundary": data.get("step_boundary"),
         }
     if data.get("probes"):
         sections["probes"] = data["probes"]
@@ -615,6 +619,7 @@ def build_report(result: RunResult) -> Report:
         "wall_s": round(result.wall_s, 2),
         "device": data.get("device") or "cpu",
         "usable_cores": hardware.usable_cores(),
+        "step_boundary": data.get("step_boundary"),
     }
     mem = data.get("memory") or {}
     if mem.get("peak_rss_bytes"):

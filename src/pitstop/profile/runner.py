@@ -380,7 +380,7 @@ def collect_data(
     losses_all = data.get("losses") or []
     losses = [v for r, v in zip(records, losses_all, strict=False) if not r.warmup]
     if status in ("completed", "stopped") and not records and not spec.callback:
-        error = "no optimizer step was seen: the script never called optimizer.step()"
+        error = "no optimizer step was seen, nor enough backward() calls to delimit steps by"
     if data.get("callback_error"):
         error = data["callback_error"] if error is None else f"{error}; {data['callback_error']}"
     config = {

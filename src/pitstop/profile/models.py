@@ -1,0 +1,215 @@
+"""Forward timing and model discovery through global module hooks
+(``torch.nn.modules.module.register_module_forward_pre_hook`` / ``register_module_forward_hook``).
+
+A call of a module with parameters that no other module call encloses is a top-level forward: it is
+timed, and the module becomes one of the script's models the first time (unless it is part of a model
+already known). Nothing is registered on the modules themselves, so the script's models pickle, deepcopy,
+``torch.save``, ``torch.jit.script`` and ``torch.export`` as without pitstop. Under ``torch.compile`` /
+``torch.export`` tracing the hooks return at once (``torch.compiler.is_compiling()``, a constant there),
+so they add no graph break; a compiled model's call is timed from its ``OptimizedModule``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.nn.modules import module as _module
+
+from pitstop.profile.where import user_location
+
+if TYPE_CHECKING:
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.patches import Patches
+
+is_compiling = torch.compiler.is_compiling
+
+
+class ModelHooks:
+    """The global forward hooks and the models they found."""
+
+    def __init__(self, inst: Instrumentation) -> None:
+        self.inst = inst
+        self.depth = 0  # module calls open now
+        self.model_ids: set[int] = set()
+        self.part_ids: set[int] = set()  # every module inside a known model
+        self.pending_cl: set[int] = set()  # lazy models waiting for their first forward (channels_last)
+        self.autocast_ctx: list[Any] = []
+        self.handles: list[Any] = []
+        self.top: list[torch.nn.Module] = []  # the top-level forward in progress (one, or none)
+
+    def install(self, patches: Patches) -> None:
+        self.handles = [
+            _module.register_module_forward_pre_hook(self.pre),
+            _module.register_module_forward_hook(self.post, with_kwargs=True, always_call=True),
+        ]
+        ours = {h.id for h in self.handles}
+        orig = _module._has_any_global_hook
+
+        def _has_any_global_hook() -> bool:
+            # torch.compile(module) warns when global hooks exist; pitstop's own must not change that
+            tables = (
+                _module._global_backward_pre_hooks,
+                _module._global_backward_hooks,
+                _module._global_forward_pre_hooks,
+                _module._global_forward_hooks,
+            )
+            return any(k not in ours for t in tables for k in t)
+
+        _has_any_global_hook.__wrapped__ = orig  # type: ignore[attr-defined]
+        patches.patch(_module, "_has_any_global_hook", _has_any_global_hook)
+
+    def uninstall(self) -> None:
+        for h in self.handles:
+            h.remove()
+            # RemovableHandle does not clear the with_kwargs table of global forward hooks
+            _module._global_forward_hooks_with_kwargs.pop(h.id, None)
+        self.handles = []
+        while self.autocast_ctx:
+            with contextlib.suppress(Exception):
+                self.autocast_ctx.pop().__exit__(None, None, None)
+
+    def pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> Any:
+        if is_compiling():
+            return None
+        depth = self.depth
+        self.depth = depth + 1
+        if depth or torch.jit.is_tracing() or not self.inst.forward_allowed():
+            return None
+        if id(module) not in self.model_ids:
+            if id(module) in self.part_ids or next(module.parameters(), None) is None:
+                return None
+            inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule of a known model
+            if isinstance(inner, torch.nn.Module) and id(inner) in self.model_ids:
+                self.model_ids.add(id(module))
+            else:
+                self.add_model(module)
+        self.top.append(module)
+        return self.inst.forward_begin(module, args)
+
+    def post(self, module: torch.nn.Module, args: Any, *rest: Any) -> Any:
+        # (args, kwargs, output) after a forward; (args, output) when forward raised (always_call)
+        if is_compiling():
+            return None
+        depth = self.depth - 1
+        if depth > 0:  # a nested call: the common case, kept short
+            self.depth = depth
+            return None
+        self.depth = 0
+        top = self.top
+        if not top or top[-1] is not module:
+            return None
+        top.pop()
+        if len(rest) == 2 and torch.is_grad_enabled():
+            self.inst.captured.last_inputs = (args, rest[0])
+        return self.inst.forward_end(module, rest[-1])
+
+    def add_model(self, module: torch.nn.Module) -> None:
+        inst = self.inst
+        self.model_ids.add(id(module))
+        self.part_ids.update(id(m) for m in module.modules())
+        inst.captured.models.append(module)
+        inst.model_facts[id(module)] = {"first_location": user_location(4)}
+        ov = inst.cfg.overrides
+        if ov.channels_last:
+            self.channels_last(module)
+        if ov.compile:
+            try:
+                module.compile()
+            except Exception as e:  # compile setup failed: stay eager, say so
+                inst.compile_error = f"{type(e).__name__}: {e}"
+
+    # ---------------------------------------------------------------------------- overrides
+    def channels_last(self, module: torch.nn.Module) -> None:
+        if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
+            self.pending_cl.add(id(module))  # lazy layers: convert after the forward that creates them
+            return
+        self.pending_cl.discard(id(module))
+        try:
+            module.to(memory_format=torch.channels_last)
+        except Exception as e:
+            self.inst.override_errors.append(f"channels_last: {type(e).__name__}: {e}")
+
+    def override_inputs(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """Apply the input overrides (channels_last, autocast) at a top-level forward; new args or None."""
+        ov = self.inst.cfg.overrides
+        new = None
+        if ov.channels_last:
+            new = tuple(_to_channels_last(a) for a in args)
+            kwargs = _call_kwargs()
+            for k, v in list(kwargs.items()):
+                kwargs[k] = _to_channels_last(v)
+        if ov.autocast:
+            ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
+            ctx.__enter__()
+            self.autocast_ctx.append(ctx)
+        return new
+
+    def override_output(self, module: torch.nn.Module, output: Any) -> Any:
+        if self.pending_cl and id(module) in self.pending_cl:
+            self.channels_last(module)
+        if self.autocast_ctx:
+            self.autocast_ctx.pop().__exit__(None, None, None)
+            return _float_outputs(output)
+        return None
+
+
+def _call_kwargs() -> dict[str, Any]:
+    """The keyword arguments of the ``Module._call_impl`` running the hook (global pre-hooks get only the
+    positional ones); the dict is the call's own, so changing it changes what forward receives."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "_call_impl":
+        f = f.f_back
+    kwargs = f.f_locals.get("kwargs") if f is not None else None
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+def module_device_type(module: torch.nn.Module) -> str:
+    p = next(module.parameters(), None)
+    return p.device.type if p is not None else "cpu"
+
+
+def _to_channels_last(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point():
+        return v.contiguous(memory_format=torch.channels_last)
+    return v
+
+
+def _float_outputs(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype in (torch.bfloat16, torch.float16) else out
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return tuple(_float_outputs(o) for o in out)
+    if isinstance(out, list):
+        return [_float_outputs(o) for o in out]
+    return out
+
+
+def _tensors(obj: Any, depth: int = 0) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if depth > 3:
+        return []
+    if isinstance(obj, list | tuple):
+        return [t for o in obj for t in _tensors(o, depth + 1)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o, depth + 1)]
+    return []
+
+
+def forward_facts(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    dev = module_device_type(module)
+    inputs = _tensors((args, kwargs))
+    autocast = torch.is_autocast_enabled(dev)
+    return {
+        "autocast": autocast,
+        "autocast_dtype": str(torch.get_autocast_dtype(dev)).replace("torch.", "") if autocast else None,
+        "input_shapes": [list(t.shape) for t in inputs[:4]],
+        "input_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in inputs}),
+        "input_channels_last": any(
+            t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+            for t in inputs
+        ),
+    }

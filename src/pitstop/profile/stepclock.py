@@ -1,0 +1,156 @@
+"""The step clock: where steps begin and end, and how a step's time splits into exclusive phases.
+
+Phases nest (forward and backward inside an optimizer closure, a sync inside forward, a copy inside a
+forward): each moment counts in the innermost open phase only, so the parts of a step add up to it and
+"other" is what no phase covered.
+
+Steps are delimited one of two ways:
+
+- ``optimizer``: by optimizer steps (global optimizer step hooks). A step ends where the next one may
+  begin (the next batch, the next top-level forward, the next ``step()`` of an optimizer that already
+  stepped) once an optimizer has stepped in it. Gradient accumulation and LBFGS closures give one step
+  per optimizer step.
+- ``backward``: by top-level backward calls, for loops without ``torch.optim`` (manual SGD, custom
+  updates). Chosen when ``BACKWARDS_BEFORE_FALLBACK`` backward calls ran and no optimizer stepped; the
+  iterations before the choice are not recorded. An optimizer step seen later switches to ``optimizer``
+  (gradient accumulation over more micro-batches than that) and drops the micro-steps recorded so far.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s")
+DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC = PHASES
+# an optimizer closure's own Python (a framework's training-step plumbing): not the optimizer's time,
+# and not a part of its own: it is left to "other"
+CLOSURE = "closure"
+_ALL = (*PHASES, CLOSURE)
+BACKWARDS_BEFORE_FALLBACK = 3
+PENDING, BY_OPTIMIZER, BY_BACKWARD = "pending", "optimizer", "backward"
+BOUNDARY_LABELS = {BY_OPTIMIZER: "optimizer.step()", BY_BACKWARD: "backward()"}
+
+
+class PhaseClock:
+    """Exclusive seconds per phase since the last ``reset``. The stack of open phases survives a reset:
+    a phase open across a step boundary goes on counting in the next step."""
+
+    __slots__ = ("acc", "done", "mark", "stack")
+
+    def __init__(self) -> None:
+        self.acc = dict.fromkeys(_ALL, 0.0)
+        self.done = dict.fromkeys(_ALL, 0.0)  # seconds in phases before the last split, whole run
+        self.stack: list[str] = []
+        self.mark = 0.0
+
+    def enter(self, phase: str, now: float) -> None:
+        stack = self.stack
+        if stack:
+            self.acc[stack[-1]] += now - self.mark
+        stack.append(phase)
+        self.mark = now
+
+    def exit(self, phase: str, now: float) -> None:
+        stack = self.stack
+        if phase not in stack:
+            return
+        self.acc[stack[-1]] += now - self.mark
+        while stack.pop() != phase:  # inner phases an exception left open end here too
+            pass
+        self.mark = now
+
+    def cancel(self, phase: str) -> None:
+        """Leave ``phase`` as if it never opened: its time goes to the phase around it."""
+        if self.stack and self.stack[-1] == phase:
+            self.stack.pop()
+
+    def move(self, phase: str, dt: float, now: float) -> None:
+        """The ``dt`` seconds just before ``now`` belong to ``phase`` (a per-element sync loop's gaps)."""
+        stack = self.stack
+        if stack:
+            self.acc[stack[-1]] += max(0.0, now - dt - self.mark)
+        self.acc[phase] += dt
+        self.mark = now
+
+    def inside(self, phase: str) -> bool:
+        return phase in self.stack
+
+    def split(self, now: float) -> dict[str, float]:
+        """The phases' seconds up to ``now``, then zero them (the open phases continue)."""
+        if self.stack:
+            self.acc[self.stack[-1]] += now - self.mark
+        self.mark = now
+        out = self.acc
+        self.acc = dict.fromkeys(_ALL, 0.0)
+        for k, v in out.items():
+            self.done[k] += v
+        return out
+
+    def run_totals(self) -> dict[str, float]:
+        """Seconds per phase over the whole run so far."""
+        return {k: v + self.acc[k] for k, v in self.done.items()}
+
+
+class StepClock:
+    """Step boundaries and phases. ``Instrumentation`` calls it at each point and builds the records."""
+
+    def __init__(self) -> None:
+        self.phases = PhaseClock()
+        self.mode = PENDING
+        self.step_start: float | None = None  # None: the next boundary begins a step
+        self.stepped: set[int] = set()  # optimizers that stepped in this step
+        self.backwards = 0  # top-level backward calls finished in this step
+        self.backwards_total = 0
+        self.last_end: float | None = None  # end of this step's last optimizer step / backward
+        self.dropped = False  # a mode switch dropped the records made so far
+
+    # the decisions ``Instrumentation`` acts on
+    def should_close(self) -> bool:
+        """At a point where a step may begin: does the current one end here?"""
+        return bool(self.stepped) or (self.mode == BY_BACKWARD and self.backwards > 0)
+
+    def optimizer_started(self) -> None:
+        if self.mode == PENDING:  # an LBFGS closure's backward calls must not look like a loop without one
+            self.mode = BY_OPTIMIZER
+
+    def optimizer_stepped(self, opt: Any, now: float) -> bool:
+        """After ``opt.step()``. True when the records so far were micro-steps and must be dropped."""
+        self.stepped.add(id(opt))
+        self.last_end = now
+        if self.mode == BY_OPTIMIZER:
+            return False
+        drop = self.mode == BY_BACKWARD
+        self.mode = BY_OPTIMIZER
+        if drop:
+            self.step_start = None  # the step in progress began mid-period: start at the next boundary
+        return drop
+
+    def backward_done(self, now: float) -> None:
+        self.backwards += 1
+        self.backwards_total += 1
+        self.last_end = now
+        if self.mode == PENDING and self.backwards_total >= BACKWARDS_BEFORE_FALLBACK:
+            self.mode = BY_BACKWARD
+            self.step_start = None  # the iterations so far ran as one: count from the next boundary
+
+    def begin(self, now: float) -> None:
+        self.step_start = now
+        self.stepped = set()
+        self.backwards = 0
+        self.last_end = None
+        self.phases.split(now)
+
+    def times(self, now: float) -> dict[str, float]:
+        """The closing step's total and exclusive phase seconds."""
+        assert self.step_start is not None
+        acc = self.phases.split(now)
+        return {"total_s": now - self.step_start, **{p: acc[p] for p in PHASES}}
+
+    def pending_end(self) -> float | None:
+        """Where a step left open at the end of the script ends, if it holds a step's work."""
+        if self.step_start is None or not self.should_close():
+            return None
+        return self.last_end
+
+    def boundary_label(self) -> str | None:
+        return BOUNDARY_LABELS.get(self.mode)
