@@ -69,7 +69,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from pitstop.doctor.storage import _write_temp
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
 
     load0 = load_average()
     size = args.size_mib * MiB

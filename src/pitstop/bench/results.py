@@ -117,7 +117,7 @@ def findings(result: BenchResult) -> list[Finding]:
 
 
 def to_report(result: BenchResult) -> Report:
-    from pitstop.machine import describe_machine
+    from pitstop.host.machine import describe_machine
 
     o = result.options
     report = Report("bench", findings(result))

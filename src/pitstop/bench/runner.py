@@ -16,8 +16,8 @@ from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
 from pitstop.factory import FactoryError
-from pitstop.hardware import usable_cores
-from pitstop.machine import OtherCpu, load_average
+from pitstop.host.cpu import usable_cores
+from pitstop.host.load import OtherCpu, load_average
 
 
 class ProgressSink(Protocol):
@@ -104,7 +104,7 @@ def resolve_device(device: str) -> str:
 
 
 def amp_dtype_for(device: str) -> str | None:
-    from pitstop.hardware import preferred_amp_dtype
+    from pitstop.host.precision import preferred_amp_dtype
 
     return preferred_amp_dtype(device)
 

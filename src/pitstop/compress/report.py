@@ -31,7 +31,7 @@ from pitstop.compress.measure import (
 from pitstop.compress.pruning import prune_detailed
 from pitstop.compress.quantization import NotApplicable, quantize_detailed
 from pitstop.findings import Finding, Report, Severity
-from pitstop.machine import machine_line
+from pitstop.host.machine import machine_line
 
 QUANT_METHODS = ("dynamic_int8", "static_int8", "int8_weight_only")
 PRUNE_METHODS = ("prune_global", "prune_structured")

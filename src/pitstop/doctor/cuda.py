@@ -13,7 +13,7 @@ from pitstop.doctor.gpu import GpuInventory
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.doctor.wheels import cpu_install_command, parse_version, pick_cuda_wheel
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import gpu_supports_bf16
+from pitstop.host.precision import gpu_supports_bf16
 
 
 def cuda_libs_bytes(paths: list[str] | None = None, limit_files: int = 20000) -> int | None:

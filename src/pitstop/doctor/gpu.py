@@ -9,9 +9,9 @@ from typing import Any
 
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import gpu_has_tensor_cores
-from pitstop.nvml import GpuInfo, GpuSample, Nvml, NvmlUnavailable
-from pitstop.system import read_text
+from pitstop.host.nvml import GpuInfo, GpuSample, Nvml, NvmlUnavailable
+from pitstop.host.precision import gpu_has_tensor_cores
+from pitstop.host.sysfs import read_text
 
 NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller

@@ -8,32 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pitstop.findings import Finding, Severity
-from pitstop.system import read_text, thp_mode
+from pitstop.host.memory import thp_mode
+from pitstop.host.sysfs import read_text
 
 GIB = 2**30
 MIN_RAM = 16 * GIB  # seed advice: below this, datasets and pinned buffers crowd the page cache
 MIN_SHM = 1 * GIB  # DataLoader workers pass batches through /dev/shm; docker's default is 64 MiB
-
-
-def read_meminfo(path: str | os.PathLike[str] = "/proc/meminfo") -> dict[str, int]:
-    """/proc/meminfo in bytes: {'MemTotal': ..., 'MemAvailable': ..., 'SwapTotal': ...}."""
-    out: dict[str, int] = {}
-    for line in (read_text(path) or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key.strip()] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
-    return out
-
-
-def cgroup_memory_limit(root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int | None:
-    """A container's memory limit (cgroup v2 memory.max or v1 limit_in_bytes), None when unlimited."""
-    for rel in ("memory.max", "memory/memory.limit_in_bytes"):
-        text = read_text(Path(root, rel))
-        if text and text != "max" and text.isdigit():
-            v = int(text)
-            return v if v < 2**60 else None  # v1 says "unlimited" with a huge number
-    return None
 
 
 def _g(n: int | None) -> str:

@@ -18,9 +18,10 @@ from pitstop.doctor import cpu, cuda, gpu, memory, python_env, storage
 from pitstop.doctor import system as sysprobe
 from pitstop.doctor.torchinfo import TorchBuild, read_torch_build
 from pitstop.findings import Finding, Report, Severity
-from pitstop.hardware import cpu_flags
-from pitstop.system import read_text
-from pitstop.topology import read_topology
+from pitstop.host.cpu import cpu_flags
+from pitstop.host.memory import cgroup_memory_limit, read_meminfo
+from pitstop.host.sysfs import read_text
+from pitstop.host.topology import read_topology
 
 AREAS = ("gpu", "cuda", "cpu", "memory", "storage", "system", "python")
 
@@ -90,7 +91,7 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
             cache["scan"] = storage.scan(Path(data))
         return cache["scan"]
 
-    meminfo = lambda: memory.read_meminfo(Path(proc, "meminfo"))  # noqa: E731
+    meminfo = lambda: read_meminfo(Path(proc, "meminfo"))  # noqa: E731
     path_ok = Path(opts.data_path).exists() and os.access(opts.data_path, os.R_OK)
     data = Path(opts.data_path).resolve() if path_ok else opts.data_path
     probes: list[Probe] = [
@@ -112,7 +113,7 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
         (
             "memory",
             "ram",
-            lambda: memory.check_ram(meminfo(), memory.cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
+            lambda: memory.check_ram(meminfo(), cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
         ),
         ("memory", "swap", lambda: memory.check_swap(meminfo(), read_text(Path(proc, "swaps")))),
         ("memory", "thp", lambda: memory.check_thp(sys_root)),

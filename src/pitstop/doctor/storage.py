@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.system import read_int, read_text
+from pitstop.host.sysfs import read_int, read_text
 
 MiB = 2**20
 NETWORK_FS = {

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import cpu_flags
-from pitstop.system import PROC_SYS, read_sysctl, read_text
+from pitstop.host.cpu import cpu_flags
+from pitstop.host.sysfs import PROC_SYS, read_sysctl, read_text
 
 MIN_NOFILE = 4096  # DataLoader workers with the file_descriptor sharing strategy hold an fd per shared tensor
 NET_BUF = 16 * 2**20  # NCCL socket transport over fast (25G+) Ethernet wants large socket buffers

@@ -70,10 +70,10 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     import sys
 
     from pitstop.cliutil import usage_error
-    from pitstop.hardware import cgroup_cpu_quota
+    from pitstop.host.cpu import cgroup_cpu_quota
+    from pitstop.host.topology import numactl_path, read_topology
     from pitstop.launch.gpu_numa import nvidia_gpu_nodes
     from pitstop.launch.launcher import LaunchError, LaunchOptions, Tools, build_plan, describe, run_plan
-    from pitstop.topology import numactl_path, read_topology
 
     env: dict[str, str] = {}
     for item in ns.env:

@@ -1,4 +1,4 @@
-"""Sampling for `pitstop monitor`: CPU, RAM, disk, network (psutil), GPUs (pitstop.nvml), a followed
+"""Sampling for `pitstop monitor`: CPU, RAM, disk, network (psutil), GPUs (pitstop.host.nvml), a followed
 process tree; the low-GPU-utilization rule; the CSV log. No printing here (see monitor_view, monitor_cli).
 """
 
@@ -15,7 +15,7 @@ from typing import IO, Any
 import psutil
 
 from pitstop.findings import Finding, Severity
-from pitstop.nvml import GpuSample, Nvml, NvmlUnavailable
+from pitstop.host.nvml import GpuSample, Nvml, NvmlUnavailable
 
 MB = 1e6
 GIB = 2**30

@@ -23,7 +23,7 @@ def _is_live(proc_sys: str) -> bool:
 
 
 def _numa_nodes() -> int:
-    from pitstop.topology import read_topology
+    from pitstop.host.topology import read_topology
 
     return len(read_topology().nodes)
 

@@ -44,11 +44,11 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from pitstop.host_memory import keep_host_memory, kept, minor_page_faults
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.syncs import SYNC_METHODS, make_sync, new_site
 from pitstop.profile.where import location, user_location
+from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
 
 clock = time.perf_counter
 # how often measurements reach the parent while steps run; the env var is for tests and debugging

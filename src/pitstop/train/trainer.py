@@ -17,7 +17,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pitstop.host_memory import keep_host_memory
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
 from pitstop.train.amp import Amp
 from pitstop.train.backends import configure_backends
@@ -40,6 +39,7 @@ from pitstop.train.distributed import (
     wrap_ddp,
     wrap_fsdp,
 )
+from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.memory_format import has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
@@ -61,7 +61,7 @@ class TrainConfig:
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
-    page-faulting it back in every step (``pitstop.host_memory``); True/False to force.
+    page-faulting it back in every step (``pitstop.train.host_memory``); True/False to force.
     log_every: optimizer steps between metric reads (the only host syncs in the loop).
     checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
     """

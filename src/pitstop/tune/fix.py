@@ -29,12 +29,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from pitstop import host_memory
 from pitstop.findings import Finding, Report, Severity
-from pitstop.hardware import preferred_amp_dtype, usable_cores
+from pitstop.host.cpu import usable_cores
+from pitstop.host.precision import preferred_amp_dtype
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.report.html import Block, bar_chart, table
+from pitstop.train import host_memory
 from pitstop.tune.patch import Patch, dataloader_patch
 
 KINDS = (

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import usable_cores
+from pitstop.host.cpu import usable_cores
 from pitstop.tune.memwatch import MemLimits, MemWatch, MiB, children_uss, ram_available, shm_free
 
 # DataLoader arguments the tuner sets; everything else the script passed is kept as it was.
