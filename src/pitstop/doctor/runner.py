@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.doctor import cpu, cuda, gpu, memory, python_env, storage
+from pitstop.doctor import cpu, cuda, gpu, memory, python_env, storage, storage_read
 from pitstop.doctor import system as sysprobe
 from pitstop.doctor.torchinfo import TorchBuild, read_torch_build
 from pitstop.findings import Finding, Report, Severity
@@ -86,9 +86,9 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
         model = cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup")))
         return int(model[0].data["usable_cores"])
 
-    def walked() -> storage.Scan:  # one bounded walk of the data path, shared by the storage probes
+    def walked() -> storage_read.Scan:  # one bounded walk of the data path, shared by the storage probes
         if "scan" not in cache:
-            cache["scan"] = storage.scan(Path(data))
+            cache["scan"] = storage_read.scan(Path(data))
         return cache["scan"]
 
     meminfo = lambda: read_meminfo(Path(proc, "meminfo"))  # noqa: E731
