@@ -24,8 +24,8 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, to_device, train_step
+from pitstop.units import MiB
 
-MiB = 2**20
 BatchFn = Callable[[int], Any]
 
 

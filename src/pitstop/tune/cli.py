@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pitstop.cliutil import add_output_args, command_after_dashes
-
-MiB = 2**20
+from pitstop.units import MiB
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -230,7 +229,8 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 
 
 def loader_config(ns: argparse.Namespace) -> Any:
-    from pitstop.tune.loader import MeasureConfig, TuneConfig
+    from pitstop.tune.loader import TuneConfig
+    from pitstop.tune.loader_measure import MeasureConfig
 
     if ns.time_per_point <= 0 or ns.repeats <= 0:
         raise ValueError("--time-per-point and --repeats must be positive")
@@ -275,11 +275,11 @@ def cmd_loader(ns: argparse.Namespace) -> int:
             return payload
         result = LoaderTuneResult.from_dict(payload)
     report, blocks = loader_report(result, meta)
-    from pitstop.tune.loader import SWEEP_HEADERS, sweep_rows
+    from pitstop.tune.reports import SWEEP_HEADERS, sweep_rows
 
     _print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
     if ns.plot:
-        from pitstop.tune.loader import worker_curve
+        from pitstop.tune.reports import worker_curve
 
         xs, ys = worker_curve(result)
         _save_plot(
