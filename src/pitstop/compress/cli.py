@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliutil import (
+    add_output_args,
+    comma_list,
+    finish,
+    progress_bar,
+    shows_tables,
+    status,
+    usage_error,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,19 +93,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=cmd_report)
 
 
-def _load_model(spec: str) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if not isinstance(obj, torch.nn.Module) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, torch.nn.Module):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
-    return obj
-
-
 def _load_data(spec: str, batch_size: int) -> Any:
     """A re-iterable of batches: loaders pass through, datasets are batched, one-shot iterators kept."""
     from torch.utils.data import DataLoader, Dataset
@@ -121,7 +116,7 @@ def _parse_methods(text: str | None) -> tuple[str, ...]:
 
     if not text:
         return DEFAULT_METHODS
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    methods = comma_list(text)
     bad = [m for m in methods if m not in ALL_METHODS]
     if bad:
         raise ValueError(f"unknown method(s): {', '.join(bad)} (choose from {', '.join(ALL_METHODS)})")
@@ -145,17 +140,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         methods = (*methods, "student", "distill")
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.compress.render import compress_blocks, rows_table
     from pitstop.compress.report import ReportOptions, compress_report
-    from pitstop.factory import FactoryError
+    from pitstop.factory import FactoryError, load_model
 
-    show = not args.quiet and args.json != "-"
-    err = Console(stderr=True)
+    show = shows_tables(args)
     try:
-        with err.status("loading model and data", spinner="dots") if show else _null():
-            model = _load_model(args.model)
+        with status("loading model and data", show):
+            model = load_model(args.model)
             batch = args.batch or 64
             eval_data = _load_data(args.data, batch)
             train_data = _load_data(args.train_data, batch) if args.train_data else None
@@ -184,10 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         max_acc_drop=args.max_acc_drop / 100.0,
     )
     meta = {"model": args.model, "data": args.data, "train_data": args.train_data, "student": args.student}
-    with Progress(
-        TextColumn("compress: {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=err, transient=True, disable=not show,
-    ) as bar:  # fmt: skip
+    with progress_bar("compress:", show) as bar:
         task = bar.add_task("baseline", total=len(methods) + 1)
 
         def progress(name: str, done: int, total: int) -> None:
@@ -218,9 +208,3 @@ def _load_student(spec: str) -> Any:
     if not isinstance(probe, torch.nn.Module):
         raise ValueError(f"{spec} returned a {type(probe).__name__}, not a torch.nn.Module")
     return obj
-
-
-def _null() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliutil import add_output_args, finish, progress_bar, shows_tables, usage_error
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,18 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     if not 0 < args.read_seconds <= 60:
         return usage_error("--read-seconds must be in (0, 60]")
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
     from pitstop.doctor.html import doctor_blocks
     from pitstop.doctor.runner import DoctorOptions, run_doctor
 
     opts = DoctorOptions(data_path=args.data, allow_write=not args.no_write, read_seconds=args.read_seconds)
-    show = not args.quiet and args.json != "-"
-    with Progress(
-        SpinnerColumn(), TextColumn("doctor: {task.description}"), console=Console(stderr=True), transient=True,
-        disable=not show,
-    ) as bar:  # fmt: skip
+    with progress_bar("doctor:", shows_tables(args), bar=False) as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(name: str, done: int, total: int) -> None:

@@ -22,6 +22,7 @@ from pitstop.host.cpu import cpu_flags
 from pitstop.host.memory import cgroup_memory_limit, read_meminfo
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import read_topology
+from pitstop.units import MiB, gib
 
 AREAS = ("gpu", "cuda", "cpu", "memory", "storage", "system", "python")
 
@@ -33,7 +34,7 @@ class DoctorOptions:
     data_path: str | os.PathLike[str] = "."
     allow_write: bool = True  # may write (and delete) a temp file under data_path for the read test
     read_seconds: float = 1.5
-    read_bytes: int = 256 * 2**20
+    read_bytes: int = 256 * MiB
     nvml_lib: Any | None = None  # a pynvml-like module; None: the real one
     build: TorchBuild | None = None  # None: read from the installed torch
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -259,7 +260,7 @@ def inventory(findings: list[Finding]) -> list[dict[str, Any]]:
 
 
 def _gib(v: Any) -> str | None:
-    return f"{v / 2**30:.1f} GiB" if isinstance(v, int | float) else None
+    return gib(v) if isinstance(v, int | float) else None
 
 
 def summary(findings: list[Finding]) -> list[list[str]]:

@@ -21,7 +21,7 @@ from pitstop.doctor.storage_devices import (
 from pitstop.doctor.storage_read import SMALL_FILE, Scan, measure_read, measure_small_files, scan
 from pitstop.findings import Finding, Severity
 from pitstop.host.sysfs import read_text
-from pitstop.units import MiB
+from pitstop.units import GiB, MiB
 
 
 # --- the probes -------------------------------------------------------------------------------------------
@@ -293,8 +293,8 @@ def check_free_space(path: str | os.PathLike[str]) -> list[Finding]:
         ]
     frac = u.free / u.total
     data = {"free_bytes": u.free, "total_bytes": u.total, "free_fraction": round(frac, 3)}
-    ev = f"{u.free / 2**30:.1f} GiB free of {u.total / 2**30:.1f} GiB ({100 * frac:.0f}%) at {path}"
-    if u.free < 10 * 2**30 or frac < 0.05:
+    ev = f"{u.free / GiB:.1f} GiB free of {u.total / GiB:.1f} GiB ({100 * frac:.0f}%) at {path}"
+    if u.free < 10 * GiB or frac < 0.05:
         return [
             Finding(
                 "storage.free_space",
@@ -305,7 +305,7 @@ def check_free_space(path: str | os.PathLike[str]) -> list[Finding]:
                 fix="Free space or point checkpoints at another disk; a failed checkpoint write loses the run.",
             )
         ]
-    return [Finding("storage.free_space", Severity.PASS, f"{u.free / 2**30:.0f} GiB free", ev, data)]
+    return [Finding("storage.free_space", Severity.PASS, f"{u.free / GiB:.0f} GiB free", ev, data)]
 
 
 MIN_SMALL_FILES = 20  # fewer than this: not a per-sample-file dataset, nothing to measure

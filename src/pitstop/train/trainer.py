@@ -33,8 +33,8 @@ from pitstop.train.compile import maybe_compile, unwrap
 from pitstop.train.distributed import (
     DistEnv,
     barrier,
-    default_device,
     init_distributed,
+    resolve_device,
     set_epoch,
     wrap_ddp,
     wrap_fsdp,
@@ -132,10 +132,6 @@ def default_compute_loss(loss_fn: LossFn | None) -> ComputeLoss:
     return compute
 
 
-def _resolve_device(cfg: TrainConfig) -> torch.device | None:
-    return torch.device(cfg.device) if cfg.device else None
-
-
 def prepare_model(
     model: torch.nn.Module, cfg: TrainConfig, env: DistEnv, amp: Amp
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -225,10 +221,10 @@ def fit(
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed)
     if cfg.distributed == "none":  # single-process on purpose: do not join a torchrun group
-        dev = _resolve_device(cfg) or default_device()
+        dev = resolve_device(cfg.device)
         env = DistEnv(device=dev)
     else:
-        env = init_distributed(_resolve_device(cfg))
+        env = init_distributed(cfg.device or None)
     amp = Amp.create(cfg.precision, env.device)
     model, applied = prepare_model(model, cfg, env, amp)
     if optimizer is None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
-from pitstop.cliutil import add_output_args, command_after_dashes
+from pitstop.cliutil import add_output_args, comma_list, command_after_dashes, print_table, status
+from pitstop.factory import load_dataset, load_loss, load_model, optimizer_from_spec
 from pitstop.units import MiB
 
 
@@ -69,119 +68,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=32, help="batch size for the loader (default 32)")
 
 
-def _progress(label: str) -> Any:
-    """A rich status line on stderr; returns (context manager, update callback)."""
-    from rich.console import Console
-
-    return Console(stderr=True).status(label)
-
-
-def _print_table(ns: argparse.Namespace, title: str, headers: list[str], rows: list[list[Any]]) -> None:
-    """The measured table on the terminal (the HTML report has the same rows), unless quiet or JSON to stdout."""
-    if getattr(ns, "quiet", False) or getattr(ns, "json", None) == "-":
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=title)
-    for h in headers:
-        t.add_column(h)
-    for r in rows:
-        t.add_row(*(Text("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r))
-    Console().print(t)
-
-
-@contextmanager
-def _status(label: str, quiet: bool) -> Any:
-    if quiet:
-        yield lambda msg: None
-        return
-    with _progress(label) as st:
-        yield lambda msg: st.update(f"{label}: {msg}")
-
-
-# --------------------------------------------------------------------------------------------- loaders
-
-
-def loader_kwargs(loader: Any) -> dict[str, Any]:
-    """The keywords that rebuild ``loader`` (a DataLoader object) with its own sampler and collate_fn."""
-    kw: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory,
-        "collate_fn": loader.collate_fn,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-    }
-    if loader.num_workers > 0:
-        kw["prefetch_factor"] = loader.prefetch_factor
-        kw["persistent_workers"] = loader.persistent_workers
-    if loader.batch_size is None:
-        kw["batch_sampler"] = loader.batch_sampler
-    else:
-        kw.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
-    return {k: v for k, v in kw.items() if v is not None}
-
-
-def load_dataset(spec: str) -> tuple[Any, dict[str, Any]]:
-    """A factory spec -> (dataset, DataLoader kwargs when the factory gave a DataLoader)."""
-    from torch.utils.data import DataLoader, Dataset
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if callable(obj) and not isinstance(obj, Dataset | DataLoader):
-        obj = obj()
-    if isinstance(obj, DataLoader):
-        return obj.dataset, loader_kwargs(obj)
-    if not hasattr(obj, "__getitem__") and not hasattr(obj, "__iter__"):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a Dataset or DataLoader")
-    return obj, {}
-
-
-def load_model(spec: str) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if not isinstance(obj, torch.nn.Module) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, torch.nn.Module):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
-    return obj
-
-
-def make_optimizer(spec: str, params: Any, lr: float = 1e-3) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    name = spec.lower()
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    return load_object(spec)(params)
-
-
-def _resolve_device(name: str | None) -> Any:
-    import torch
-
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _load_loss(spec: str | None) -> Callable[[Any, Any], Any] | None:
-    from pitstop.factory import load_object
-
-    return load_object(spec) if spec else None
-
-
 # ------------------------------------------------------------------------------------------ tune loader
 
 
@@ -220,7 +106,7 @@ def _register_loader(tsub: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
+        vals = tuple(int(v) for v in comma_list(text))
     except ValueError as e:
         raise ValueError(f"{what}: expected comma-separated integers, got {text!r}") from e
     if any(v <= 0 for v in vals):
@@ -267,7 +153,7 @@ def cmd_loader(ns: argparse.Namespace) -> int:
         if not base:
             base = {"batch_size": ns.batch_size, "num_workers": ns.num_workers}
         meta["dataset"] = ns.dataset
-        with _status("pitstop tune loader", ns.quiet) as update:
+        with status("pitstop tune loader", not ns.quiet) as update:
             result = tune_loader(dataset, base, cfg, progress=update)
     else:
         payload = _in_script(ns, cmd, "loader", meta, cfg)
@@ -277,7 +163,7 @@ def cmd_loader(ns: argparse.Namespace) -> int:
     report, blocks = loader_report(result, meta)
     from pitstop.tune.reports import SWEEP_HEADERS, sweep_rows
 
-    _print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
+    print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
     if ns.plot:
         from pitstop.tune.reports import worker_curve
 
@@ -312,7 +198,7 @@ def _in_script(
 
     meta["command"] = " ".join(cmd)
     name = "tune " + kind.replace("_", "-")
-    with _status(f"pitstop {name} (script)", ns.quiet):
+    with status(f"pitstop {name} (script)", not ns.quiet):
         payload, error = run_callback(cmd, kind, _tune_args(ns, cfg), ns.timeout)
     return _script_failed(name, error, ns) if payload is None else payload
 
@@ -384,12 +270,12 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
             return usage_error("give --model and --dataset factories, or a script after --")
         try:
             model, dataset, loss, _device = _load_training(ns)
-            optimizer = make_optimizer(ns.optimizer, model.parameters())
+            optimizer = optimizer_from_spec(ns.optimizer, model.parameters())
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
         meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
         budget = int(ns.budget_mib * MiB) if ns.budget_mib else None
-        with _status("pitstop tune batch-size", ns.quiet) as update:
+        with status("pitstop tune batch-size", not ns.quiet) as update:
             result = find_batch_size(
                 model,
                 dataset_batch_fn(dataset),
@@ -412,15 +298,17 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
         ]
         for t in result.trials
     ]
-    _print_table(ns, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
+    print_table(ns, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
     return finish(report, ns, blocks)
 
 
 def _load_training(ns: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
-    device = _resolve_device(ns.device)
+    from pitstop.train.distributed import resolve_device
+
+    device = resolve_device(ns.device)
     model = load_model(ns.model).to(device)
     dataset, _ = load_dataset(ns.dataset)
-    return model, dataset, _load_loss(ns.loss), device
+    return model, dataset, load_loss(ns.loss), device
 
 
 # --------------------------------------------------------------------------------------------- tune lr
@@ -470,12 +358,12 @@ def cmd_lr(ns: argparse.Namespace) -> int:
             from torch.utils.data import DataLoader
 
             model, dataset, loss, _device = _load_training(ns)
-            optimizer = make_optimizer(ns.optimizer, model.parameters(), lr=ns.start_lr)
+            optimizer = optimizer_from_spec(ns.optimizer, model.parameters(), lr=ns.start_lr)
             loader = DataLoader(dataset, batch_size=ns.batch_size, shuffle=True)
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
         meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
-        with _status("pitstop tune lr", ns.quiet) as update:
+        with status("pitstop tune lr", not ns.quiet) as update:
             result = lr_range_test(
                 model,
                 loader,
@@ -573,14 +461,14 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     from pitstop.tune.fix import fix_report
     from pitstop.tune.patch import apply_patch
 
-    with _status("pitstop fix", ns.quiet) as update:
+    with status("pitstop fix", not ns.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
         [m.name, m.verdict, ", ".join(f"{v:.3g}" for v in m.steps_per_s), m.median, m.speedup, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
     ]
-    _print_table(
+    print_table(
         ns,
         "pitstop fix: runs",
         ["configuration", "verdict", "steps/s per run", "median", "speed-up", "note"],

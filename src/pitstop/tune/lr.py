@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, to_device, train_step
+from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, train_step
 
 
 @dataclass
@@ -110,6 +110,8 @@ def lr_range_test(
     """
     if not (0 < start_lr < end_lr):
         raise ValueError(f"need 0 < start_lr < end_lr, got {start_lr} and {end_lr}")
+    from pitstop.train.prefetch import move_to
+
     loss_fn = loss_fn or default_loss
     device = model_device(model)
     saved = SavedState(model, optimizer)
@@ -134,7 +136,9 @@ def lr_range_test(
             except StopIteration:
                 res.stop = "data exhausted"
                 break
-            loss = float(train_step(model, optimizer, to_device(batch, device), loss_fn).item())
+            loss = float(
+                train_step(model, optimizer, move_to(batch, device, non_blocking=True), loss_fn).item()
+            )
             res.lrs.append(lr)
             res.losses.append(loss)
             if progress:

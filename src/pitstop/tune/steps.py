@@ -1,4 +1,4 @@
-"""What the batch-size finder and the LR range test share: moving a batch, a default loss, one training
+"""What the batch-size finder and the LR range test share: a default loss, one training
 step, and saving/restoring model + optimizer state so a search leaves the user's objects as it found them.
 """
 
@@ -9,18 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 LossFn = Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
-
-
-def to_device(batch: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
 
 
 def default_loss(model: Any, batch: Any) -> Any:
