@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     # ruff: noqa: F401
     from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
-    from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
-    from pitstop.train.backends import configure_backends
-    from pitstop.train.checkpointing import (
+    from pitstop.train.activation_checkpointing import (
         activation_memory_saving,
         apply_activation_checkpointing,
         measure_step_memory,
         remove_activation_checkpointing,
     )
-    from pitstop.train.ckpt import (
+    from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
+    from pitstop.train.backends import configure_backends
+    from pitstop.train.checkpoint_io import (
         TrainState,
         atomic_save,
         capture_rng_state,
@@ -71,16 +71,16 @@ _WHERE = {
     "make_grad_scaler": "pitstop.train.amp",
     "resolve_precision": "pitstop.train.amp",
     "configure_backends": "pitstop.train.backends",
-    "activation_memory_saving": "pitstop.train.checkpointing",
-    "apply_activation_checkpointing": "pitstop.train.checkpointing",
-    "measure_step_memory": "pitstop.train.checkpointing",
-    "remove_activation_checkpointing": "pitstop.train.checkpointing",
-    "TrainState": "pitstop.train.ckpt",
-    "atomic_save": "pitstop.train.ckpt",
-    "capture_rng_state": "pitstop.train.ckpt",
-    "load_checkpoint": "pitstop.train.ckpt",
-    "restore_rng_state": "pitstop.train.ckpt",
-    "save_checkpoint": "pitstop.train.ckpt",
+    "activation_memory_saving": "pitstop.train.activation_checkpointing",
+    "apply_activation_checkpointing": "pitstop.train.activation_checkpointing",
+    "measure_step_memory": "pitstop.train.activation_checkpointing",
+    "remove_activation_checkpointing": "pitstop.train.activation_checkpointing",
+    "TrainState": "pitstop.train.checkpoint_io",
+    "atomic_save": "pitstop.train.checkpoint_io",
+    "capture_rng_state": "pitstop.train.checkpoint_io",
+    "load_checkpoint": "pitstop.train.checkpoint_io",
+    "restore_rng_state": "pitstop.train.checkpoint_io",
+    "save_checkpoint": "pitstop.train.checkpoint_io",
     "maybe_compile": "pitstop.train.compile",
     "unwrap": "pitstop.train.compile",
     "DistEnv": "pitstop.train.distributed",

@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
+from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
 from pitstop.train.amp import Amp
 from pitstop.train.backends import configure_backends
-from pitstop.train.checkpointing import Target, apply_activation_checkpointing
-from pitstop.train.ckpt import (
+from pitstop.train.checkpoint_io import (
     TrainState,
     capture_rng_state,
     is_fsdp,

@@ -20,11 +20,14 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, train_step
+from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
 from pitstop.units import MiB
+
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss
 
 BatchFn = Callable[[int], Any]
 
@@ -207,7 +210,7 @@ def find_batch_size(
     model: Any,
     batch_fn: BatchFn,
     optimizer: Any | None = None,
-    loss_fn: LossFn | None = None,
+    loss_fn: ComputeLoss | None = None,
     *,
     budget_bytes: int | None = None,
     start: int = 2,

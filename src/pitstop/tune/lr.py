@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, train_step
+from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
+
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss
 
 
 @dataclass
@@ -94,7 +97,7 @@ def lr_range_test(
     model: Any,
     loader: Iterable[Any],
     optimizer: Any,
-    loss_fn: LossFn | None = None,
+    loss_fn: ComputeLoss | None = None,
     *,
     start_lr: float = 1e-7,
     end_lr: float = 10.0,

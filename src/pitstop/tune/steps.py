@@ -5,10 +5,10 @@ step, and saving/restoring model + optimizer state so a search leaves the user's
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-LossFn = Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss  # (model, batch) -> scalar loss tensor
 
 
 def default_loss(model: Any, batch: Any) -> Any:
@@ -37,7 +37,7 @@ def default_loss(model: Any, batch: Any) -> Any:
     return model(x).float().pow(2).mean()
 
 
-def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: LossFn) -> Any:
+def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: ComputeLoss) -> Any:
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model, batch)
     loss.backward()
