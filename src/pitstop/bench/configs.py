@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pitstop.recipes import bench_title
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -94,31 +96,28 @@ MEMORY_CLAIMS = {
 BASELINE = BenchConfig("baseline", "baseline")
 
 
+def _single(row: str, **knobs: Any) -> BenchConfig:
+    """The row that ablates one optimization: its name and title from the recipes registry."""
+    return BenchConfig(row, bench_title(row), claim=CLAIMS[row], **knobs)
+
+
 def ablation(
     device: str, image_input: bool, amp_dtype: str | None, workers: int = 2, peers: bool = True
 ) -> list[BenchConfig]:
     """Baseline, each optimization alone, all speed optimizations together, and the peer rows."""
     configs = [
         BASELINE,
-        BenchConfig(
-            "workers",
-            "DataLoader workers",
-            workers=workers,
-            pin_memory=device == "cuda",
-            claim=CLAIMS["workers"],
-        ),
-        BenchConfig("pin_memory", "pinned memory", pin_memory=True, claim=CLAIMS["pin_memory"]),
+        _single("workers", workers=workers, pin_memory=device == "cuda"),
+        _single("pin_memory", pin_memory=True),
     ]
     if image_input:
-        configs.append(
-            BenchConfig("channels_last", "channels_last", channels_last=True, claim=CLAIMS["channels_last"])
-        )
+        configs.append(_single("channels_last", channels_last=True))
     configs += [
-        BenchConfig("amp_bf16", "AMP bf16", amp="bfloat16", claim=CLAIMS["amp_bf16"]),
-        BenchConfig("amp_fp16", "AMP fp16 + GradScaler", amp="float16", claim=CLAIMS["amp_fp16"]),
-        BenchConfig("fused", "fused optimizer", fused=True, claim=CLAIMS["fused"]),
-        BenchConfig("checkpoint", "activation checkpointing", checkpoint=True, claim=CLAIMS["checkpoint"]),
-        BenchConfig("accumulation", "gradient accumulation x4", accumulation=4, claim=CLAIMS["accumulation"]),
+        _single("amp_bf16", amp="bfloat16"),
+        _single("amp_fp16", amp="float16"),
+        _single("fused", fused=True),
+        _single("checkpoint", checkpoint=True),
+        _single("accumulation", accumulation=4),
     ]
     speed = BASELINE
     speed = replace(
@@ -132,7 +131,7 @@ def ablation(
             BenchConfig("accelerate", "Accelerate", peer="accelerate", claim=CLAIMS["accelerate"]),
         ]
     configs += [
-        BenchConfig("compile", "torch.compile", compile=True, claim=CLAIMS["compile"], isolate=True),
+        _single("compile", compile=True, isolate=True),
         replace(
             speed, name="all_compiled", title="all + compile", compile=True, claim=CLAIMS["all"], isolate=True
         ),
