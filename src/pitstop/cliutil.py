@@ -19,7 +19,7 @@ from pitstop.report.html import Block
 if TYPE_CHECKING:
     from rich.progress import Progress as ProgressType
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
@@ -32,7 +32,9 @@ def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
 
 
 def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = ()) -> int:
-    """Write the report where asked, print it unless quiet or JSON goes to stdout; return the exit code."""
+    """Write the report where asked, print it unless quiet or JSON goes to stdout; return the exit code:
+    130 when the command was interrupted (``report.meta["interrupted"]``: Ctrl-C stopped it and the report
+    holds what was measured), 1 for error findings under --strict, else 0."""
     json_path = getattr(args, "json", None)
     html_path = getattr(args, "html", None)
     err = Console(stderr=True)
@@ -46,6 +48,8 @@ def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = (
         err.print(f"HTML report: {html_path}")
     if shows_tables(args):
         print_report(report, Console())
+    if report.meta.get("interrupted"):
+        return EXIT_INTERRUPTED
     if getattr(args, "strict", False) and report.worst() is Severity.ERROR:
         return EXIT_FINDINGS
     return EXIT_OK

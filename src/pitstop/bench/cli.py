@@ -48,10 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--png", metavar="FILE", help="write a PNG chart of speed-ups and memory ratios")
     p.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
     add_output_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_bench)
 
 
-def run(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     try:
         budget = parse_budget(args.budget)
     except ValueError as e:
@@ -130,5 +130,4 @@ def run(args: argparse.Namespace) -> int:
         print_table(result, Console())
         for note in result.notes:
             err.print(f"note: {note}")
-    code = finish(report, args, html_blocks(result))
-    return 130 if result.interrupted else code
+    return finish(report, args, html_blocks(result))  # bench's report meta carries 'interrupted'

@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="accuracy points a method may lose (default 1)",
     )
     add_output_args(r)
-    r.set_defaults(func=cmd_report)
+    r.set_defaults(func=cmd_compress_report)
 
 
 def _load_data(spec: str, batch_size: int) -> Any:
@@ -123,7 +123,7 @@ def _parse_methods(text: str | None) -> tuple[str, ...]:
     return methods
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_compress_report(args: argparse.Namespace) -> int:
     if not 0 <= args.prune_amount < 1 or not 0 <= args.structured_amount < 1:
         return usage_error("--prune-amount and --structured-amount must be in [0, 1)")
     if args.temperature <= 0 or not 0 <= args.alpha <= 1:
@@ -189,8 +189,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return usage_error(str(e))
     if show:
         Console().print(rows_table(report))
-    code = finish(report, args, compress_blocks(report))
-    return 130 if report.meta.get("interrupted") else code
+    return finish(report, args, compress_blocks(report))
 
 
 def _load_student(spec: str) -> Any:

@@ -48,5 +48,4 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report = run_doctor(opts, progress)
     if not Path(args.data).exists():
         report.meta["data_path_missing"] = True
-    code = finish(report, args, doctor_blocks(report))
-    return 130 if report.meta.get("interrupted") else code
+    return finish(report, args, doctor_blocks(report))

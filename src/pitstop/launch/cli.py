@@ -64,7 +64,7 @@ def _register_launch(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.set_defaults(func=cmd_launch)
 
 
-def cmd_launch(ns: argparse.Namespace) -> int:
+def cmd_launch(args: argparse.Namespace) -> int:
     import os
     import shutil
     import sys
@@ -76,28 +76,28 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     from pitstop.launch.launcher import LaunchError, LaunchOptions, Tools, build_plan, describe, run_plan
 
     env: dict[str, str] = {}
-    for item in ns.env:
+    for item in args.env:
         k, sep, v = item.partition("=")
         if not sep or not k:
             return usage_error(f"--env expects KEY=VALUE, got {item!r}")
         env[k] = v
     opts = LaunchOptions(
-        command=command_after_dashes(ns),
-        ninstances=ns.ninstances,
-        ncores_per_instance=ns.ncores_per_instance,
-        core_list=ns.core_list,
-        node_id=ns.node_id,
-        use_logical_cores=ns.use_logical_cores,
-        bind=ns.bind,
-        allocator=ns.allocator,
+        command=command_after_dashes(args),
+        ninstances=args.ninstances,
+        ncores_per_instance=args.ncores_per_instance,
+        core_list=args.core_list,
+        node_id=args.node_id,
+        use_logical_cores=args.use_logical_cores,
+        bind=args.bind,
+        allocator=args.allocator,
         env=env,
-        nproc_per_node=ns.nproc_per_node,
-        nnodes=ns.nnodes,
-        node_rank=ns.node_rank,
-        master_addr=ns.master_addr,
-        master_port=ns.master_port,
-        rdzv_endpoint=ns.rdzv_endpoint,
-        rdzv_id=ns.rdzv_id,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
     )
     try:
         allowed = os.sched_getaffinity(0)
@@ -111,10 +111,10 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         )
     except LaunchError as e:
         return usage_error(str(e))
-    print(describe(plan), file=sys.stdout if ns.dry_run else sys.stderr, flush=True)
-    if ns.dry_run:
+    print(describe(plan), file=sys.stdout if args.dry_run else sys.stderr, flush=True)
+    if args.dry_run:
         return 0
-    return run_plan(plan, ns.log_dir)
+    return run_plan(plan, args.log_dir)
 
 
 # ---------------------------------------------------------------- sysctl
@@ -138,10 +138,10 @@ def _register_sysctl(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.set_defaults(func=cmd_sysctl)
 
 
-def cmd_sysctl(ns: argparse.Namespace) -> int:
+def cmd_sysctl(args: argparse.Namespace) -> int:
     from pitstop.launch.sysctl_cli import run_sysctl
 
-    return run_sysctl(ns)
+    return run_sysctl(args)
 
 
 # ---------------------------------------------------------------- monitor
@@ -173,7 +173,7 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.set_defaults(func=cmd_monitor)
 
 
-def cmd_monitor(ns: argparse.Namespace) -> int:
+def cmd_monitor(args: argparse.Namespace) -> int:
     from pitstop.launch.monitor_cli import run_monitor
 
-    return run_monitor(ns, command_after_dashes(ns))
+    return run_monitor(args, command_after_dashes(args))

@@ -101,7 +101,7 @@ def _register_loader(tsub: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--plot", metavar="PNG", help="write the num_workers curve as a PNG")
     _add_script_args(p)
     add_output_args(p)
-    p.set_defaults(func=cmd_loader)
+    p.set_defaults(func=cmd_tune_loader)
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -114,83 +114,83 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
-def loader_config(ns: argparse.Namespace) -> Any:
+def loader_config(args: argparse.Namespace) -> Any:
     from pitstop.tune.loader import TuneConfig
     from pitstop.tune.loader_measure import MeasureConfig
 
-    if ns.time_per_point <= 0 or ns.repeats <= 0:
+    if args.time_per_point <= 0 or args.repeats <= 0:
         raise ValueError("--time-per-point and --repeats must be positive")
-    if ns.max_workers is not None and ns.max_workers < 0:
+    if args.max_workers is not None and args.max_workers < 0:
         raise ValueError("--max-workers must be >= 0")
     return TuneConfig(
-        max_workers=ns.max_workers,
-        prefetch_factors=_ints(ns.prefetch, "--prefetch"),
-        batch_sizes=_ints(ns.batch_sizes, "--batch-sizes"),
-        measure=MeasureConfig(time_per_point=ns.time_per_point, repeats=ns.repeats),
-        confirm_rounds=max(0, ns.confirm_rounds),
+        max_workers=args.max_workers,
+        prefetch_factors=_ints(args.prefetch, "--prefetch"),
+        batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
+        measure=MeasureConfig(time_per_point=args.time_per_point, repeats=args.repeats),
+        confirm_rounds=max(0, args.confirm_rounds),
     )
 
 
-def cmd_loader(ns: argparse.Namespace) -> int:
+def cmd_tune_loader(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
 
-    cmd = command_after_dashes(ns)
-    if bool(cmd) == bool(ns.dataset):
+    cmd = command_after_dashes(args)
+    if bool(cmd) == bool(args.dataset):
         return usage_error("give either --dataset pkg.mod:make_dataset or a script after --")
     try:
-        cfg = loader_config(ns)
+        cfg = loader_config(args)
     except ValueError as e:
         return usage_error(str(e))
     from pitstop.tune.loader import LoaderTuneResult, tune_loader
     from pitstop.tune.reports import loader_report
 
     meta: dict[str, Any] = {}
-    if ns.dataset:
+    if args.dataset:
         try:
-            dataset, base = load_dataset(ns.dataset)
+            dataset, base = load_dataset(args.dataset)
         except Exception as e:
-            return usage_error(f"cannot load the dataset {ns.dataset}: {e}")
+            return usage_error(f"cannot load the dataset {args.dataset}: {e}")
         if not base:
-            base = {"batch_size": ns.batch_size, "num_workers": ns.num_workers}
-        meta["dataset"] = ns.dataset
-        with status("pitstop tune loader", not ns.quiet) as update:
+            base = {"batch_size": args.batch_size, "num_workers": args.num_workers}
+        meta["dataset"] = args.dataset
+        with status("pitstop tune loader", not args.quiet) as update:
             result = tune_loader(dataset, base, cfg, progress=update)
     else:
-        payload = _in_script(ns, cmd, "loader", meta, cfg)
+        payload = _in_script(args, cmd, "loader", meta, cfg)
         if isinstance(payload, int):
             return payload
         result = LoaderTuneResult.from_dict(payload)
     report, blocks = loader_report(result, meta)
     from pitstop.tune.reports import SWEEP_HEADERS, sweep_rows
 
-    print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
-    if ns.plot:
+    print_table(args, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
+    if args.plot:
         from pitstop.tune.reports import worker_curve
 
         xs, ys = worker_curve(result)
         _save_plot(
-            ns.plot,
+            args.plot,
             xs,
             {"batches/s": ys},
             title="DataLoader throughput",
             xlabel="num_workers",
             ylabel="batches/s",
         )
-    return finish(report, ns, blocks)
+    return finish(report, args, blocks)
 
 
-def _tune_args(ns: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
+def _tune_args(args: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
     """What the in-process callback needs, as JSON (it crosses into the user's process by env var)."""
     from dataclasses import asdict
 
-    d = {k: v for k, v in vars(ns).items() if isinstance(v, str | int | float | bool | type(None))}
+    d = {k: v for k, v in vars(args).items() if isinstance(v, str | int | float | bool | type(None))}
     if cfg is not None:
         d["tune_config"] = asdict(cfg)
     return d
 
 
 def _in_script(
-    ns: argparse.Namespace, cmd: list[str], kind: str, meta: dict[str, Any], cfg: Any = None
+    args: argparse.Namespace, cmd: list[str], kind: str, meta: dict[str, Any], cfg: Any = None
 ) -> dict[str, Any] | int:
     """Script mode: run the ``kind`` tuner inside the script's own process (``pitstop.tune.script``).
     Its result as a dict, or the exit code after reporting why it could not run."""
@@ -198,12 +198,12 @@ def _in_script(
 
     meta["command"] = " ".join(cmd)
     name = "tune " + kind.replace("_", "-")
-    with status(f"pitstop {name} (script)", not ns.quiet):
-        payload, error = run_callback(cmd, kind, _tune_args(ns, cfg), ns.timeout)
-    return _script_failed(name, error, ns) if payload is None else payload
+    with status(f"pitstop {name} (script)", not args.quiet):
+        payload, error = run_callback(cmd, kind, _tune_args(args, cfg), args.timeout)
+    return _script_failed(name, error, args) if payload is None else payload
 
 
-def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
+def _script_failed(tool: str, error: str | None, args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish
     from pitstop.findings import Finding, Report, Severity
 
@@ -217,7 +217,7 @@ def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
             fix="Check that the script runs on its own and builds a DataLoader / model / optimizer.",
         )
     )
-    finish(report, ns)
+    finish(report, args)
     return 1
 
 
@@ -246,45 +246,45 @@ def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ign
     p.add_argument("--steps", type=int, default=3, help="training steps per size (first is warm-up)")
     _add_script_args(p)
     add_output_args(p)
-    p.set_defaults(func=cmd_batch_size)
+    p.set_defaults(func=cmd_tune_batch_size)
 
 
-def cmd_batch_size(ns: argparse.Namespace) -> int:
+def cmd_tune_batch_size(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
     from pitstop.tune.batch_size import BatchSizeResult, dataset_batch_fn, find_batch_size
     from pitstop.tune.reports import batch_size_report
 
-    cmd = command_after_dashes(ns)
-    if ns.start <= 0 or ns.max < ns.start or ns.steps <= 0:
+    cmd = command_after_dashes(args)
+    if args.start <= 0 or args.max < args.start or args.steps <= 0:
         return usage_error("need 0 < --start <= --max and --steps > 0")
-    if ns.budget_mib is not None and ns.budget_mib <= 0:
+    if args.budget_mib is not None and args.budget_mib <= 0:
         return usage_error("--budget-mib must be positive")
     meta: dict[str, Any] = {}
     if cmd:
-        payload = _in_script(ns, cmd, "batch_size", meta)
+        payload = _in_script(args, cmd, "batch_size", meta)
         if isinstance(payload, int):
             return payload
         result = BatchSizeResult.from_dict(payload)
     else:
-        if not (ns.model and ns.dataset):
+        if not (args.model and args.dataset):
             return usage_error("give --model and --dataset factories, or a script after --")
         try:
-            model, dataset, loss, _device = _load_training(ns)
-            optimizer = optimizer_from_spec(ns.optimizer, model.parameters())
+            model, dataset, loss, _device = _load_training(args)
+            optimizer = optimizer_from_spec(args.optimizer, model.parameters())
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
-        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
-        budget = int(ns.budget_mib * MiB) if ns.budget_mib else None
-        with status("pitstop tune batch-size", not ns.quiet) as update:
+        meta.update(model=args.model, dataset=args.dataset, optimizer=args.optimizer)
+        budget = int(args.budget_mib * MiB) if args.budget_mib else None
+        with status("pitstop tune batch-size", not args.quiet) as update:
             result = find_batch_size(
                 model,
                 dataset_batch_fn(dataset),
                 optimizer,
                 loss,
                 budget_bytes=budget,
-                start=ns.start,
-                max_batch_size=ns.max,
-                steps=ns.steps,
+                start=args.start,
+                max_batch_size=args.max,
+                steps=args.steps,
                 progress=update,
             )
     report, blocks = batch_size_report(result, meta)
@@ -298,17 +298,17 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
         ]
         for t in result.trials
     ]
-    print_table(ns, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
-    return finish(report, ns, blocks)
+    print_table(args, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
+    return finish(report, args, blocks)
 
 
-def _load_training(ns: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+def _load_training(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     from pitstop.train.distributed import resolve_device
 
-    device = resolve_device(ns.device)
-    model = load_model(ns.model).to(device)
-    dataset, _ = load_dataset(ns.dataset)
-    return model, dataset, load_loss(ns.loss), device
+    device = resolve_device(args.device)
+    model = load_model(args.model).to(device)
+    dataset, _ = load_dataset(args.dataset)
+    return model, dataset, load_loss(args.loss), device
 
 
 # --------------------------------------------------------------------------------------------- tune lr
@@ -334,55 +334,60 @@ def _register_lr(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--plot", metavar="PNG", help="write loss vs learning rate as a PNG")
     _add_script_args(p)
     add_output_args(p)
-    p.set_defaults(func=cmd_lr)
+    p.set_defaults(func=cmd_tune_lr)
 
 
-def cmd_lr(ns: argparse.Namespace) -> int:
+def cmd_tune_lr(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
     from pitstop.tune.lr import LRResult, lr_range_test
     from pitstop.tune.reports import lr_report
 
-    cmd = command_after_dashes(ns)
-    if not (0 < ns.start_lr < ns.end_lr) or ns.steps < 3 or not (0 <= ns.smooth < 1) or ns.diverge <= 1:
+    cmd = command_after_dashes(args)
+    if (
+        not (0 < args.start_lr < args.end_lr)
+        or args.steps < 3
+        or not (0 <= args.smooth < 1)
+        or args.diverge <= 1
+    ):
         return usage_error("need 0 < --start-lr < --end-lr, --steps >= 3, 0 <= --smooth < 1, --diverge > 1")
     meta: dict[str, Any] = {}
     if cmd:
-        payload = _in_script(ns, cmd, "lr", meta)
+        payload = _in_script(args, cmd, "lr", meta)
         if isinstance(payload, int):
             return payload
         result = LRResult.from_dict(payload)
     else:
-        if not (ns.model and ns.dataset):
+        if not (args.model and args.dataset):
             return usage_error("give --model and --dataset factories, or a script after --")
         try:
             from torch.utils.data import DataLoader
 
-            model, dataset, loss, _device = _load_training(ns)
-            optimizer = optimizer_from_spec(ns.optimizer, model.parameters(), lr=ns.start_lr)
-            loader = DataLoader(dataset, batch_size=ns.batch_size, shuffle=True)
+            model, dataset, loss, _device = _load_training(args)
+            optimizer = optimizer_from_spec(args.optimizer, model.parameters(), lr=args.start_lr)
+            loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
-        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
-        with status("pitstop tune lr", not ns.quiet) as update:
+        meta.update(model=args.model, dataset=args.dataset, optimizer=args.optimizer)
+        with status("pitstop tune lr", not args.quiet) as update:
             result = lr_range_test(
                 model,
                 loader,
                 optimizer,
                 loss,
-                start_lr=ns.start_lr,
-                end_lr=ns.end_lr,
-                num_steps=ns.steps,
-                beta=ns.smooth,
-                diverge=ns.diverge,
+                start_lr=args.start_lr,
+                end_lr=args.end_lr,
+                num_steps=args.steps,
+                beta=args.smooth,
+                diverge=args.diverge,
                 progress=lambda i, n: update(f"step {i}/{n}"),
             )
     report, blocks = lr_report(result, meta)
-    if ns.plot and result.lrs:
+    if args.plot and result.lrs:
         from pitstop.tune.reports import lr_plot_series
 
         marks = {"max_lr": result.suggested_max_lr} if result.suggested_max_lr else None
         _save_plot(
-            ns.plot,
+            args.plot,
             result.lrs,
             lr_plot_series(result),
             title="LR range test",
@@ -391,7 +396,7 @@ def cmd_lr(ns: argparse.Namespace) -> int:
             logx=True,
             marks=marks,
         )
-    return finish(report, ns, blocks)
+    return finish(report, args, blocks)
 
 
 # -------------------------------------------------------------------------------------------------- fix
