@@ -11,8 +11,10 @@ import argparse
 import sys
 from typing import Any
 
+from pitstop.cliopts import add_options
 from pitstop.cliutil import add_output_args, comma_list, command_after_dashes, print_table, status
 from pitstop.factory import load_dataset, load_loss, load_model, optimizer_from_spec
+from pitstop.tune.cli_options import BatchSizeArgs, LoaderArgs, LRArgs
 from pitstop.units import MiB
 
 
@@ -42,32 +44,6 @@ def _save_plot(path: str, *args: Any, **kwargs: Any) -> None:
         Console(stderr=True).print(f"pitstop: could not write the plot {path}: {e}")
 
 
-def _add_script_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("script mode (instead of factories)")
-    g.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
-    g.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (the script to tune)")
-
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what to train (factory mode)")
-    g.add_argument(
-        "--model", metavar="SPEC", help="pkg.mod:make_model or file.py:model (a module or a factory)"
-    )
-    g.add_argument(
-        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
-    )
-    g.add_argument(
-        "--loss", metavar="SPEC", help="pkg.mod:fn with fn(model, batch) -> loss (default: guessed)"
-    )
-    g.add_argument(
-        "--optimizer",
-        default="sgd",
-        help="sgd | adam | adamw, or pkg.mod:fn with fn(params) -> optimizer (default: sgd)",
-    )
-    g.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
-    g.add_argument("--batch-size", type=int, default=32, help="batch size for the loader (default 32)")
-
-
 # ------------------------------------------------------------------------------------------ tune loader
 
 
@@ -82,24 +58,7 @@ def _register_loader(tsub: argparse._SubParsersAction) -> None:  # type: ignore[
             "--batch-size 64   |   pitstop tune loader -- python train.py --epochs 1"
         ),
     )
-    p.add_argument(
-        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
-    )
-    p.add_argument("--batch-size", type=int, default=32, help="factory mode: batch size (default 32)")
-    p.add_argument("--num-workers", type=int, default=0, help="factory mode: the baseline's num_workers")
-    p.add_argument("--max-workers", type=int, help="highest num_workers to try (default 4x usable cores)")
-    p.add_argument("--time-per-point", type=float, default=1.5, help="seconds of timing per setting (1.5)")
-    p.add_argument("--repeats", type=int, default=3, help="timed windows per setting; the median is used")
-    p.add_argument("--prefetch", default="2,4", help="prefetch_factor values to try (default 2,4)")
-    p.add_argument("--batch-sizes", default="", help="also measure these batch sizes, e.g. 32,64,128")
-    p.add_argument(
-        "--confirm-rounds",
-        type=int,
-        default=3,
-        help="interleaved baseline/chosen rounds for the speed-up (3)",
-    )
-    p.add_argument("--plot", metavar="PNG", help="write the num_workers curve as a PNG")
-    _add_script_args(p)
+    add_options(p, LoaderArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_tune_loader)
 
@@ -235,16 +194,7 @@ def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ign
             "--optimizer adamw --budget-mib 4096"
         ),
     )
-    _add_model_args(p)
-    p.add_argument(
-        "--budget-mib",
-        type=float,
-        help="memory budget (default: 90%% of free GPU memory, or 50%% of available RAM on CPU)",
-    )
-    p.add_argument("--start", type=int, default=2, help="first batch size (default 2)")
-    p.add_argument("--max", type=int, default=65536, help="largest batch size to try")
-    p.add_argument("--steps", type=int, default=3, help="training steps per size (first is warm-up)")
-    _add_script_args(p)
+    add_options(p, BatchSizeArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_tune_batch_size)
 
@@ -325,14 +275,7 @@ def _register_lr(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type
             "--dataset d:make --optimizer adamw --plot lr.png"
         ),
     )
-    _add_model_args(p)
-    p.add_argument("--start-lr", type=float, default=1e-7)
-    p.add_argument("--end-lr", type=float, default=10.0)
-    p.add_argument("--steps", type=int, default=100, help="steps of the ramp (default 100)")
-    p.add_argument("--smooth", type=float, default=0.98, help="EMA factor for the loss (default 0.98)")
-    p.add_argument("--diverge", type=float, default=4.0, help="stop when smoothed loss > this x its minimum")
-    p.add_argument("--plot", metavar="PNG", help="write loss vs learning rate as a PNG")
-    _add_script_args(p)
+    add_options(p, LRArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_tune_lr)
 
