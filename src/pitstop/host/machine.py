@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from pitstop.host.cpu import cpu_model, usable_cores
+from pitstop.units import GiB
 
 
 def describe_machine() -> dict[str, Any]:
@@ -19,7 +20,7 @@ def describe_machine() -> dict[str, Any]:
         "cpu": cpu_model(),
         "usable_cores": usable_cores(),
         "logical_cpus": os.cpu_count(),
-        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "ram_gib": round(psutil.virtual_memory().total / GiB, 1),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
