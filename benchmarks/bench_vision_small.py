@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         report = json.loads(out_json.read_text())
         table = out_md.read_text()
 
-    from pitstop.machine import machine_line
+    from pitstop.host.machine import machine_line
 
     bench = report["sections"]["bench"]
     meta = report["meta"]

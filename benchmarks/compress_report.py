@@ -148,7 +148,8 @@ def main() -> int:
 
     import torch
 
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
 
     load0 = load_average()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

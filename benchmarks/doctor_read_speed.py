@@ -32,7 +32,7 @@ MiB = 2**20
 
 def read_once(path: Path, method: str, size: int, resident: list[float]) -> float:
     """MB/s of one full sequential read of ``path`` by ``method`` (the doctor's own read functions)."""
-    from pitstop.doctor.storage import _read_buffered, _read_direct, drop_cache, resident_fraction
+    from pitstop.doctor.storage_read import _read_buffered, _read_direct, drop_cache, resident_fraction
 
     block = 4 * MiB
     if method == "O_DIRECT":
@@ -68,8 +68,9 @@ def main() -> None:
     ap.add_argument("--audits", type=int, default=3, help="fresh-process runs of the whole audit")
     args = ap.parse_args()
 
-    from pitstop.doctor.storage import _write_temp
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.doctor.storage_read import _write_temp
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
 
     load0 = load_average()
     size = args.size_mib * MiB

@@ -111,7 +111,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     import torch
 
-    from pitstop.machine import OtherCpu, load_average, load_line, machine_line
+    from pitstop.host.load import OtherCpu, load_average, load_line
+    from pitstop.host.machine import machine_line
 
     torch.set_num_threads(1)
     load0, other = load_average(), OtherCpu()

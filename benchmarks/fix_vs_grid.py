@@ -175,7 +175,8 @@ def fmt(v: Any, spec: str = ".2f") -> str:
 
 
 def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    from pitstop.machine import load_line, machine_line
+    from pitstop.host.load import load_line
+    from pitstop.host.machine import machine_line
 
     lines = [
         "# fix vs exhaustive grid",
@@ -224,7 +225,7 @@ def main() -> int:
         help="OMP/MKL threads per run (default: as the environment has it)",
     )
     args = ap.parse_args()
-    from pitstop.machine import load_average
+    from pitstop.host.load import load_average
 
     args.load0 = load_average()
     names = [n.strip() for n in args.examples.split(",") if n.strip()]

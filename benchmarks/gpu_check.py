@@ -102,7 +102,8 @@ def main(argv: list[str]) -> int:
             print(f"\n- {Path(p).name}: no measurements (the profile run failed; see its log)")
         return 1 if any(r["verdict"].startswith("FAIL") for r in rows) else 0
     if argv[0] == "summary":
-        from pitstop.machine import load_average, load_line, machine_line
+        from pitstop.host.load import load_average, load_line
+        from pitstop.host.machine import machine_line
 
         dry = "--dry-run" in argv
         print("# GPU check" + (" (DRY RUN on CPU: no GPU figure)" if dry else ""))

@@ -62,8 +62,8 @@ def worker(out_dir: str, batches: int, batch: int, size: int) -> None:
 
 
 def run_config(ninstances: int, bind: str, cpus: list[int], batches: int, args: argparse.Namespace) -> dict:
+    from pitstop.host.topology import format_cpulist, numactl_path, read_topology
     from pitstop.launch.launcher import LaunchOptions, Tools, build_plan, run_plan
-    from pitstop.topology import format_cpulist, numactl_path, read_topology
 
     with tempfile.TemporaryDirectory() as out:
         opts = LaunchOptions(
@@ -116,7 +116,8 @@ def main() -> None:
     from rich.console import Console
     from rich.progress import Progress
 
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
 
     cpus = sorted(os.sched_getaffinity(0))
     n = len(cpus)

@@ -142,7 +142,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
 
     args.load0 = load_average()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}

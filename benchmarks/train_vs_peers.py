@@ -376,8 +376,9 @@ def main() -> None:
     if a.chunks < 2:
         raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.hardware import preferred_amp_dtype
-    from pitstop.machine import load_average, load_line, machine_line
+    from pitstop.host.load import load_average, load_line
+    from pitstop.host.machine import machine_line
+    from pitstop.host.precision import preferred_amp_dtype
 
     load = load_average()
     workers = run(a)

@@ -32,7 +32,7 @@ def loop(steps: int, model: nn.Module, opt: torch.optim.Optimizer) -> float:
 
 
 def main() -> None:
-    from pitstop.machine import OtherCpu, load_average, load_line
+    from pitstop.host.load import OtherCpu, load_average, load_line
     from pitstop.profile.hooks import Config, Instrumentation
     from pitstop.profile.watchdog import POLL_S, Watchdog
 

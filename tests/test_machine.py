@@ -1,4 +1,4 @@
-"""pitstop.machine: the measured context benchmark results carry (load, competing CPU time)."""
+"""pitstop.host.load: the measured context benchmark results carry (load, competing CPU time)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from pitstop.machine import OtherCpu, load_average, load_line
+from pitstop.host.load import OtherCpu, load_average, load_line
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
 # Double fork: the burner is re-parented away from this process tree, so it is "other work".

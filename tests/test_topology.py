@@ -1,7 +1,7 @@
 import pytest
 
-from pitstop.system import read_int, read_sysctl, sysctl_path
-from pitstop.topology import format_cpulist, parse_cpulist, read_topology
+from pitstop.host.sysfs import read_int, read_sysctl, sysctl_path
+from pitstop.host.topology import format_cpulist, parse_cpulist, read_topology
 
 
 def test_cpulist_round_trip():

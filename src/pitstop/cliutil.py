@@ -1,10 +1,13 @@
-"""What every reporting sub-command shares: output flags and writing the Report they produce."""
+"""What every reporting sub-command shares: output flags, progress on stderr, terminal tables, comma lists,
+and writing the Report they produce."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
@@ -13,7 +16,10 @@ from pitstop.findings import Report, Severity
 from pitstop.report import print_report, to_json, write_html, write_json
 from pitstop.report.html import Block
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from rich.progress import Progress as ProgressType
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
@@ -26,7 +32,9 @@ def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
 
 
 def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = ()) -> int:
-    """Write the report where asked, print it unless quiet or JSON goes to stdout; return the exit code."""
+    """Write the report where asked, print it unless quiet or JSON goes to stdout; return the exit code:
+    130 when the command was interrupted (``report.meta["interrupted"]``: Ctrl-C stopped it and the report
+    holds what was measured), 1 for error findings under --strict, else 0."""
     json_path = getattr(args, "json", None)
     html_path = getattr(args, "html", None)
     err = Console(stderr=True)
@@ -38,8 +46,10 @@ def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = (
     if html_path:
         write_html(report, html_path, blocks)
         err.print(f"HTML report: {html_path}")
-    if not getattr(args, "quiet", False) and json_path != "-":
+    if shows_tables(args):
         print_report(report, Console())
+    if report.meta.get("interrupted"):
+        return EXIT_INTERRUPTED
     if getattr(args, "strict", False) and report.worst() is Severity.ERROR:
         return EXIT_FINDINGS
     return EXIT_OK
@@ -54,3 +64,56 @@ def command_after_dashes(args: argparse.Namespace, attr: str = "cmd") -> list[st
 def usage_error(message: str) -> int:
     Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message))
     return EXIT_USAGE
+
+
+def shows_tables(args: argparse.Namespace) -> bool:
+    """Terminal output is printed unless --quiet, or the JSON report goes to stdout."""
+    return not getattr(args, "quiet", False) and getattr(args, "json", None) != "-"
+
+
+def comma_list(text: str | None) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ("a", "b", "c"); None or "" -> ()."""
+    return tuple(v.strip() for v in (text or "").split(",") if v.strip())
+
+
+def progress_bar(label: str, show: bool, *, bar: bool = True) -> ProgressType:
+    """The transient progress display long commands share, on stderr: ``label``, the task's description and,
+    with ``bar``, a bar with done/total and the elapsed time; without it, a spinner. Hidden unless ``show``."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    text = TextColumn(f"{label} {{task.description}}")
+    columns = (
+        (text, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) if bar else (SpinnerColumn(), text)
+    )
+    return Progress(*columns, console=Console(stderr=True), transient=True, disable=not show)
+
+
+@contextmanager
+def status(label: str, show: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner line on stderr while the block runs; yields ``update(msg)``, which shows ``label: msg``."""
+    if not show:
+        yield lambda msg: None
+        return
+    with Console(stderr=True).status(label) as st:
+        yield lambda msg: st.update(f"{label}: {msg}")
+
+
+def print_table(args: argparse.Namespace, title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    """A measured table on the terminal (the HTML report has the same rows), unless ``shows_tables`` says no."""
+    if not shows_tables(args):
+        return
+    from rich.table import Table
+
+    t = Table(title=title)
+    for h in headers:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*(Text("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r))
+    Console().print(t)

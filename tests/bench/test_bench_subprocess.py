@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from pitstop.bench.configs import BASELINE, CLAIMS, Config
+from pitstop.bench.configs import BASELINE, CLAIMS, BenchConfig
 from pitstop.bench.rows import MEASURED, TIMEOUT, derive
 from pitstop.bench.runner import _ddp_rows, _finish_worker_row, _isolated_rows, _NoProgress, error_line
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
@@ -38,7 +38,7 @@ def test_ddp_two_processes_gloo_scaling_efficiency():
 
 
 def test_worker_killed_by_timeout_reports_why():
-    cfg = Config("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
+    cfg = BenchConfig("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
     r = run_worker(dict(SPEC, threads=1, configs=[cfg.to_dict()]), timeout_s=1.0)
     assert r.timed_out
     from pitstop.bench.rows import Row
@@ -51,7 +51,7 @@ def test_worker_killed_by_timeout_reports_why():
 
 
 def test_compile_rows_from_a_timed_out_worker_say_why():
-    cfg = Config("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
+    cfg = BenchConfig("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
     r = WorkerResult({"rows": {}, "phase": "warm-up"}, None, 150.0, "")
     rows = _isolated_rows(r, [cfg], 150.0)
     assert [row.status for row in rows] == [TIMEOUT]
@@ -60,7 +60,7 @@ def test_compile_rows_from_a_timed_out_worker_say_why():
 
 @pytest.mark.slow
 def test_held_worker_times_only_after_go():
-    cfgs = [BASELINE.to_dict(), Config("fused", "fused", fused=True).to_dict()]
+    cfgs = [BASELINE.to_dict(), BenchConfig("fused", "fused", fused=True).to_dict()]
     h = WorkerHandle(dict(SPEC, threads=1, configs=cfgs, hold=True))
     try:
         assert h.wait_until(lambda w: w.phase() == "ready", time.monotonic() + 240), h.err_path.read_text()[
@@ -106,7 +106,7 @@ def test_unreached_target_counts_as_the_horizon():
 def test_compile_rows_ratio_is_against_the_workers_own_baseline():
     from pitstop.bench.rows import Row
 
-    cfg = Config("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
+    cfg = BenchConfig("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
     ref = Row(
         "baseline_compile_ref",
         "baseline (compile worker)",

@@ -43,12 +43,16 @@ def test_flops_per_sample_matches_matmul_count():
 
 
 def test_checkpointing_and_accumulation_cut_measured_activation_memory():
-    from pitstop.bench.configs import BASELINE, Config
+    from pitstop.bench.configs import BASELINE, BenchConfig
     from pitstop.bench.session import Session
 
     w = build_workload(WorkloadSpec("language", "tiny"))
     mem = {}
-    for cfg in (BASELINE, Config("ck", "ck", checkpoint=True), Config("acc", "acc", accumulation=4)):
+    for cfg in (
+        BASELINE,
+        BenchConfig("ck", "ck", checkpoint=True),
+        BenchConfig("acc", "acc", accumulation=4),
+    ):
         s = Session(w, cfg)
         s.step()
         mem[cfg.name] = step_memory(s.step)

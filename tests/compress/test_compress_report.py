@@ -160,7 +160,7 @@ def _row(method, size, b1, bn, acc, **kw):
     ],
 )
 def test_severity_follows_the_measured_trade_off(size, b1, bn, acc, severity, in_title):
-    from pitstop.compress.report import findings_from_rows
+    from pitstop.compress.report_findings import findings_from_rows
 
     rows = [_row("baseline", 1000, 1.0, 1.0, 0.95), _row("dynamic_int8", size, b1, bn, acc)]
     f = findings_from_rows(rows, ReportOptions())[1]
@@ -169,7 +169,7 @@ def test_severity_follows_the_measured_trade_off(size, b1, bn, acc, severity, in
 
 
 def test_distill_finding_compares_with_the_student_trained_alone():
-    from pitstop.compress.report import findings_from_rows
+    from pitstop.compress.report_findings import findings_from_rows
 
     base = _row("baseline", 1000, 1.0, 1.0, 0.97)
     alone = _row("student", 50, 0.1, 0.1, 0.80, extra={"alpha": 0.0})
@@ -191,7 +191,7 @@ def test_registering_the_command_does_not_import_torch():
 
 
 def test_disturbed_latency_is_flagged():
-    from pitstop.compress.report import findings_from_rows
+    from pitstop.compress.report_findings import findings_from_rows
 
     calm = _row("baseline", 1000, 1.0, 1.0, 0.9, extra={"latency_min_s": {"batch_1": 0.9, "batch_n": 0.95}})
     assert findings_from_rows([calm], ReportOptions())[-1].id == "compress.baseline"
@@ -204,7 +204,7 @@ def test_disturbed_latency_is_flagged():
 
 
 def test_a_speed_up_seen_only_in_medians_is_not_a_gain():
-    from pitstop.compress.report import findings_from_rows
+    from pitstop.compress.report_findings import findings_from_rows
 
     mins = {"latency_min_s": {"batch_1": 1.0, "batch_n": 1.0}}
     base = _row("baseline", 1000, 1.0, 1.4, 0.9, extra=mins)  # a load spike inflated the batch-N median

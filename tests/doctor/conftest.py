@@ -45,7 +45,7 @@ A100 = {
 
 @dataclass
 class FakeNvmlLib:
-    """Behaves like the parts of pynvml that pitstop.nvml calls. ``unsupported``: function names that
+    """Behaves like the parts of pynvml that pitstop.host.nvml calls. ``unsupported``: function names that
     answer NOT_SUPPORTED; ``init_error``: an NVML code nvmlInit fails with."""
 
     gpus: list[dict[str, Any]] = field(default_factory=lambda: [dict(A100)])

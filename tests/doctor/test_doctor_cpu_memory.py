@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from pitstop.doctor import cpu, memory
 from pitstop.findings import Severity
-from pitstop.topology import read_topology
+from pitstop.host import memory as host_memory
+from pitstop.host.topology import read_topology
 
 CPUINFO = "processor\t: 0\nmodel name\t: Fake Xeon 8480\nflags\t\t: fpu avx2 fma avx512f avx512bw avx512vl avx512dq amx_bf16 amx_tile\n"
 
@@ -104,7 +105,7 @@ SwapFree:        1000000 kB
 
 def test_small_busy_swapping_machine(tmp_path):
     (tmp_path / "meminfo").write_text(MEMINFO)
-    mi = memory.read_meminfo(tmp_path / "meminfo")
+    mi = host_memory.read_meminfo(tmp_path / "meminfo")
     assert mi["MemTotal"] == 8000000 * 1024
     f = {
         x.id: x for x in memory.check_ram(mi, None) + memory.check_swap(mi, "Filename Type\n/swapfile file\n")
@@ -117,19 +118,19 @@ def test_small_busy_swapping_machine(tmp_path):
 
 def test_container_memory_limit_counts(tree, tmp_path):
     tree(tmp_path, {"cg/memory.max": str(4 * 2**30)})
-    limit = memory.cgroup_memory_limit(tmp_path / "cg")
+    limit = host_memory.cgroup_memory_limit(tmp_path / "cg")
     assert limit == 4 * 2**30
     mi = {"MemTotal": 64 * 2**30, "MemAvailable": 60 * 2**30}
     assert memory.check_ram(mi, limit)[0].severity is Severity.WARN
     tree(tmp_path, {"cg2/memory.max": "max"})
-    assert memory.cgroup_memory_limit(tmp_path / "cg2") is None
+    assert host_memory.cgroup_memory_limit(tmp_path / "cg2") is None
 
 
 def test_no_swap_and_unreadable_meminfo(tmp_path):
     mi = {"MemTotal": 64 * 2**30, "MemAvailable": 60 * 2**30, "SwapTotal": 0, "SwapFree": 0}
     f = memory.check_swap(mi, None)[0]
     assert f.severity is Severity.INFO and "Trade-off" in f.fix
-    assert memory.read_meminfo(tmp_path / "nope") == {}
+    assert host_memory.read_meminfo(tmp_path / "nope") == {}
     assert memory.check_ram({}, None)[0].severity is Severity.WARN
 
 

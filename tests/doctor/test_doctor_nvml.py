@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from pitstop.nvml import GpuInfo, Nvml, NvmlUnavailable, format_cuda_version
+from pitstop.host.nvml import GpuInfo, Nvml, NvmlUnavailable, format_cuda_version
 
 
 def test_info_reads_every_field(fake_nvml):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from pitstop.doctor import storage
+from pitstop.doctor import storage, storage_devices, storage_read
 from pitstop.findings import Severity
 
 MOUNTINFO = """\
@@ -42,23 +42,23 @@ def _sys(tree, root):
 
 
 def test_parse_and_find_mount():
-    mounts = storage.parse_mountinfo(MOUNTINFO + "garbage line\n")
+    mounts = storage_devices.parse_mountinfo(MOUNTINFO + "garbage line\n")
     assert len(mounts) == 7
-    assert storage.find_mount("/mnt/nfs/imagenet", mounts).fstype == "nfs4"
-    assert storage.find_mount("/mnt/nfsx", mounts).mount_point == "/"
-    assert storage.find_mount("/scratch space/a", mounts).fstype == "tmpfs"  # \040 unescaped
+    assert storage_devices.find_mount("/mnt/nfs/imagenet", mounts).fstype == "nfs4"
+    assert storage_devices.find_mount("/mnt/nfsx", mounts).mount_point == "/"
+    assert storage_devices.find_mount("/scratch space/a", mounts).fstype == "tmpfs"  # \040 unescaped
 
 
 def test_block_device_walk(tree, tmp_path):
     _sys(tree, tmp_path)
-    hdd = storage.block_device("8:2", tmp_path)
+    hdd = storage_devices.block_device("8:2", tmp_path)
     assert hdd.name == "sda" and hdd.kind == "hdd" and hdd.rotational is True and hdd.chain == ["sda2", "sda"]
     assert hdd.model == "WDC WD40EFRX"
-    lvm = storage.block_device("253:0", tmp_path)
+    lvm = storage_devices.block_device("253:0", tmp_path)
     assert lvm.kind == "nvme" and lvm.rotational is False and "nvme0n1" in lvm.name and "vg-data" in lvm.name
-    loop = storage.block_device("7:0", tmp_path)
+    loop = storage_devices.block_device("7:0", tmp_path)
     assert loop.kind == "loop" and "backing file /images/x.sqfs" in loop.chain
-    assert storage.block_device("9:9", tmp_path) is None
+    assert storage_devices.block_device("9:9", tmp_path) is None
 
 
 @pytest.mark.parametrize(
@@ -102,21 +102,21 @@ def test_largest_file_is_bounded(tmp_path):
     (tmp_path / "a").write_bytes(b"x" * 10)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b").write_bytes(b"x" * 100)
-    assert storage.largest_file(tmp_path) == (tmp_path / "sub" / "b", 100)
-    path, _ = storage.largest_file(tmp_path, max_entries=1)
+    assert storage_read.largest_file(tmp_path) == (tmp_path / "sub" / "b", 100)
+    path, _ = storage_read.largest_file(tmp_path, max_entries=1)
     assert path is None or path.name == "a"  # stopped after one entry
 
 
 def test_measure_existing_file(tmp_path):
     (tmp_path / "shard.bin").write_bytes(os.urandom(3 * 2**20))
-    r = storage.measure_read(tmp_path, max_bytes=2**30, max_seconds=5, min_file=2**20, allow_write=False)
+    r = storage_read.measure_read(tmp_path, max_bytes=2**30, max_seconds=5, min_file=2**20, allow_write=False)
     assert r.path.endswith("shard.bin") and not r.temp_file
     assert r.bytes_read == 3 * 2**20 and r.seconds > 0 and r.mb_per_s > 0
     assert r.method in ("O_DIRECT", "fadvise(DONTNEED)", "buffered")
 
 
 def test_measure_writes_and_removes_temp_file(tmp_path):
-    r = storage.measure_read(tmp_path, max_bytes=8 * 2**20, max_seconds=5, min_file=4 * 2**20)
+    r = storage_read.measure_read(tmp_path, max_bytes=8 * 2**20, max_seconds=5, min_file=4 * 2**20)
     assert r.temp_file and r.bytes_read == 8 * 2**20
     assert list(tmp_path.iterdir()) == []  # the test file is gone
 
@@ -133,36 +133,36 @@ def _synced(path, data: bytes):
 def test_cache_drop_verified_with_mincore(tmp_path):
     f = _synced(tmp_path / "f", os.urandom(2**20))
     f.read_bytes()  # now cached
-    assert storage.resident_fraction(f) == 1.0
-    assert storage.drop_cache(f) and storage.resident_fraction(f) == 0.0
-    assert storage.resident_fraction(tmp_path / "missing") is None
-    assert storage.resident_fraction(_synced(tmp_path / "empty", b"")) is None
+    assert storage_read.resident_fraction(f) == 1.0
+    assert storage_read.drop_cache(f) and storage_read.resident_fraction(f) == 0.0
+    assert storage_read.resident_fraction(tmp_path / "missing") is None
+    assert storage_read.resident_fraction(_synced(tmp_path / "empty", b"")) is None
 
 
 def test_default_read_is_verified_cold_buffered(tmp_path):
     f = _synced(tmp_path / "f", b"y" * 2**20)
     f.read_bytes()
-    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False)
+    r = storage_read.measure_read(tmp_path, min_file=2**20, allow_write=False)
     assert r.method == "fadvise(DONTNEED)" and not r.cached_possible and r.bytes_read == 2**20
     assert "0% of the range was cached" in r.note
-    assert storage.resident_fraction(f) == 0.0  # the read left the page cache as it found it
+    assert storage_read.resident_fraction(f) == 0.0  # the read left the page cache as it found it
 
 
 def test_cache_drop_that_does_not_take_falls_back_to_o_direct(tmp_path, monkeypatch):
     _synced(tmp_path / "f", b"y" * 2**20)
-    monkeypatch.setattr(storage, "resident_fraction", lambda path, length=None: 0.9)  # e.g. mapped elsewhere
-    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False)
+    monkeypatch.setattr(storage_read, "resident_fraction", lambda path, length=None: 0.9)  # e.g. mapped elsewhere
+    r = storage_read.measure_read(tmp_path, min_file=2**20, allow_write=False)
     assert "did not take (90% still cached)" in r.note
     assert r.method in ("O_DIRECT", "buffered")  # a filesystem may refuse O_DIRECT; then: may be cached
     assert r.cached_possible is (r.method == "buffered")
-    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
+    r = storage_read.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
     assert r.method == "buffered" and r.cached_possible
 
 
 def test_unverifiable_drop_is_said(tmp_path, monkeypatch):
     _synced(tmp_path / "f", b"y" * 2**20)
-    monkeypatch.setattr(storage, "resident_fraction", lambda path, length=None: None)  # no mincore
-    r = storage.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
+    monkeypatch.setattr(storage_read, "resident_fraction", lambda path, length=None: None)  # no mincore
+    r = storage_read.measure_read(tmp_path, min_file=2**20, allow_write=False, direct=False)
     assert r.method == "fadvise(DONTNEED), unverified" and "not verified" in r.note
 
 
@@ -192,19 +192,19 @@ def _many_files(root, n=30, size=8192):
 
 def test_scan_collects_sample_sized_files(tmp_path):
     _many_files(tmp_path)
-    (tmp_path / "big.bin").write_bytes(b"\0" * (storage.SMALL_FILE + 1))
+    (tmp_path / "big.bin").write_bytes(b"\0" * (storage_read.SMALL_FILE + 1))
     (tmp_path / ".cache").mkdir()
-    (tmp_path / ".cache" / "huge").write_bytes(b"\0" * (storage.SMALL_FILE + 2))  # hidden folder skipped
-    sc = storage.scan(tmp_path)
+    (tmp_path / ".cache" / "huge").write_bytes(b"\0" * (storage_read.SMALL_FILE + 2))  # hidden folder skipped
+    sc = storage_read.scan(tmp_path)
     assert sc.complete and sc.files == 31 and len(sc.small_files) == 30
     assert sc.largest == tmp_path / "big.bin"
-    assert not storage.scan(tmp_path, max_entries=5).complete
+    assert not storage_read.scan(tmp_path, max_entries=5).complete
 
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_measure_small_files(tmp_path, direct):
     _many_files(tmp_path, n=25, size=5000)  # not a multiple of the block size: O_DIRECT's short last read
-    r = storage.measure_small_files(storage.scan(tmp_path).small_files, max_seconds=30, direct=direct)
+    r = storage_read.measure_small_files(storage_read.scan(tmp_path).small_files, max_seconds=30, direct=direct)
     assert r.files == 25 and r.bytes_read == 25 * 5000 and r.files_per_s > 0
     if not direct:
         assert r.method == "fadvise(DONTNEED)"  # with direct=True a filesystem may refuse O_DIRECT: either
@@ -222,9 +222,9 @@ def test_small_files_finding(tmp_path):
 def test_data_path_may_be_one_file(tmp_path):
     shard = tmp_path / "train.bin"
     shard.write_bytes(os.urandom(2 * 2**20))
-    r = storage.measure_read(shard, min_file=2**20, allow_write=False)
+    r = storage_read.measure_read(shard, min_file=2**20, allow_write=False)
     assert r.path == str(shard) and r.bytes_read == 2 * 2**20
-    assert storage.scan(shard).largest == shard
+    assert storage_read.scan(shard).largest == shard
     assert storage.check_small_files(shard)[0].data["small_files"] == 1
 
 
@@ -238,7 +238,7 @@ def test_no_cache_control_says_number_may_be_cached(tmp_path, monkeypatch):
     def refuse(*a):
         raise OSError(22, "fadvise not supported")
 
-    monkeypatch.setattr(storage.os, "posix_fadvise", refuse)
+    monkeypatch.setattr(storage_read.os, "posix_fadvise", refuse)
     (tmp_path / "f").write_bytes(b"c" * 2**20)
     f = storage.check_read_speed(tmp_path, allow_write=False, min_file=2**20, direct=False)[0]
     assert f.severity is Severity.INFO and f.data["may_be_cached"] is True and f.data["method"] == "buffered"
@@ -248,7 +248,7 @@ def test_no_cache_control_says_number_may_be_cached(tmp_path, monkeypatch):
 def test_no_test_file_next_to_a_single_file_path(tmp_path):
     one = tmp_path / "labels.csv"
     one.write_bytes(b"a,b\n" * 100)
-    r = storage.measure_read(one)  # writing allowed, but the path names a file: measure it, write nothing
+    r = storage_read.measure_read(one)  # writing allowed, but the path names a file: measure it, write nothing
     assert not r.temp_file and r.rough and sorted(p.name for p in tmp_path.iterdir()) == ["labels.csv"]
 
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
+from pitstop.host.nvml import GpuSample, Nvml
 from pitstop.launch.cli import register
 from pitstop.launch.monitor import CsvLog, LowUtilRule, Sample, Sampler
 from pitstop.launch.monitor_cli import run_monitor
 from pitstop.launch.monitor_plot import PlotError, plot_csv, read_csv
 from pitstop.launch.monitor_view import render
-from pitstop.nvml import GpuSample, Nvml
 
 GIB = 2**30
 
@@ -28,7 +28,7 @@ class FakeNVMLError(Exception):
 
 
 def fake_pynvml(util=30, pids=(4242,), fail_after=None, power_supported=True):
-    """A module-like object with the pynvml calls pitstop.nvml makes, for one GPU."""
+    """A module-like object with the pynvml calls pitstop.host.nvml makes, for one GPU."""
     calls = {"count": 0, "shutdown": 0}
 
     def count():

@@ -5,11 +5,11 @@ from collections import namedtuple
 
 import pytest
 
+from pitstop.host.topology import NumaNode, Topology
 from pitstop.launch import netif
 from pitstop.launch.allocator import ldconfig_libs, preload_env, resolve_allocator
 from pitstop.launch.binding import LaunchError, plan_slots, slot_from_env, slots_to_env, thread_env
 from pitstop.launch.launcher import LaunchOptions, Tools, build_plan, describe
-from pitstop.topology import NumaNode, Topology
 
 # 2 sockets x 4 cores x 2 threads: CPUs 0-7 on node 0, 8-15 on node 1; siblings are c and c+4 per node.
 TOPO = Topology(
@@ -211,7 +211,7 @@ def test_real_route_lookup_on_loopback():
 
 
 def test_plan_on_this_machine_matches_affinity():
-    from pitstop.topology import read_topology
+    from pitstop.host.topology import read_topology
 
     allowed = os.sched_getaffinity(0)
     plan = build_plan(LaunchOptions(["t.py"], use_logical_cores=True), read_topology(), {}, NO_TOOLS, allowed)

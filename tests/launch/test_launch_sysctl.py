@@ -64,7 +64,7 @@ def test_rules():
 
 
 def test_thp_mode_reads_the_selected_mode(tree, tmp_path):
-    from pitstop.system import thp_mode
+    from pitstop.host.memory import thp_mode
 
     assert thp_mode(tree[1]) == "never"
     assert thp_mode(tmp_path / "nowhere") is None

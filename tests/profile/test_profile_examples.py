@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pitstop import hardware
 from pitstop.findings import Severity
+from pitstop.host import cpu
 from pitstop.profile.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def test_item_loop_ranks_sync_item_first():
     assert ".tolist()" in top.fix_code
 
 
-@pytest.mark.skipif(not hardware.cpu_has_fast_bf16(), reason="needs a CPU with AVX512_BF16/AMX")
+@pytest.mark.skipif(not cpu.cpu_has_fast_bf16(), reason="needs a CPU with AVX512_BF16/AMX")
 def test_fp32_conv_net_ranks_a_compute_finding_first():
     report = profile_example("conv_fp32.py")
     ranked = report.ranked()

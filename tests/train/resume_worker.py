@@ -15,7 +15,7 @@ import threading
 import torch
 
 from pitstop.train import TrainConfig, fit
-from pitstop.train.ckpt import PAUSE_ENV
+from pitstop.train.checkpoint_io import PAUSE_ENV
 
 
 def make_data() -> torch.utils.data.DataLoader:

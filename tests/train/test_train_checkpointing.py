@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pitstop.train.checkpointing import (
+from pitstop.train.activation_checkpointing import (
     activation_memory_saving,
     apply_activation_checkpointing,
     remove_activation_checkpointing,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pitstop.train.ckpt import load_checkpoint
+from pitstop.train.checkpoint_io import load_checkpoint
 
 WORKER = Path(__file__).with_name("resume_worker.py")
 pytestmark = pytest.mark.slow

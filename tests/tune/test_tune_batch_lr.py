@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 
@@ -242,6 +243,23 @@ def test_short_loader_is_cycled():
     opt = torch.optim.SGD(model.parameters(), lr=1)
     r = lr_range_test(model, DataLoader(ds, batch_size=4), opt, start_lr=1e-6, end_lr=1e-3, num_steps=9)
     assert len(r.lrs) == 9 and r.stop == "completed"  # 2 batches per pass, 9 steps
+
+
+def test_namedtuple_batches_reach_the_loss_as_namedtuples():
+    """Batches are moved to the model's device field by field, keeping a namedtuple's type."""
+    Batch = collections.namedtuple("Batch", "x y")
+    batches = [Batch(torch.randn(4, 64), torch.randint(0, 10, (4,))) for _ in range(3)]
+    seen = []
+
+    def loss_fn(model, batch):
+        seen.append(type(batch))
+        return torch.nn.functional.cross_entropy(model(batch.x), batch.y)
+
+    model = digits_model()
+    opt = torch.optim.SGD(model.parameters(), lr=1)
+    r = lr_range_test(model, batches, opt, loss_fn, start_lr=1e-6, end_lr=1e-3, num_steps=5)
+    assert r.error is None and r.stop == "completed" and len(r.lrs) == 5
+    assert seen and all(t is Batch for t in seen)
 
 
 def test_lr_report_plot_and_round_trip(tmp_path):

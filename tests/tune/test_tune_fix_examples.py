@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.hardware import cpu_has_fast_bf16, usable_cores
+from pitstop.host.cpu import cpu_has_fast_bf16, usable_cores
 from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

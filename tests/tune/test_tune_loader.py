@@ -10,18 +10,15 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from pitstop.findings import Severity
-from pitstop.tune.loader import (
+from pitstop.tune.loader import LoaderTuneResult, TuneConfig, tune_loader, worker_candidates
+from pitstop.tune.loader_findings import kwargs_diff
+from pitstop.tune.loader_measure import (
     LoaderPoint,
     LoaderSetting,
-    LoaderTuneResult,
     MeasureConfig,
-    TuneConfig,
-    kwargs_diff,
     measure_setting,
     picklable,
     setting_from_kwargs,
-    tune_loader,
-    worker_candidates,
 )
 from pitstop.tune.memwatch import MemLimits, MiB
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliutil import add_output_args, comma_list, finish, progress_bar, shows_tables, usage_error
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -48,14 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--png", metavar="FILE", help="write a PNG chart of speed-ups and memory ratios")
     p.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
     add_output_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=cmd_bench)
 
 
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
-
-
-def run(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     try:
         budget = parse_budget(args.budget)
     except ValueError as e:
@@ -69,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.bench.configs import CLAIMS
     from pitstop.bench.results import html_blocks, markdown, print_table, to_report, write_png
@@ -80,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.png and (missing := unavailable("--png")):
         return usage_error(missing)
     known = set(CLAIMS) | {"baseline", "all_compiled"}
-    unknown = [n for n in _names(args.only) + _names(args.skip) if n not in known]
+    unknown = [n for n in comma_list(args.only) + comma_list(args.skip) if n not in known]
     if unknown:
         return usage_error(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -97,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         workers=args.workers,
         threads=args.threads,
-        only=_names(args.only),
-        skip=_names(args.skip),
+        only=comma_list(args.only),
+        skip=comma_list(args.skip),
         peers=not args.no_peers,
         compile=not args.no_compile,
         ddp_procs=args.ddp,
@@ -106,15 +101,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
     )
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]bench[/bold] {task.description:<36}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=args.quiet,
-    ) as bar:
+    with progress_bar("[bold]bench[/bold]", not args.quiet) as bar:
         task = bar.add_task("setup", total=None)
 
         class Sink:
@@ -142,9 +129,8 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write_text(__import__("pathlib").Path(args.markdown), markdown(result))
         err.print(f"Markdown table: {args.markdown}")
-    if not args.quiet and args.json != "-":
+    if shows_tables(args):
         print_table(result, Console())
         for note in result.notes:
             err.print(f"note: {note}")
-    code = finish(report, args, html_blocks(result))
-    return 130 if result.interrupted else code
+    return finish(report, args, html_blocks(result))  # bench's report meta carries 'interrupted'

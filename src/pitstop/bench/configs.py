@@ -1,6 +1,6 @@
 """The ablation: a baseline, each optimization alone, all together, and the tuning guides' claims.
 
-A Config is plain data; ``why_not(config, device)`` says why a config cannot run here (fp16 without a
+A BenchConfig is plain data; ``why_not(config, device)`` says why a config cannot run here (fp16 without a
 GPU, pinned memory without CUDA), so its row carries a reason instead of a number.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from pitstop.recipes import bench_title
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class Config:
+class BenchConfig:
     name: str
     title: str
     workers: int = 0
@@ -91,34 +93,31 @@ MEMORY_CLAIMS = {
     "amp_fp16": Claim("AMP 30-50% less memory", "activations", 0.5, 0.7),
 }
 
-BASELINE = Config("baseline", "baseline")
+BASELINE = BenchConfig("baseline", "baseline")
+
+
+def _single(row: str, **knobs: Any) -> BenchConfig:
+    """The row that ablates one optimization: its name and title from the recipes registry."""
+    return BenchConfig(row, bench_title(row), claim=CLAIMS[row], **knobs)
 
 
 def ablation(
     device: str, image_input: bool, amp_dtype: str | None, workers: int = 2, peers: bool = True
-) -> list[Config]:
+) -> list[BenchConfig]:
     """Baseline, each optimization alone, all speed optimizations together, and the peer rows."""
     configs = [
         BASELINE,
-        Config(
-            "workers",
-            "DataLoader workers",
-            workers=workers,
-            pin_memory=device == "cuda",
-            claim=CLAIMS["workers"],
-        ),
-        Config("pin_memory", "pinned memory", pin_memory=True, claim=CLAIMS["pin_memory"]),
+        _single("workers", workers=workers, pin_memory=device == "cuda"),
+        _single("pin_memory", pin_memory=True),
     ]
     if image_input:
-        configs.append(
-            Config("channels_last", "channels_last", channels_last=True, claim=CLAIMS["channels_last"])
-        )
+        configs.append(_single("channels_last", channels_last=True))
     configs += [
-        Config("amp_bf16", "AMP bf16", amp="bfloat16", claim=CLAIMS["amp_bf16"]),
-        Config("amp_fp16", "AMP fp16 + GradScaler", amp="float16", claim=CLAIMS["amp_fp16"]),
-        Config("fused", "fused optimizer", fused=True, claim=CLAIMS["fused"]),
-        Config("checkpoint", "activation checkpointing", checkpoint=True, claim=CLAIMS["checkpoint"]),
-        Config("accumulation", "gradient accumulation x4", accumulation=4, claim=CLAIMS["accumulation"]),
+        _single("amp_bf16", amp="bfloat16"),
+        _single("amp_fp16", amp="float16"),
+        _single("fused", fused=True),
+        _single("checkpoint", checkpoint=True),
+        _single("accumulation", accumulation=4),
     ]
     speed = BASELINE
     speed = replace(
@@ -128,11 +127,11 @@ def ablation(
     configs.append(replace(speed, name="all", title="all (eager)", claim=CLAIMS["all"]))
     if peers:
         configs += [
-            Config("lightning", "Lightning Trainer", peer="lightning", claim=CLAIMS["lightning"]),
-            Config("accelerate", "Accelerate", peer="accelerate", claim=CLAIMS["accelerate"]),
+            BenchConfig("lightning", "Lightning Trainer", peer="lightning", claim=CLAIMS["lightning"]),
+            BenchConfig("accelerate", "Accelerate", peer="accelerate", claim=CLAIMS["accelerate"]),
         ]
     configs += [
-        Config("compile", "torch.compile", compile=True, claim=CLAIMS["compile"], isolate=True),
+        _single("compile", compile=True, isolate=True),
         replace(
             speed, name="all_compiled", title="all + compile", compile=True, claim=CLAIMS["all"], isolate=True
         ),
@@ -140,7 +139,7 @@ def ablation(
     return configs
 
 
-def why_not(config: Config, device: str, cuda_available: bool, bf16_ok: bool = True) -> str | None:
+def why_not(config: BenchConfig, device: str, cuda_available: bool, bf16_ok: bool = True) -> str | None:
     """Why this config cannot run on this machine, or None when it can."""
     if config.pin_memory and not cuda_available and config.name == "pin_memory":
         return "no CUDA device: pinned memory only speeds host-to-GPU copies"
@@ -151,7 +150,7 @@ def why_not(config: Config, device: str, cuda_available: bool, bf16_ok: bool = T
     return None
 
 
-def effective(config: Config, device: str, cuda_available: bool) -> Config:
+def effective(config: BenchConfig, device: str, cuda_available: bool) -> BenchConfig:
     """The config as it will run: pinning dropped where it cannot apply (the 'workers' row on CPU)."""
     if config.pin_memory and not cuda_available and config.name != "pin_memory":
         return replace(config, pin_memory=False)

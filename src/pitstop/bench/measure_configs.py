@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pitstop.bench.configs import Config
+from pitstop.bench.configs import BenchConfig
 from pitstop.bench.measure import step_memory
 from pitstop.bench.rows import FAILED, SKIPPED, Row
 from pitstop.bench.session import Session, make_session
@@ -21,15 +21,17 @@ Progress = Callable[[str], None]  # called once per unit of work done, with a sh
 
 
 @dataclass
-class Live:
-    config: Config
+class ConfigRun:
+    """One config being measured: its row of results and, while it runs, its training session."""
+
+    config: BenchConfig
     row: Row
     session: Session | None = None
     estimate_s: float = 0.0  # seconds per step, from the last warm-up step
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def _fail(live: Live, stage: str, e: BaseException) -> None:
+def _fail(live: ConfigRun, stage: str, e: BaseException) -> None:
     live.row.status = FAILED
     live.row.reason = f"{stage} failed: {type(e).__name__}: {e}".strip()[:400]
     live.row.extra["traceback"] = traceback.format_exc(limit=4)[-1500:]
@@ -38,13 +40,13 @@ def _fail(live: Live, stage: str, e: BaseException) -> None:
         live.session = None
 
 
-def new_row(config: Config) -> Row:
+def new_row(config: BenchConfig) -> Row:
     return Row(config.name, config.title, config.knobs(), claim=config.claim, dtype=config.amp or "float32")
 
 
 def warm_up(
     workload: Workload,
-    configs: list[Config],
+    configs: list[BenchConfig],
     device: str,
     warmup: int,
     threads: int,
@@ -53,13 +55,13 @@ def warm_up(
     memory: bool = True,
     wrap: Callable[[Session], None] | None = None,
     deadline: float | None = None,
-) -> list[Live]:
+) -> list[ConfigRun]:
     """Build each config's session, run ``warmup`` steps (timed one by one), then measure one step's peak
     memory. A config that raises becomes a failed row with the error; the others go on."""
     torch.set_num_threads(threads)
     out = []
     for config in configs:
-        live = Live(config, new_row(config))
+        live = ConfigRun(config, new_row(config))
         out.append(live)
         if deadline is not None and time.monotonic() > deadline:
             live.row.status, live.row.reason = SKIPPED, "the --budget ran out before its warm-up"
@@ -92,7 +94,7 @@ def warm_up(
     return out
 
 
-def calibrate(lives: list[Live], threads: int, progress: Progress | None = None) -> None:
+def calibrate(lives: list[ConfigRun], threads: int, progress: Progress | None = None) -> None:
     """One untimed 1-step block per config, in the conditions the timed blocks will see (warm-up may have
     shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results."""
     for lv in lives:
@@ -109,7 +111,7 @@ def calibrate(lives: list[Live], threads: int, progress: Progress | None = None)
 
 
 def interleave(
-    lives: list[Live],
+    lives: list[ConfigRun],
     steps: int,
     repeats: int,
     threads: int,
@@ -145,7 +147,7 @@ def interleave(
     return done
 
 
-def close_all(lives: list[Live]) -> None:
+def close_all(lives: list[ConfigRun]) -> None:
     for lv in lives:
         if lv.session is not None:
             lv.session.close()

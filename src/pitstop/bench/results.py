@@ -14,6 +14,7 @@ from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_value, verdict
 from pitstop.bench.runner import BenchResult
 from pitstop.findings import Finding, Report, Severity
 from pitstop.report.html import Block, bar_chart, table
+from pitstop.units import MiB
 
 COLUMNS = (
     "config",
@@ -30,7 +31,7 @@ COLUMNS = (
 
 
 def _mib(b: int | None) -> float | None:
-    return None if b is None else b / 2**20
+    return None if b is None else b / MiB
 
 
 def table_rows(result: BenchResult) -> list[list[Any]]:
@@ -117,7 +118,7 @@ def findings(result: BenchResult) -> list[Finding]:
 
 
 def to_report(result: BenchResult) -> Report:
-    from pitstop.machine import describe_machine
+    from pitstop.host.machine import describe_machine
 
     o = result.options
     report = Report("bench", findings(result))

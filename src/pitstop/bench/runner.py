@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pitstop.bench.configs import BASELINE, CLAIMS, Config, ablation, effective, why_not
+from pitstop.bench.configs import BASELINE, CLAIMS, BenchConfig, ablation, effective, why_not
 from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
 from pitstop.factory import FactoryError
-from pitstop.hardware import usable_cores
-from pitstop.machine import OtherCpu, load_average
+from pitstop.host.cpu import usable_cores
+from pitstop.host.load import OtherCpu, load_average
 
 
 class ProgressSink(Protocol):
@@ -104,12 +104,12 @@ def resolve_device(device: str) -> str:
 
 
 def amp_dtype_for(device: str) -> str | None:
-    from pitstop.hardware import preferred_amp_dtype
+    from pitstop.host.precision import preferred_amp_dtype
 
     return preferred_amp_dtype(device)
 
 
-def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[Config]:
+def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[BenchConfig]:
     import torch
 
     # "all" uses the AMP dtype this hardware is fast at (none: it stays fp32); the AMP rows run regardless.
@@ -306,9 +306,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     done = {r.name for r in res.rows}
     planned = list(configs)
     if opts.schedules:
-        planned.append(Config("onecycle", "OneCycle vs StepLR", claim=CLAIMS["onecycle"]))
+        planned.append(BenchConfig("onecycle", "OneCycle vs StepLR", claim=CLAIMS["onecycle"]))
     if ddp_n:
-        planned.append(Config("ddp", f"DDP {ddp_n} processes", claim=CLAIMS["ddp"]))
+        planned.append(BenchConfig("ddp", f"DDP {ddp_n} processes", claim=CLAIMS["ddp"]))
     for c in planned:
         if c.name not in done:
             r = new_row(c)
@@ -476,7 +476,7 @@ def _ddp_rows(
     return rows
 
 
-def _isolated_rows(r: Any, configs: list[Config], elapsed_s: float) -> list[Row]:
+def _isolated_rows(r: Any, configs: list[BenchConfig], elapsed_s: float) -> list[Row]:
     """Rows of the compile worker: each against the baseline the worker timed interleaved with it."""
     got = _worker_rows(r.payload)
     rows = []

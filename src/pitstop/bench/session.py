@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pitstop.bench.configs import Config
+from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.train import (
     Amp,
@@ -43,7 +43,7 @@ def checkpoint_blocks(model: nn.Module) -> list[str]:
 
 
 def endless_loader(
-    workload: Workload, config: Config, micro_batch: int, seed: int
+    workload: Workload, config: BenchConfig, micro_batch: int, seed: int
 ) -> torch.utils.data.DataLoader:
     ds = workload.make_dataset()
     g = torch.Generator().manual_seed(seed)
@@ -62,7 +62,7 @@ def endless_loader(
 class Session:
     """A live training setup for one config; ``step()`` runs one optimizer step (all micro-batches)."""
 
-    def __init__(self, workload: Workload, config: Config, device: str = "cpu", seed: int = 0) -> None:
+    def __init__(self, workload: Workload, config: BenchConfig, device: str = "cpu", seed: int = 0) -> None:
         self.workload, self.config, self.device = workload, config, torch.device(device)
         torch.manual_seed(seed)
         model = workload.make_model()
@@ -136,7 +136,7 @@ class Session:
 class AcceleratePeer(Session):
     """The baseline step through Hugging Face Accelerate (prepare + accelerator.backward)."""
 
-    def __init__(self, workload: Workload, config: Config, device: str = "cpu", seed: int = 0) -> None:
+    def __init__(self, workload: Workload, config: BenchConfig, device: str = "cpu", seed: int = 0) -> None:
         super().__init__(workload, config, device, seed)
         from accelerate import Accelerator
 
@@ -164,7 +164,7 @@ class LightningPeer(Session):
     """The baseline step through a Lightning Trainer; each block is one ``fit`` of warm-up + ``steps``
     steps, timed by a callback between batches so Trainer start-up is not counted."""
 
-    def __init__(self, workload: Workload, config: Config, device: str = "cpu", seed: int = 0) -> None:
+    def __init__(self, workload: Workload, config: BenchConfig, device: str = "cpu", seed: int = 0) -> None:
         super().__init__(workload, config, device, seed)
         import lightning.pytorch as pl
 
@@ -234,7 +234,7 @@ def _lightning_module(pl: Any, model: nn.Module, workload: Workload, optimizer: 
     return Module()
 
 
-def make_session(workload: Workload, config: Config, device: str = "cpu", seed: int = 0) -> Session:
+def make_session(workload: Workload, config: BenchConfig, device: str = "cpu", seed: int = 0) -> Session:
     if config.peer == "accelerate":
         return AcceleratePeer(workload, config, device, seed)
     if config.peer == "lightning":

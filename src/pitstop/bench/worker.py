@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pitstop.bench.configs import Claim, Config
+from pitstop.bench.configs import BenchConfig, Claim
 
 
-def config_from_dict(d: dict[str, Any]) -> Config:
+def config_from_dict(d: dict[str, Any]) -> BenchConfig:
     d = dict(d)
     if d.get("claim"):
         d["claim"] = Claim(**d["claim"])
-    return Config(**d)
+    return BenchConfig(**d)
 
 
 def _write(path: Path, payload: dict[str, Any]) -> None:

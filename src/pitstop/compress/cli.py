@@ -3,9 +3,57 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliopts import add_options, opt
+from pitstop.cliutil import (
+    add_output_args,
+    comma_list,
+    finish,
+    progress_bar,
+    shows_tables,
+    status,
+    usage_error,
+)
+
+
+@dataclass
+class CompressReportArgs:
+    model: str = opt(help="the trained model (or factory)", metavar="SPEC")
+    data: str = opt(help="eval data: (input, target) batches", metavar="SPEC")
+    train_data: str | None = opt(
+        None, "training batches: fine-tune after pruning, train students", metavar="SPEC"
+    )
+    calib_data: str | None = opt(
+        None, "static int8 calibration (default: train data, else eval data)", metavar="SPEC"
+    )
+    student: str | None = opt(
+        None, "an untrained student model factory; adds student/distill rows", metavar="SPEC"
+    )
+    methods: str | None = opt(
+        None,
+        "comma-separated, from dynamic_int8, static_int8, int8_weight_only, prune_global, prune_structured, "
+        "student, distill (default: dynamic_int8,static_int8,prune_global,prune_structured, plus "
+        "student,distill with --student)",
+        metavar="LIST",
+    )
+    prune_amount: float = opt(0.5, "global unstructured fraction (default 0.5)")
+    structured_amount: float = opt(0.3, "channel fraction per layer (default 0.3)")
+    keep_channels: bool = opt(
+        False, "structured pruning: keep zeroed channels in place (default: remove them where exact)"
+    )
+    finetune_steps: int = opt(100, "fine-tune steps after pruning (default 100)")
+    distill_steps: int = opt(200, "student training steps (default 200)")
+    temperature: float = opt(4.0, "distillation temperature (default 4)", flags=("--temperature", "-T"))
+    alpha: float = opt(0.9, "weight of the teacher term (default 0.9)")
+    lr: float = opt(1e-3, "fine-tune / student learning rate (default 1e-3)")
+    batch: int | None = opt(None, "batch N for latency (default: the eval batch size)", metavar="N")
+    eval_batches: int | None = opt(None, "accuracy on the first K eval batches only", metavar="K")
+    threads: int | None = opt(None, "torch threads for latency (default: torch's current setting)")
+    min_run_time: float = opt(0.5, "seconds of timing per model and batch size", metavar="S")
+    rounds: int = opt(3, "interleaved latency rounds over all models (default 3)")
+    max_acc_drop: float = opt(1.0, "accuracy points a method may lose (default 1)", metavar="POINTS")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,79 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "one (trained); a data spec names a DataLoader, an iterable of (input, target) batches, a Dataset, "
         "or a function returning one of these.",
     )
-    r.add_argument("--model", required=True, metavar="SPEC", help="the trained model (or factory)")
-    r.add_argument("--data", required=True, metavar="SPEC", help="eval data: (input, target) batches")
-    r.add_argument(
-        "--train-data", metavar="SPEC", help="training batches: fine-tune after pruning, train students"
-    )
-    r.add_argument(
-        "--calib-data", metavar="SPEC", help="static int8 calibration (default: train data, else eval data)"
-    )
-    r.add_argument(
-        "--student", metavar="SPEC", help="an untrained student model factory; adds student/distill rows"
-    )
-    r.add_argument(
-        "--methods",
-        metavar="LIST",
-        help="comma-separated, from dynamic_int8, static_int8, int8_weight_only, prune_global, prune_structured, student, distill (default: dynamic_int8,static_int8,prune_global,prune_structured, plus student,distill with --student)",
-    )
-    r.add_argument(
-        "--prune-amount", type=float, default=0.5, help="global unstructured fraction (default 0.5)"
-    )
-    r.add_argument(
-        "--structured-amount", type=float, default=0.3, help="channel fraction per layer (default 0.3)"
-    )
-    r.add_argument(
-        "--keep-channels",
-        action="store_true",
-        help="structured pruning: keep zeroed channels in place (default: remove them where exact)",
-    )
-    r.add_argument(
-        "--finetune-steps", type=int, default=100, help="fine-tune steps after pruning (default 100)"
-    )
-    r.add_argument("--distill-steps", type=int, default=200, help="student training steps (default 200)")
-    r.add_argument(
-        "--temperature", "-T", type=float, default=4.0, help="distillation temperature (default 4)"
-    )
-    r.add_argument("--alpha", type=float, default=0.9, help="weight of the teacher term (default 0.9)")
-    r.add_argument("--lr", type=float, default=1e-3, help="fine-tune / student learning rate (default 1e-3)")
-    r.add_argument(
-        "--batch", type=int, metavar="N", help="batch N for latency (default: the eval batch size)"
-    )
-    r.add_argument("--eval-batches", type=int, metavar="K", help="accuracy on the first K eval batches only")
-    r.add_argument("--threads", type=int, help="torch threads for latency (default: torch's current setting)")
-    r.add_argument(
-        "--min-run-time",
-        type=float,
-        default=0.5,
-        metavar="S",
-        help="seconds of timing per model and batch size",
-    )
-    r.add_argument(
-        "--rounds", type=int, default=3, help="interleaved latency rounds over all models (default 3)"
-    )
-    r.add_argument(
-        "--max-acc-drop",
-        type=float,
-        default=1.0,
-        metavar="POINTS",
-        help="accuracy points a method may lose (default 1)",
-    )
+    add_options(r, CompressReportArgs)
     add_output_args(r)
-    r.set_defaults(func=cmd_report)
-
-
-def _load_model(spec: str) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if not isinstance(obj, torch.nn.Module) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, torch.nn.Module):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
-    return obj
+    r.set_defaults(func=cmd_compress_report)
 
 
 def _load_data(spec: str, batch_size: int) -> Any:
@@ -121,14 +99,14 @@ def _parse_methods(text: str | None) -> tuple[str, ...]:
 
     if not text:
         return DEFAULT_METHODS
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    methods = comma_list(text)
     bad = [m for m in methods if m not in ALL_METHODS]
     if bad:
         raise ValueError(f"unknown method(s): {', '.join(bad)} (choose from {', '.join(ALL_METHODS)})")
     return methods
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_compress_report(args: argparse.Namespace) -> int:
     if not 0 <= args.prune_amount < 1 or not 0 <= args.structured_amount < 1:
         return usage_error("--prune-amount and --structured-amount must be in [0, 1)")
     if args.temperature <= 0 or not 0 <= args.alpha <= 1:
@@ -145,17 +123,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         methods = (*methods, "student", "distill")
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.compress.render import compress_blocks, rows_table
     from pitstop.compress.report import ReportOptions, compress_report
-    from pitstop.factory import FactoryError
+    from pitstop.factory import FactoryError, load_model
 
-    show = not args.quiet and args.json != "-"
-    err = Console(stderr=True)
+    show = shows_tables(args)
     try:
-        with err.status("loading model and data", spinner="dots") if show else _null():
-            model = _load_model(args.model)
+        with status("loading model and data", show):
+            model = load_model(args.model)
             batch = args.batch or 64
             eval_data = _load_data(args.data, batch)
             train_data = _load_data(args.train_data, batch) if args.train_data else None
@@ -184,10 +160,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         max_acc_drop=args.max_acc_drop / 100.0,
     )
     meta = {"model": args.model, "data": args.data, "train_data": args.train_data, "student": args.student}
-    with Progress(
-        TextColumn("compress: {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=err, transient=True, disable=not show,
-    ) as bar:  # fmt: skip
+    with progress_bar("compress:", show) as bar:
         task = bar.add_task("baseline", total=len(methods) + 1)
 
         def progress(name: str, done: int, total: int) -> None:
@@ -199,8 +172,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return usage_error(str(e))
     if show:
         Console().print(rows_table(report))
-    code = finish(report, args, compress_blocks(report))
-    return 130 if report.meta.get("interrupted") else code
+    return finish(report, args, compress_blocks(report))
 
 
 def _load_student(spec: str) -> Any:
@@ -218,9 +190,3 @@ def _load_student(spec: str) -> Any:
     if not isinstance(probe, torch.nn.Module):
         raise ValueError(f"{spec} returned a {type(probe).__name__}, not a torch.nn.Module")
     return obj
-
-
-def _null() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()

@@ -18,42 +18,6 @@ from torch import nn
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-# Modules that act on each channel independently and map a constant channel to a constant.
-_PASS = (
-    nn.ReLU,
-    nn.ReLU6,
-    nn.LeakyReLU,
-    nn.GELU,
-    nn.SiLU,
-    nn.ELU,
-    nn.Tanh,
-    nn.Sigmoid,
-    nn.Hardswish,
-    nn.Hardtanh,
-    nn.Identity,
-    nn.Dropout,
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.MaxPool3d,
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.AdaptiveAvgPool3d,
-    nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d,
-    nn.AdaptiveMaxPool3d,
-)
-
-
-@dataclass(frozen=True)
-class Shrunk:
-    channels_removed: int
-    channels_total: int  # output channels of the layers that had a removable position
-    layers_changed: int
-
-
 _ADAPTIVE = (
     nn.AdaptiveAvgPool1d,
     nn.AdaptiveAvgPool2d,
@@ -70,6 +34,30 @@ _POOLS = (
     nn.AvgPool2d,
     nn.AvgPool3d,
 )
+# Modules that act on each channel independently and map a constant channel to a constant.
+_PASS = (
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.ELU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Hardswish,
+    nn.Hardtanh,
+    nn.Identity,
+    nn.Dropout,
+    *_POOLS,
+    *_ADAPTIVE,
+)
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    channels_removed: int
+    channels_total: int  # output channels of the layers that had a removable position
+    layers_changed: int
 
 
 def _passes(m: nn.Module) -> bool:

@@ -8,23 +8,22 @@ from pathlib import Path
 
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import FAST_BF16_FLAGS, cgroup_cpu_quota, cpu_flags
-from pitstop.machine import cpu_model
-from pitstop.system import read_text
-from pitstop.topology import SYS_CPU, Topology, numactl_path, read_topology
+from pitstop.host.cpu import (
+    FAST_BF16_FLAGS,
+    affinity_cpus,
+    cgroup_cpu_quota,
+    cores_allowed,
+    cpu_flags,
+    cpu_model,
+)
+from pitstop.host.sysfs import read_text
+from pitstop.host.topology import SYS_CPU, Topology, numactl_path, read_topology
 
 # ISA levels torch's CPU kernels are compiled for, best first, with the /proc/cpuinfo flags each needs.
 ISA_LEVELS = (
     ("AVX512", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
     ("AVX2", ("avx2", "fma")),
 )
-
-
-def _affinity() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def check_model(
@@ -34,10 +33,10 @@ def check_model(
     quota: float | str | None = "read",
     cgroup_root: str = "/sys/fs/cgroup",
 ) -> list[Finding]:
-    affinity = _affinity() if affinity is None else affinity
+    affinity = affinity_cpus() if affinity is None else affinity
     quota = cgroup_cpu_quota(cgroup_root) if quota == "read" else quota
     logical = len(topo.online_cpus)
-    usable = max(1, min(affinity, int(quota)) if quota else affinity)
+    usable = cores_allowed(affinity, quota)
     data = {
         "model": cpu_model(cpuinfo),
         "logical_cpus": logical,
@@ -60,7 +59,7 @@ def check_model(
                 evidence,
                 data,
                 fix="Size threads and DataLoader workers from the usable count, not os.cpu_count() "
-                "(pitstop.hardware.usable_cores()).",
+                "(pitstop.host.cpu.usable_cores()).",
             )
         ]
     return [Finding("cpu.model", Severity.PASS, f"{usable} CPUs usable", evidence, data)]

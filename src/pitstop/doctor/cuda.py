@@ -13,7 +13,8 @@ from pitstop.doctor.gpu import GpuInventory
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.doctor.wheels import cpu_install_command, parse_version, pick_cuda_wheel
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import gpu_supports_bf16
+from pitstop.host.precision import gpu_supports_bf16
+from pitstop.units import GiB
 
 
 def cuda_libs_bytes(paths: list[str] | None = None, limit_files: int = 20000) -> int | None:
@@ -80,9 +81,7 @@ def check_build(
         size = cuda_libs_bytes() if cuda_libs == "measure" else cuda_libs
         data["cuda_libs_bytes"] = size
         saved = (
-            f" and frees the {size / 2**30:.1f} GiB of CUDA libraries measured in site-packages"
-            if size
-            else ""
+            f" and frees the {size / GiB:.1f} GiB of CUDA libraries measured in site-packages" if size else ""
         )
         return [
             Finding(
@@ -90,7 +89,7 @@ def check_build(
                 Severity.INFO,
                 "CUDA build of torch on a machine without an NVIDIA GPU",
                 evidence
-                + (f"; pip-installed CUDA libraries (nvidia*): {size / 2**30:.2f} GiB" if size else ""),
+                + (f"; pip-installed CUDA libraries (nvidia*): {size / GiB:.2f} GiB" if size else ""),
                 data,
                 fix="Nothing runs slower because of this, but the CPU wheel is the matching build: it installs "
                 f"faster{saved}.",

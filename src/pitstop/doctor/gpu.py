@@ -9,9 +9,10 @@ from typing import Any
 
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import gpu_has_tensor_cores
-from pitstop.nvml import GpuInfo, GpuSample, Nvml, NvmlUnavailable
-from pitstop.system import read_text
+from pitstop.host.nvml import GpuInfo, GpuSample, Nvml, NvmlUnavailable
+from pitstop.host.precision import gpu_has_tensor_cores
+from pitstop.host.sysfs import read_text
+from pitstop.units import gib
 
 NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
@@ -60,10 +61,6 @@ def read_gpus(lib: Any | None = None, sys_root: str | os.PathLike[str] = "/sys")
             return inv
     except NvmlUnavailable as e:
         return GpuInventory(False, e.reason, pci_gpus=pci)
-
-
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
 
 def check_presence(inv: GpuInventory, build: TorchBuild | None) -> list[Finding]:
@@ -161,7 +158,7 @@ def check_models(inv: GpuInventory) -> list[Finding]:
     if not inv.gpus:
         return []
     rows = [
-        f"GPU {g.index}: {g.name}, {_gib(g.memory_total_bytes)}, compute capability "
+        f"GPU {g.index}: {g.name}, {gib(g.memory_total_bytes)}, compute capability "
         f"{'.'.join(map(str, g.compute_capability)) if g.compute_capability else '?'}"
         for g in inv.gpus
     ]
@@ -373,7 +370,7 @@ def check_busy(inv: GpuInventory, own_pid: int | None = None) -> list[Finding]:
         used = s.mem_used_bytes or 0
         total = s.mem_total_bytes or 0
         rows.append(
-            f"GPU {s.index}: {_gib(used)} of {_gib(total)} used, utilisation "
+            f"GPU {s.index}: {gib(used)} of {gib(total)} used, utilisation "
             f"{s.util_gpu_pct if s.util_gpu_pct is not None else '?'}%, processes {others if s.processes is not None else '?'}"
         )
         if others or (total and used / total > 0.10) or (s.util_gpu_pct or 0) > 10:

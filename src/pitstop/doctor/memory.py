@@ -8,36 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pitstop.findings import Finding, Severity
-from pitstop.system import read_text, thp_mode
+from pitstop.host.memory import thp_mode
+from pitstop.host.sysfs import read_text
+from pitstop.units import GiB, MiB, gib
 
-GIB = 2**30
-MIN_RAM = 16 * GIB  # seed advice: below this, datasets and pinned buffers crowd the page cache
-MIN_SHM = 1 * GIB  # DataLoader workers pass batches through /dev/shm; docker's default is 64 MiB
-
-
-def read_meminfo(path: str | os.PathLike[str] = "/proc/meminfo") -> dict[str, int]:
-    """/proc/meminfo in bytes: {'MemTotal': ..., 'MemAvailable': ..., 'SwapTotal': ...}."""
-    out: dict[str, int] = {}
-    for line in (read_text(path) or "").splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key.strip()] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
-    return out
-
-
-def cgroup_memory_limit(root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int | None:
-    """A container's memory limit (cgroup v2 memory.max or v1 limit_in_bytes), None when unlimited."""
-    for rel in ("memory.max", "memory/memory.limit_in_bytes"):
-        text = read_text(Path(root, rel))
-        if text and text != "max" and text.isdigit():
-            v = int(text)
-            return v if v < 2**60 else None  # v1 says "unlimited" with a huge number
-    return None
-
-
-def _g(n: int | None) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
+MIN_RAM = 16 * GiB  # seed advice: below this, datasets and pinned buffers crowd the page cache
+MIN_SHM = 1 * GiB  # DataLoader workers pass batches through /dev/shm; docker's default is 64 MiB
 
 
 def check_ram(meminfo: dict[str, int], cgroup_limit: int | None) -> list[Finding]:
@@ -48,8 +24,8 @@ def check_ram(meminfo: dict[str, int], cgroup_limit: int | None) -> list[Finding
         ]
     effective = min(total, cgroup_limit) if cgroup_limit else total
     data = {"total_bytes": total, "available_bytes": avail, "cgroup_limit_bytes": cgroup_limit}
-    ev = f"MemTotal {_g(total)}, MemAvailable {_g(avail)}" + (
-        f", container memory limit {_g(cgroup_limit)}" if cgroup_limit else ""
+    ev = f"MemTotal {gib(total)}, MemAvailable {gib(avail)}" + (
+        f", container memory limit {gib(cgroup_limit)}" if cgroup_limit else ""
     )
     out = []
     if effective < MIN_RAM:
@@ -57,7 +33,7 @@ def check_ram(meminfo: dict[str, int], cgroup_limit: int | None) -> list[Finding
             Finding(
                 "memory.ram",
                 Severity.WARN,
-                f"{_g(effective)} of RAM usable: less than the 16 GiB a training box wants",
+                f"{gib(effective)} of RAM usable: less than the 16 GiB a training box wants",
                 ev,
                 data,
                 fix="Use fewer DataLoader workers and smaller prefetch, stream the dataset instead of loading it, "
@@ -65,7 +41,7 @@ def check_ram(meminfo: dict[str, int], cgroup_limit: int | None) -> list[Finding
             )
         )
     else:
-        out.append(Finding("memory.ram", Severity.PASS, f"{_g(effective)} of RAM", ev, data))
+        out.append(Finding("memory.ram", Severity.PASS, f"{gib(effective)} of RAM", ev, data))
     if avail is not None:
         frac = avail / effective if effective else 0.0
         out.append(
@@ -75,7 +51,7 @@ def check_ram(meminfo: dict[str, int], cgroup_limit: int | None) -> list[Finding
                 f"Only {100 * frac:.0f}% of RAM available"
                 if frac < 0.10
                 else f"{100 * frac:.0f}% of RAM available",
-                f"MemAvailable {_g(avail)} of {_g(effective)}",
+                f"MemAvailable {gib(avail)} of {gib(effective)}",
                 {"available_fraction": round(frac, 3)},
                 fix="Other processes hold the memory: stop them before training, or expect swapping / OOM kills."
                 if frac < 0.10
@@ -99,20 +75,20 @@ def check_swap(meminfo: dict[str, int], swaps: str | None) -> list[Finding]:
         "devices": devices,
     }
     ev = (
-        f"SwapTotal {_g(total)} ({ratio:.2f}x RAM), in use {_g(used)}, RAM {_g(ram)}; "
+        f"SwapTotal {gib(total)} ({ratio:.2f}x RAM), in use {gib(used)}, RAM {gib(ram)}; "
         if ratio is not None
-        else f"SwapTotal {_g(total)}, in use {_g(used)}, RAM unknown; "
+        else f"SwapTotal {gib(total)}, in use {gib(used)}, RAM unknown; "
     ) + f"devices: {', '.join(devices) or 'none'}"
     tradeoff = (
         "Trade-off: swap (1-2x RAM is the usual advice) lets a memory spike slow the run instead of an OOM kill, "
         "but a training loop that swaps steadily is many times slower - size batches and workers to fit in RAM."
     )
-    if used > 0.25 * max(total, 1) and used > GIB:
+    if used > 0.25 * max(total, 1) and used > GiB:
         return [
             Finding(
                 "memory.swap",
                 Severity.WARN,
-                f"{_g(used)} of swap in use: something is being paged out",
+                f"{gib(used)} of swap in use: something is being paged out",
                 ev,
                 data,
                 fix="Free RAM (fewer workers, smaller prefetch, no in-RAM dataset copies) so training never swaps. "
@@ -130,7 +106,7 @@ def check_swap(meminfo: dict[str, int], swaps: str | None) -> list[Finding]:
                 fix=tradeoff,
             )
         ]
-    return [Finding("memory.swap", Severity.PASS, f"{_g(total)} swap, barely used", ev, data, fix=tradeoff)]
+    return [Finding("memory.swap", Severity.PASS, f"{gib(total)} swap, barely used", ev, data, fix=tradeoff)]
 
 
 def check_thp(sys_root: str | os.PathLike[str] = "/sys") -> list[Finding]:
@@ -189,20 +165,20 @@ def check_shm(
         ]
     size, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
     data = {"path": str(shm), "size_bytes": size, "free_bytes": free}
-    ev = f"{shm}: size {_g(size)}, free {_g(free)}"
+    ev = f"{shm}: size {gib(size)}, free {gib(free)}"
     if size < MIN_SHM:
         return [
             Finding(
                 "memory.shm",
                 Severity.WARN,
-                f"{shm} only {size / 2**20:.0f} MiB: DataLoader workers will crash with 'bus error'",
+                f"{shm} only {size / MiB:.0f} MiB: DataLoader workers will crash with 'bus error'",
                 ev,
                 data,
                 fix="Give the container more shared memory (docker's default is 64 MiB).",
                 fix_code="docker run --shm-size=8g ...   # or --ipc=host",
             )
         ]
-    return [Finding("memory.shm", Severity.PASS, f"{shm}: {_g(size)}", ev, data)]
+    return [Finding("memory.shm", Severity.PASS, f"{shm}: {gib(size)}", ev, data)]
 
 
 def check_memlock(
@@ -215,7 +191,7 @@ def check_memlock(
     )
 
     def fmt(v: int) -> str:
-        return "unlimited" if v == resource.RLIM_INFINITY else f"{v / 2**20:.0f} MiB"
+        return "unlimited" if v == resource.RLIM_INFINITY else f"{v / MiB:.0f} MiB"
 
     data = {
         "soft": None if soft == resource.RLIM_INFINITY else soft,

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.doctor import cpu, cuda, gpu, memory, python_env, storage
+from pitstop.doctor import cpu, cuda, gpu, memory, python_env, storage, storage_read
 from pitstop.doctor import system as sysprobe
 from pitstop.doctor.torchinfo import TorchBuild, read_torch_build
 from pitstop.findings import Finding, Report, Severity
-from pitstop.hardware import cpu_flags
-from pitstop.system import read_text
-from pitstop.topology import read_topology
+from pitstop.host.cpu import cpu_flags
+from pitstop.host.memory import cgroup_memory_limit, read_meminfo
+from pitstop.host.sysfs import read_text
+from pitstop.host.topology import read_topology
+from pitstop.units import MiB, gib
 
 AREAS = ("gpu", "cuda", "cpu", "memory", "storage", "system", "python")
 
@@ -32,7 +34,7 @@ class DoctorOptions:
     data_path: str | os.PathLike[str] = "."
     allow_write: bool = True  # may write (and delete) a temp file under data_path for the read test
     read_seconds: float = 1.5
-    read_bytes: int = 256 * 2**20
+    read_bytes: int = 256 * MiB
     nvml_lib: Any | None = None  # a pynvml-like module; None: the real one
     build: TorchBuild | None = None  # None: read from the installed torch
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -85,12 +87,12 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
         model = cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup")))
         return int(model[0].data["usable_cores"])
 
-    def walked() -> storage.Scan:  # one bounded walk of the data path, shared by the storage probes
+    def walked() -> storage_read.Scan:  # one bounded walk of the data path, shared by the storage probes
         if "scan" not in cache:
-            cache["scan"] = storage.scan(Path(data))
+            cache["scan"] = storage_read.scan(Path(data))
         return cache["scan"]
 
-    meminfo = lambda: memory.read_meminfo(Path(proc, "meminfo"))  # noqa: E731
+    meminfo = lambda: read_meminfo(Path(proc, "meminfo"))  # noqa: E731
     path_ok = Path(opts.data_path).exists() and os.access(opts.data_path, os.R_OK)
     data = Path(opts.data_path).resolve() if path_ok else opts.data_path
     probes: list[Probe] = [
@@ -112,7 +114,7 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
         (
             "memory",
             "ram",
-            lambda: memory.check_ram(meminfo(), memory.cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
+            lambda: memory.check_ram(meminfo(), cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
         ),
         ("memory", "swap", lambda: memory.check_swap(meminfo(), read_text(Path(proc, "swaps")))),
         ("memory", "thp", lambda: memory.check_thp(sys_root)),
@@ -258,7 +260,7 @@ def inventory(findings: list[Finding]) -> list[dict[str, Any]]:
 
 
 def _gib(v: Any) -> str | None:
-    return f"{v / 2**30:.1f} GiB" if isinstance(v, int | float) else None
+    return gib(v) if isinstance(v, int | float) else None
 
 
 def summary(findings: list[Finding]) -> list[list[str]]:

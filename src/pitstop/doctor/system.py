@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import cpu_flags
-from pitstop.system import PROC_SYS, read_sysctl, read_text
+from pitstop.host.cpu import cpu_flags
+from pitstop.host.sysfs import PROC_SYS, read_sysctl, read_text
+from pitstop.units import MiB
 
 MIN_NOFILE = 4096  # DataLoader workers with the file_descriptor sharing strategy hold an fd per shared tensor
-NET_BUF = 16 * 2**20  # NCCL socket transport over fast (25G+) Ethernet wants large socket buffers
+NET_BUF = 16 * MiB  # NCCL socket transport over fast (25G+) Ethernet wants large socket buffers
 
 
 def check_fd_limits(
@@ -87,7 +88,7 @@ def check_net_buffers(proc_sys: str | os.PathLike[str] = PROC_SYS) -> list[Findi
                 "system.net_buffers",
                 Severity.INFO,
                 "Socket buffers small for multi-node training over TCP",
-                ev + f" (< {NET_BUF // 2**20} MiB); matters only for multi-node jobs without InfiniBand",
+                ev + f" (< {NET_BUF // MiB} MiB); matters only for multi-node jobs without InfiniBand",
                 {"values": nums},
                 fix="For multi-node NCCL over Ethernet raise them (see `pitstop sysctl`).",
                 fix_code="sudo sysctl -w net.core.rmem_max=67108864 net.core.wmem_max=67108864",

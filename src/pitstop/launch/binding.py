@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from pitstop.topology import Topology, format_cpulist, parse_cpulist
+from pitstop.host.topology import Topology, format_cpulist, parse_cpulist
 
 
 class LaunchError(ValueError):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from pitstop.cliopts import add_options, opt
 from pitstop.cliutil import add_output_args, command_after_dashes
 
 
@@ -14,6 +17,51 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 # ---------------------------------------------------------------- launch
+CPU = "CPU binding"
+TORCHRUN = "torchrun (many processes, many nodes)"
+
+
+@dataclass
+class LaunchArgs:
+    ninstances: int = opt(1, "independent copies, each on its own cores", group=CPU)
+    ncores_per_instance: int | None = opt(
+        None, "cores per instance / local rank (default: split all)", group=CPU
+    )
+    core_list: str | None = opt(
+        None, "CPUs to use, e.g. 0-15,32-47 (default: one thread per physical core)", group=CPU
+    )
+    node_id: int | None = opt(None, "use only this NUMA node's cores", group=CPU)
+    use_logical_cores: bool = opt(False, "also use hyper-thread siblings", group=CPU)
+    bind: str = opt(
+        "auto",
+        "how to bind: auto = numactl if installed, else taskset, else sched_setaffinity",
+        choices=("auto", "numactl", "taskset", "affinity", "none"),
+        group=CPU,
+    )
+    allocator: str = opt(
+        "none",
+        "LD_PRELOAD jemalloc or tcmalloc, or glibc: tune glibc malloc by environment to keep freed "
+        "memory mapped (auto: jemalloc, else tcmalloc, else glibc)",
+        choices=("none", "auto", "jemalloc", "tcmalloc", "glibc"),
+        group=CPU,
+    )
+    env: Sequence[str] = opt([], "extra environment", metavar="KEY=VALUE", group=CPU)
+    log_dir: str | None = opt(None, "write each instance's output to DIR/instance_N.log", group=CPU)
+    nproc_per_node: int | None = opt(None, "processes on this node (wraps torchrun)", group=TORCHRUN)
+    nnodes: int = opt(1, group=TORCHRUN)
+    node_rank: int = opt(0, group=TORCHRUN)
+    master_addr: str | None = opt(
+        None, "rank-0 host; NCCL/GLOO_SOCKET_IFNAME is set to the interface reaching it", group=TORCHRUN
+    )
+    master_port: int = opt(29500, group=TORCHRUN)
+    rdzv_endpoint: str | None = opt(
+        None, "HOST:PORT for c10d rendezvous (instead of --master-addr)", group=TORCHRUN
+    )
+    rdzv_id: str = opt("pitstop", group=TORCHRUN)
+    dry_run: bool = opt(False, "print the environment and commands, start nothing")
+    cmd: Sequence[str] | None = opt(None, "-- train.py ARGS  |  -- -m module ARGS", remainder=True)
+
+
 def _register_launch(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "launch",
@@ -24,80 +72,44 @@ def _register_launch(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
             "and commands it runs. Example: pitstop launch --ninstances 2 -- infer.py --batch 16"
         ),
     )
-    cpu = p.add_argument_group("CPU binding")
-    cpu.add_argument("--ninstances", type=int, default=1, help="independent copies, each on its own cores")
-    cpu.add_argument(
-        "--ncores-per-instance", type=int, help="cores per instance / local rank (default: split all)"
-    )
-    cpu.add_argument(
-        "--core-list", help="CPUs to use, e.g. 0-15,32-47 (default: one thread per physical core)"
-    )
-    cpu.add_argument("--node-id", type=int, help="use only this NUMA node's cores")
-    cpu.add_argument("--use-logical-cores", action="store_true", help="also use hyper-thread siblings")
-    cpu.add_argument(
-        "--bind",
-        default="auto",
-        choices=("auto", "numactl", "taskset", "affinity", "none"),
-        help="how to bind: auto = numactl if installed, else taskset, else sched_setaffinity",
-    )
-    cpu.add_argument(
-        "--allocator",
-        default="none",
-        choices=("none", "auto", "jemalloc", "tcmalloc", "glibc"),
-        help="LD_PRELOAD jemalloc or tcmalloc, or glibc: tune glibc malloc by environment to keep freed "
-        "memory mapped (auto: jemalloc, else tcmalloc, else glibc)",
-    )
-    cpu.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment")
-    cpu.add_argument("--log-dir", help="write each instance's output to DIR/instance_N.log")
-    d = p.add_argument_group("torchrun (many processes, many nodes)")
-    d.add_argument("--nproc-per-node", type=int, help="processes on this node (wraps torchrun)")
-    d.add_argument("--nnodes", type=int, default=1)
-    d.add_argument("--node-rank", type=int, default=0)
-    d.add_argument(
-        "--master-addr", help="rank-0 host; NCCL/GLOO_SOCKET_IFNAME is set to the interface reaching it"
-    )
-    d.add_argument("--master-port", type=int, default=29500)
-    d.add_argument("--rdzv-endpoint", help="HOST:PORT for c10d rendezvous (instead of --master-addr)")
-    d.add_argument("--rdzv-id", default="pitstop")
-    p.add_argument("--dry-run", action="store_true", help="print the environment and commands, start nothing")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- train.py ARGS  |  -- -m module ARGS")
+    add_options(p, LaunchArgs)
     p.set_defaults(func=cmd_launch)
 
 
-def cmd_launch(ns: argparse.Namespace) -> int:
+def cmd_launch(args: argparse.Namespace) -> int:
     import os
     import shutil
     import sys
 
     from pitstop.cliutil import usage_error
-    from pitstop.hardware import cgroup_cpu_quota
+    from pitstop.host.cpu import cgroup_cpu_quota
+    from pitstop.host.topology import numactl_path, read_topology
     from pitstop.launch.gpu_numa import nvidia_gpu_nodes
     from pitstop.launch.launcher import LaunchError, LaunchOptions, Tools, build_plan, describe, run_plan
-    from pitstop.topology import numactl_path, read_topology
 
     env: dict[str, str] = {}
-    for item in ns.env:
+    for item in args.env:
         k, sep, v = item.partition("=")
         if not sep or not k:
             return usage_error(f"--env expects KEY=VALUE, got {item!r}")
         env[k] = v
     opts = LaunchOptions(
-        command=command_after_dashes(ns),
-        ninstances=ns.ninstances,
-        ncores_per_instance=ns.ncores_per_instance,
-        core_list=ns.core_list,
-        node_id=ns.node_id,
-        use_logical_cores=ns.use_logical_cores,
-        bind=ns.bind,
-        allocator=ns.allocator,
+        command=command_after_dashes(args),
+        ninstances=args.ninstances,
+        ncores_per_instance=args.ncores_per_instance,
+        core_list=args.core_list,
+        node_id=args.node_id,
+        use_logical_cores=args.use_logical_cores,
+        bind=args.bind,
+        allocator=args.allocator,
         env=env,
-        nproc_per_node=ns.nproc_per_node,
-        nnodes=ns.nnodes,
-        node_rank=ns.node_rank,
-        master_addr=ns.master_addr,
-        master_port=ns.master_port,
-        rdzv_endpoint=ns.rdzv_endpoint,
-        rdzv_id=ns.rdzv_id,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
     )
     try:
         allowed = os.sched_getaffinity(0)
@@ -111,13 +123,24 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         )
     except LaunchError as e:
         return usage_error(str(e))
-    print(describe(plan), file=sys.stdout if ns.dry_run else sys.stderr, flush=True)
-    if ns.dry_run:
+    print(describe(plan), file=sys.stdout if args.dry_run else sys.stderr, flush=True)
+    if args.dry_run:
         return 0
-    return run_plan(plan, ns.log_dir)
+    return run_plan(plan, args.log_dir)
 
 
 # ---------------------------------------------------------------- sysctl
+@dataclass
+class SysctlArgs:
+    apply: bool = opt(False, "write the recommended values to the drop-in file")
+    revert: bool = opt(False, "restore the state before the last --apply")
+    path: str | None = opt(None, "drop-in file (default /etc/sysctl.d/90-pitstop.conf)")
+    yes: bool = opt(False, "do not ask for confirmation", flags=("--yes", "-y"))
+    # Roots of the kernel trees read, for tests and containers with a mounted host /proc.
+    proc_sys: str = opt("/proc/sys", argparse.SUPPRESS)
+    sys_root: str = opt("/sys", argparse.SUPPRESS)
+
+
 def _register_sysctl(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "sysctl",
@@ -127,24 +150,32 @@ def _register_sysctl(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
             "sysctl.d drop-in (after confirmation; --yes to skip), keeping a backup; --revert restores it."
         ),
     )
-    p.add_argument("--apply", action="store_true", help="write the recommended values to the drop-in file")
-    p.add_argument("--revert", action="store_true", help="restore the state before the last --apply")
-    p.add_argument("--path", default=None, help="drop-in file (default /etc/sysctl.d/90-pitstop.conf)")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    # Roots of the kernel trees read, for tests and containers with a mounted host /proc.
-    p.add_argument("--proc-sys", default="/proc/sys", help=argparse.SUPPRESS)
-    p.add_argument("--sys-root", default="/sys", help=argparse.SUPPRESS)
+    add_options(p, SysctlArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_sysctl)
 
 
-def cmd_sysctl(ns: argparse.Namespace) -> int:
+def cmd_sysctl(args: argparse.Namespace) -> int:
     from pitstop.launch.sysctl_cli import run_sysctl
 
-    return run_sysctl(ns)
+    return run_sysctl(args)
 
 
 # ---------------------------------------------------------------- monitor
+@dataclass
+class MonitorArgs:
+    interval: float = opt(1.0, "seconds between samples (default 1)")
+    duration: float | None = opt(None, "stop after this many seconds")
+    csv: str | None = opt(None, "append every sample to this CSV file", metavar="FILE")
+    plot: str | None = opt(None, "draw a CSV written by --csv to a PNG and exit", metavar="CSV")
+    out: str | None = opt(None, "PNG path for --plot (default: the CSV path with .png)", metavar="PNG")
+    low_util: float = opt(70.0, "GPU utilization threshold in %% (default 70)")
+    window: float = opt(30.0, "seconds it must stay low to be flagged (default 30)")
+    command_log: str | None = opt(None, "keep the followed command's full output in FILE", metavar="FILE")
+    no_live: bool = opt(False, "no live screen (also off when not a terminal)")
+    cmd: Sequence[str] | None = opt(None, "-- COMMAND ARGS to start and follow", remainder=True)
+
+
 def _register_monitor(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "monitor",
@@ -155,25 +186,12 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:  # type: ignore[
             "Flags GPU utilization under the threshold sustained while training runs."
         ),
     )
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument("--csv", metavar="FILE", help="append every sample to this CSV file")
-    p.add_argument("--plot", metavar="CSV", help="draw a CSV written by --csv to a PNG and exit")
-    p.add_argument("--out", metavar="PNG", help="PNG path for --plot (default: the CSV path with .png)")
-    p.add_argument(
-        "--low-util", type=float, default=70.0, help="GPU utilization threshold in %% (default 70)"
-    )
-    p.add_argument(
-        "--window", type=float, default=30.0, help="seconds it must stay low to be flagged (default 30)"
-    )
-    p.add_argument("--command-log", metavar="FILE", help="keep the followed command's full output in FILE")
-    p.add_argument("--no-live", action="store_true", help="no live screen (also off when not a terminal)")
+    add_options(p, MonitorArgs)
     add_output_args(p, html=False)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND ARGS to start and follow")
     p.set_defaults(func=cmd_monitor)
 
 
-def cmd_monitor(ns: argparse.Namespace) -> int:
+def cmd_monitor(args: argparse.Namespace) -> int:
     from pitstop.launch.monitor_cli import run_monitor
 
-    return run_monitor(ns, command_after_dashes(ns))
+    return run_monitor(args, command_after_dashes(args))

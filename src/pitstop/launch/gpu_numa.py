@@ -12,9 +12,9 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from pitstop.host.sysfs import read_int, read_text
+from pitstop.host.topology import Topology
 from pitstop.launch.binding import Slot, candidate_cpus, plan_slots
-from pitstop.system import read_int, read_text
-from pitstop.topology import Topology
 
 NVIDIA_DRIVER = "/sys/bus/pci/drivers/nvidia"
 _PCI_ADDR = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from pitstop.host.topology import Topology
 from pitstop.launch.allocator import Allocator, preload_env, resolve_allocator
 from pitstop.launch.binding import LaunchError, Slot, plan_slots, slots_to_env, thread_env
 from pitstop.launch.gpu_numa import plan_rank_slots, visible_gpu_nodes
 from pitstop.launch.netif import check_ifname, route_to_master
-from pitstop.topology import Topology
 
 BIND_CHOICES = ("auto", "numactl", "taskset", "affinity", "none")
 BOOTSTRAP = "pitstop.launch.bootstrap"

@@ -1,4 +1,4 @@
-"""Sampling for `pitstop monitor`: CPU, RAM, disk, network (psutil), GPUs (pitstop.nvml), a followed
+"""Sampling for `pitstop monitor`: CPU, RAM, disk, network (psutil), GPUs (pitstop.host.nvml), a followed
 process tree; the low-GPU-utilization rule; the CSV log. No printing here (see monitor_view, monitor_cli).
 """
 
@@ -15,10 +15,10 @@ from typing import IO, Any
 import psutil
 
 from pitstop.findings import Finding, Severity
-from pitstop.nvml import GpuSample, Nvml, NvmlUnavailable
+from pitstop.host.nvml import GpuSample, Nvml, NvmlUnavailable
+from pitstop.units import GiB
 
 MB = 1e6
-GIB = 2**30
 
 
 @dataclass
@@ -304,15 +304,15 @@ def csv_row(s: Sample, header: Sequence[str]) -> list[str]:
     v: dict[str, Any] = {
         "time_s": s.t,
         "cpu_pct": s.cpu_pct,
-        "ram_used_gib": s.ram_used_bytes / GIB,
-        "ram_total_gib": s.ram_total_bytes / GIB,
-        "swap_used_gib": s.swap_used_bytes / GIB,
+        "ram_used_gib": s.ram_used_bytes / GiB,
+        "ram_total_gib": s.ram_total_bytes / GiB,
+        "swap_used_gib": s.swap_used_bytes / GiB,
         "disk_read_mb_s": s.disk_read_mb_s,
         "disk_write_mb_s": s.disk_write_mb_s,
         "net_recv_mb_s": s.net_recv_mb_s,
         "net_sent_mb_s": s.net_sent_mb_s,
         "proc_cpu_pct": s.proc_cpu_pct,
-        "proc_rss_gib": None if s.proc_rss_bytes is None else s.proc_rss_bytes / GIB,
+        "proc_rss_gib": None if s.proc_rss_bytes is None else s.proc_rss_bytes / GiB,
         "proc_read_mb_s": s.proc_read_mb_s,
         "proc_write_mb_s": s.proc_write_mb_s,
     }
@@ -323,7 +323,7 @@ def csv_row(s: Sample, header: Sequence[str]) -> list[str]:
             {
                 f"gpu{i}_util_pct": g.util_gpu_pct,
                 f"gpu{i}_mem_util_pct": g.util_mem_pct,
-                f"gpu{i}_mem_used_gib": None if g.mem_used_bytes is None else g.mem_used_bytes / GIB,
+                f"gpu{i}_mem_used_gib": None if g.mem_used_bytes is None else g.mem_used_bytes / GiB,
                 f"gpu{i}_power_w": g.power_w,
                 f"gpu{i}_temp_c": g.temperature_c,
                 f"gpu{i}_sm_clock_mhz": g.sm_clock_mhz,
@@ -377,7 +377,7 @@ class RunSummary:
         self.samples += 1
         self.seconds = s.t
         self._add("cpu_pct", s.cpu_pct)
-        self._add("ram_used_gib", s.ram_used_bytes / GIB)
+        self._add("ram_used_gib", s.ram_used_bytes / GiB)
         self._add("disk_read_mb_s", s.disk_read_mb_s)
         self._add("disk_write_mb_s", s.disk_write_mb_s)
         self._add("net_recv_mb_s", s.net_recv_mb_s)
@@ -388,7 +388,7 @@ class RunSummary:
         for g in s.gpus:
             self._add(f"gpu{g.index}_util_pct", g.util_gpu_pct)
             self._add(
-                f"gpu{g.index}_mem_used_gib", None if g.mem_used_bytes is None else g.mem_used_bytes / GIB
+                f"gpu{g.index}_mem_used_gib", None if g.mem_used_bytes is None else g.mem_used_bytes / GiB
             )
             self._add(f"gpu{g.index}_power_w", g.power_w)
 

@@ -70,41 +70,41 @@ def _waited(child: subprocess.Popen[bytes], timeout: float) -> bool:
 
 
 def run_monitor(
-    ns: argparse.Namespace, command: Sequence[str], nvml_lib: Any | None = None, live: bool | None = None
+    args: argparse.Namespace, command: Sequence[str], nvml_lib: Any | None = None, live: bool | None = None
 ) -> int:
     """The command; ``nvml_lib`` (a fake pynvml) and ``live`` are for tests."""
-    if ns.plot:
+    if args.plot:
         from pitstop.launch.monitor_plot import PlotError, plot_csv
         from pitstop.plotting import unavailable
 
         if missing := unavailable("--plot"):
             return usage_error(missing)
         try:
-            out = plot_csv(ns.plot, ns.out)
+            out = plot_csv(args.plot, args.out)
         except PlotError as e:
             return usage_error(str(e))
         Console(stderr=True).print(f"plot: {out}")
         return 0
-    if ns.interval <= 0:
+    if args.interval <= 0:
         return usage_error("--interval must be positive")
-    if ns.duration is not None and ns.duration <= 0:
+    if args.duration is not None and args.duration <= 0:
         return usage_error("--duration must be positive")
-    json_stdout = getattr(ns, "json", None) == "-"
+    json_stdout = getattr(args, "json", None) == "-"
     use_live = (
-        live if live is not None else not (ns.no_live or ns.quiet or json_stdout) and sys.stdout.isatty()
+        live if live is not None else not (args.no_live or args.quiet or json_stdout) and sys.stdout.isatty()
     )
     csvlog = None
-    if ns.csv:
+    if args.csv:
         try:
-            csvlog = CsvLog(ns.csv)
+            csvlog = CsvLog(args.csv)
         except OSError as e:
-            return usage_error(f"cannot write {ns.csv}: {e}")
+            return usage_error(f"cannot write {args.csv}: {e}")
     log_fh = None
-    if ns.command_log:
+    if args.command_log:
         try:
-            log_fh = open(ns.command_log, "wb")  # noqa: SIM115
+            log_fh = open(args.command_log, "wb")  # noqa: SIM115
         except OSError as e:
-            return usage_error(f"cannot write {ns.command_log}: {e}")
+            return usage_error(f"cannot write {args.command_log}: {e}")
     nv, gpu_note = open_nvml(nvml_lib)
     child: subprocess.Popen[bytes] | None = None
     output: _Output | None = None
@@ -129,9 +129,9 @@ def run_monitor(
             echo = None if use_live else (sys.stderr.buffer if json_stdout else sys.stdout.buffer)
             output = _Output(child.stdout, log_fh, echo)
     sampler = Sampler(nv, child.pid if child else None)
-    rule = LowUtilRule(ns.low_util, ns.window)
+    rule = LowUtilRule(args.low_util, args.window)
     summary = RunSummary()
-    title = f"pitstop monitor — every {ns.interval:g} s" + (
+    title = f"pitstop monitor — every {args.interval:g} s" + (
         f" — following: {' '.join(command)}" if command else ""
     )
     interrupted = False
@@ -143,7 +143,7 @@ def run_monitor(
         with live_cm as lv:
             while True:
                 # next sample one interval on; if sampling fell behind, do not try to catch up
-                deadline = max(deadline + ns.interval, time.monotonic())
+                deadline = max(deadline + args.interval, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if child is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -157,10 +157,10 @@ def run_monitor(
                     csvlog.write(s)
                 if lv is not None:
                     tail = list(output.tail) if output else []
-                    lv.update(render(s, title, rule.active(), ns.low_util, gpu_note, tail), refresh=True)
+                    lv.update(render(s, title, rule.active(), args.low_util, gpu_note, tail), refresh=True)
                 if child is not None and child.poll() is not None:
                     break
-                if ns.duration is not None and s.t >= ns.duration:
+                if args.duration is not None and s.t >= args.duration:
                     break
     except KeyboardInterrupt:
         interrupted = True
@@ -177,13 +177,18 @@ def run_monitor(
             nv.__exit__(None, None, None)
     report = Report(
         tool="monitor",
-        meta={"interval_s": ns.interval, "command": " ".join(command) or None, "csv": ns.csv},
+        meta={
+            "interval_s": args.interval,
+            "command": " ".join(command) or None,
+            "csv": args.csv,
+            "interrupted": interrupted,
+        },
         sections={"summary": summary.to_dict()},
     )
-    report.add(*_findings(rule, summary, command, gpu_note, sampler.nvml_error, child, ns))
-    code = finish(report, ns)
+    report.add(*_findings(rule, summary, command, gpu_note, sampler.nvml_error, child, args))
+    code = finish(report, args)
     if interrupted:
-        return 130
+        return code
     if child is not None:
         rc = child.returncode
         return 128 - rc if rc < 0 else rc
@@ -197,7 +202,7 @@ def _findings(
     gpu_note: str | None,
     nvml_error: str | None,
     child: subprocess.Popen[bytes] | None,
-    ns: argparse.Namespace,
+    args: argparse.Namespace,
 ) -> list[Finding]:
     out = rule.findings(command)
     if gpu_note:
@@ -213,8 +218,8 @@ def _findings(
                 Finding(
                     "monitor.gpu_low_util",
                     Severity.PASS,
-                    f"GPU utilization never under {ns.low_util:.0f}% for {ns.window:.0f} s while training ran",
-                    f"GPUs {gpus}, {summary.samples} samples every {ns.interval:g} s",
+                    f"GPU utilization never under {args.low_util:.0f}% for {args.window:.0f} s while training ran",
+                    f"GPUs {gpus}, {summary.samples} samples every {args.interval:g} s",
                 )
             )
         else:

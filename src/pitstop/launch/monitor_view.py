@@ -9,7 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.launch.monitor import GIB, Sample, Streak
+from pitstop.launch.monitor import Sample, Streak
+from pitstop.units import GiB
 
 
 def _bar(pct: float | None, width: int = 20) -> Text:
@@ -41,7 +42,7 @@ def render(
             mem = (
                 "n/a"
                 if x.mem_used_bytes is None or x.mem_total_bytes is None
-                else f"{x.mem_used_bytes / GIB:.1f}/{x.mem_total_bytes / GIB:.1f} GiB"
+                else f"{x.mem_used_bytes / GiB:.1f}/{x.mem_total_bytes / GiB:.1f} GiB"
             )
             g.add_row(
                 str(x.index),
@@ -69,14 +70,14 @@ def render(
     h.add_row(
         "",
         Text(
-            f"{s.ram_used_bytes / GIB:.1f} / {s.ram_total_bytes / GIB:.1f} GiB, swap {s.swap_used_bytes / GIB:.1f} GiB"
+            f"{s.ram_used_bytes / GiB:.1f} / {s.ram_total_bytes / GiB:.1f} GiB, swap {s.swap_used_bytes / GiB:.1f} GiB"
         ),
     )
     h.add_row("disk MB/s", f"read {_num(s.disk_read_mb_s)}  write {_num(s.disk_write_mb_s)}")
     h.add_row("net MB/s", f"recv {_num(s.net_recv_mb_s)}  sent {_num(s.net_sent_mb_s)}")
     if s.proc_alive is not None:
         state = "running" if s.proc_alive else "exited"
-        rss = "n/a" if s.proc_rss_bytes is None else f"{s.proc_rss_bytes / GIB:.2f} GiB"
+        rss = "n/a" if s.proc_rss_bytes is None else f"{s.proc_rss_bytes / GiB:.2f} GiB"
         h.add_row("command", f"{state}, CPU {_num(s.proc_cpu_pct, '{:.0f}')}% (100 = 1 core), RSS {rss}")
         h.add_row("command I/O", f"read {_num(s.proc_read_mb_s)}  write {_num(s.proc_write_mb_s)} MB/s")
     parts.append(h)

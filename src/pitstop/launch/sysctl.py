@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.system import PROC_SYS, read_sysctl, sysctl_path, thp_mode
+from pitstop.host.memory import thp_mode
+from pitstop.host.sysfs import PROC_SYS, read_sysctl, sysctl_path
+from pitstop.units import MiB
 
 DEFAULT_DROPIN = "/etc/sysctl.d/90-pitstop.conf"
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
-_64M = 64 * 2**20
+_64M = 64 * MiB
 
 
 @dataclass(frozen=True)

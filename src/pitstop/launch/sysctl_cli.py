@@ -23,13 +23,13 @@ def _is_live(proc_sys: str) -> bool:
 
 
 def _numa_nodes() -> int:
-    from pitstop.topology import read_topology
+    from pitstop.host.topology import read_topology
 
     return len(read_topology().nodes)
 
 
 def run_sysctl(
-    ns: argparse.Namespace,
+    args: argparse.Namespace,
     is_root: bool | None = None,
     runner: sc.Runner = sc.run_cmd,
     confirm: Callable[[str], bool] | None = None,
@@ -37,24 +37,24 @@ def run_sysctl(
 ) -> int:
     """The command. ``is_root``, ``runner``, ``confirm`` and ``numa_nodes`` are injectable so tests never
     touch the host."""
-    if ns.apply and ns.revert:
+    if args.apply and args.revert:
         return usage_error("--apply and --revert do not go together")
     root = (os.geteuid() == 0) if is_root is None else is_root
-    path = ns.path or sc.DEFAULT_DROPIN
-    live = _is_live(ns.proc_sys)
+    path = args.path or sc.DEFAULT_DROPIN
+    live = _is_live(args.proc_sys)
     err = Console(stderr=True)
-    report = Report(tool="sysctl", meta={"dropin": path, "proc_sys": ns.proc_sys})
-    if ns.revert:
+    report = Report(tool="sysctl", meta={"dropin": path, "proc_sys": args.proc_sys})
+    if args.revert:
         try:
             values = sc.revert_dropin(path)
         except FileNotFoundError:
             return usage_error(f"no backup {sc.backup_path(path)}: nothing to revert")
         except (OSError, ValueError) as e:
             return usage_error(f"cannot revert {path}: {e}")
-        report.add(_load(values, ns.proc_sys, live, root, runner, revert=True, path=path))
+        report.add(_load(values, args.proc_sys, live, root, runner, revert=True, path=path))
     nodes = _numa_nodes() if numa_nodes is None else numa_nodes
-    checks = sc.check_all(ns.proc_sys, ns.sys_root, nodes)
-    if ns.apply:
+    checks = sc.check_all(args.proc_sys, args.sys_root, nodes)
+    if args.apply:
         todo = [c for c in checks if c.write is not None]
         if not todo:
             report.add(
@@ -62,7 +62,7 @@ def run_sysctl(
             )
         else:
             text = sc.dropin_text(checks)
-            if not ns.yes:
+            if not args.yes:
                 ask = confirm or _ask_terminal
                 if confirm is None and not sys.stdin.isatty():
                     return usage_error("--apply asks for confirmation: run it in a terminal or pass --yes")
@@ -75,19 +75,21 @@ def run_sysctl(
                 return usage_error(f"cannot write {path}: permission denied; run with sudo or choose --path")
             except OSError as e:
                 return usage_error(f"cannot write {path}: {e}")
-            f = _load(sc.parse_dropin(Path(path).read_text()), ns.proc_sys, live, root, runner, path=path)
+            f = _load(sc.parse_dropin(Path(path).read_text()), args.proc_sys, live, root, runner, path=path)
             f.evidence = (
                 f"wrote {len(todo)} parameters to {path} (backup of the previous state: {bak}); " + f.evidence
             )
             report.add(f)
-            checks = sc.check_all(ns.proc_sys, ns.sys_root, nodes)  # show the state after loading
+            checks = sc.check_all(args.proc_sys, args.sys_root, nodes)  # show the state after loading
     report.add(*sc.to_findings(checks))
     report.sections["parameters"] = [c.to_dict() for c in checks]
     rows = [
         (c.name, c.current, c.recommended, {True: "ok", False: "change", None: "-"}[c.ok], c.reason)
         for c in checks
     ]
-    return finish(report, ns, [table("Kernel parameters", ["parameter", "current", "rule", "", "why"], rows)])
+    return finish(
+        report, args, [table("Kernel parameters", ["parameter", "current", "rule", "", "why"], rows)]
+    )
 
 
 def _ask_terminal(question: str) -> bool:

@@ -101,7 +101,7 @@ class GpuSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        from pitstop.nvml import Nvml, NvmlUnavailable
+        from pitstop.host.nvml import Nvml, NvmlUnavailable
 
         try:
             with Nvml() as nv:

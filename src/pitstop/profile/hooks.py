@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 
-from pitstop.host_memory import keep_host_memory, kept, minor_page_faults
 from pitstop.profile.captured import Captured, CapturedLoader
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.loaders import LoaderTables, install_loader_patches
@@ -45,6 +44,7 @@ from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORW
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.torchcalls import install_torch_patches
 from pitstop.profile.where import user_location
+from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
 
 __all__ = ["Captured", "CapturedLoader", "Config", "Instrumentation", "StopProfiling"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map_only
 
-from pitstop import hardware
+from pitstop.host import precision
 from pitstop.measure import Arm, Interval, Settings, interleave
 from pitstop.profile import gpu_probes
 
@@ -192,7 +192,7 @@ def _model_probes(
         return out
 
     # precision: only when the script runs fp32 and this hardware has a fast low-precision path
-    amp_dtype = hardware.preferred_amp_dtype(dev) if dev in ("cpu", "cuda") else None
+    amp_dtype = precision.preferred_amp_dtype(dev) if dev in ("cpu", "cuda") else None
     fp32 = facts.get("param_dtypes") == ["float32"] and not script_autocast
     if fp32 and amp_dtype:
 
@@ -260,7 +260,7 @@ def _host_memory_probe(
     parameters move with the steps; nothing reads them afterwards)."""
     import time
 
-    from pitstop import host_memory
+    from pitstop.train import host_memory
 
     # "kept": freed memory already stays mapped, so there is nothing to probe and the rules say so.
     if lib := host_memory.preloaded_allocator():

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
-from pitstop.host_memory import GLIBC_ENV
-from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
+from pitstop.host import cpu, precision
 from pitstop.profile import gpu_rules
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
+from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.train.host_memory import SNIPPET as KEEP_SNIPPET
 
 if TYPE_CHECKING:
     from pitstop.profile.runner import RunResult
@@ -508,7 +508,7 @@ def findings_for(
         )
         found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
         return found, None
-    cores = cores if cores is not None else hardware.usable_cores()
+    cores = cores if cores is not None else cpu.usable_cores()
     device = data.get("device") or "cpu"
     models = data.get("models") or []
     model = models[0] if models else {}
@@ -554,11 +554,11 @@ def _unprobed_precision(model: dict[str, Any], dev_type: str) -> list[Finding]:
     """fp32 on fast-low-precision hardware, where the probe could not run (no inputs captured, too slow)."""
     if model.get("param_dtypes") != ["float32"]:
         return []
-    if dev_type == "cpu" and not hardware.cpu_has_fast_bf16():
+    if dev_type == "cpu" and not cpu.cpu_has_fast_bf16():
         return []
     if dev_type not in ("cpu", "cuda"):
         return []
-    dtype = hardware.preferred_amp_dtype(dev_type)
+    dtype = precision.preferred_amp_dtype(dev_type)
     if not dtype:
         return []
     return [
@@ -618,7 +618,7 @@ def build_report(result: RunResult) -> Report:
         "steps_per_s": round(result.steps_per_s(), 4),
         "wall_s": round(result.wall_s, 2),
         "device": data.get("device") or "cpu",
-        "usable_cores": hardware.usable_cores(),
+        "usable_cores": cpu.usable_cores(),
         "step_boundary": data.get("step_boundary"),
     }
     mem = data.get("memory") or {}

@@ -10,98 +10,120 @@ and ``sync_context`` (gradient accumulation with DDP ``no_sync``), ``apply_activ
 ``to_channels_last``/``channels_last_input``, ``maybe_compile``, ``make_optimizer`` (fused),
 ``one_cycle``/``cyclic``, ``DevicePrefetcher``, ``init_distributed``/``wrap_ddp``/``wrap_fsdp``,
 ``save_checkpoint``/``load_checkpoint`` (atomic, exact resume), ``RunningMean`` (no per-step syncs).
-Importing this package imports torch.
+Names load on first use (PEP 562), so ``from pitstop.train import keep_host_memory`` at the top of a
+script, or a tool that needs only the host-memory recipe, does not import torch; the rest imports torch.
 """
 
-from pitstop.host_memory import HostMemory, keep_host_memory
-from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
-from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
-from pitstop.train.backends import configure_backends
-from pitstop.train.checkpointing import (
-    activation_memory_saving,
-    apply_activation_checkpointing,
-    measure_step_memory,
-    remove_activation_checkpointing,
-)
-from pitstop.train.ckpt import (
-    TrainState,
-    atomic_save,
-    capture_rng_state,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
-from pitstop.train.compile import maybe_compile, unwrap
-from pitstop.train.distributed import (
-    DistEnv,
-    all_reduce_mean,
-    cleanup,
-    distributed_sampler,
-    init_distributed,
-    set_epoch,
-    wrap_ddp,
-    wrap_fsdp,
-)
-from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
-from pitstop.train.memory_format import channels_last_input, has_conv2d, to_channels_last
-from pitstop.train.metrics import RunningMean, batch_size
-from pitstop.train.optim import make_optimizer, param_groups
-from pitstop.train.prefetch import DevicePrefetcher, move_to
-from pitstop.train.progress import TrainProgress, nvtx_range
-from pitstop.train.schedules import cyclic, one_cycle, total_steps
-from pitstop.train.trainer import FitResult, TrainConfig, evaluate, fit
+from __future__ import annotations
 
-__all__ = [
-    "Amp",
-    "DevicePrefetcher",
-    "DistEnv",
-    "FitResult",
-    "HostMemory",
-    "RunningMean",
-    "TensorMemoryTracker",
-    "TrainConfig",
-    "TrainProgress",
-    "TrainState",
-    "accumulate",
-    "activation_memory_saving",
-    "all_reduce_mean",
-    "apply_activation_checkpointing",
-    "atomic_save",
-    "autocast",
-    "batch_size",
-    "capture_rng_state",
-    "channels_last_input",
-    "cleanup",
-    "clip_gradients",
-    "configure_backends",
-    "cyclic",
-    "distributed_sampler",
-    "evaluate",
-    "fit",
-    "has_conv2d",
-    "init_distributed",
-    "keep_host_memory",
-    "load_checkpoint",
-    "make_grad_scaler",
-    "make_optimizer",
-    "maybe_compile",
-    "measure_step_memory",
-    "move_to",
-    "nvtx_range",
-    "one_cycle",
-    "optimizer_steps_per_epoch",
-    "param_groups",
-    "peak_memory_bytes",
-    "remove_activation_checkpointing",
-    "resolve_precision",
-    "restore_rng_state",
-    "save_checkpoint",
-    "scale_loss",
-    "set_epoch",
-    "sync_context",
-    "to_channels_last",
-    "total_steps",
-    "unwrap",
-    "wrap_ddp",
-    "wrap_fsdp",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
+    # ruff: noqa: F401
+    from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
+    from pitstop.train.activation_checkpointing import (
+        activation_memory_saving,
+        apply_activation_checkpointing,
+        measure_step_memory,
+        remove_activation_checkpointing,
+    )
+    from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
+    from pitstop.train.backends import configure_backends
+    from pitstop.train.checkpoint_io import (
+        TrainState,
+        atomic_save,
+        capture_rng_state,
+        load_checkpoint,
+        restore_rng_state,
+        save_checkpoint,
+    )
+    from pitstop.train.compile import maybe_compile, unwrap
+    from pitstop.train.distributed import (
+        DistEnv,
+        all_reduce_mean,
+        cleanup,
+        distributed_sampler,
+        init_distributed,
+        set_epoch,
+        wrap_ddp,
+        wrap_fsdp,
+    )
+    from pitstop.train.host_memory import HostMemory, keep_host_memory
+    from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
+    from pitstop.train.memory_format import channels_last_input, has_conv2d, to_channels_last
+    from pitstop.train.metrics import RunningMean, batch_size
+    from pitstop.train.optim import make_optimizer, param_groups
+    from pitstop.train.prefetch import DevicePrefetcher, move_to
+    from pitstop.train.progress import TrainProgress, nvtx_range
+    from pitstop.train.schedules import cyclic, one_cycle, total_steps
+    from pitstop.train.trainer import FitResult, TrainConfig, evaluate, fit
+
+# public name -> the module that defines it
+_WHERE = {
+    "accumulate": "pitstop.train.accumulation",
+    "optimizer_steps_per_epoch": "pitstop.train.accumulation",
+    "scale_loss": "pitstop.train.accumulation",
+    "sync_context": "pitstop.train.accumulation",
+    "Amp": "pitstop.train.amp",
+    "autocast": "pitstop.train.amp",
+    "clip_gradients": "pitstop.train.amp",
+    "make_grad_scaler": "pitstop.train.amp",
+    "resolve_precision": "pitstop.train.amp",
+    "configure_backends": "pitstop.train.backends",
+    "activation_memory_saving": "pitstop.train.activation_checkpointing",
+    "apply_activation_checkpointing": "pitstop.train.activation_checkpointing",
+    "measure_step_memory": "pitstop.train.activation_checkpointing",
+    "remove_activation_checkpointing": "pitstop.train.activation_checkpointing",
+    "TrainState": "pitstop.train.checkpoint_io",
+    "atomic_save": "pitstop.train.checkpoint_io",
+    "capture_rng_state": "pitstop.train.checkpoint_io",
+    "load_checkpoint": "pitstop.train.checkpoint_io",
+    "restore_rng_state": "pitstop.train.checkpoint_io",
+    "save_checkpoint": "pitstop.train.checkpoint_io",
+    "maybe_compile": "pitstop.train.compile",
+    "unwrap": "pitstop.train.compile",
+    "DistEnv": "pitstop.train.distributed",
+    "all_reduce_mean": "pitstop.train.distributed",
+    "cleanup": "pitstop.train.distributed",
+    "distributed_sampler": "pitstop.train.distributed",
+    "init_distributed": "pitstop.train.distributed",
+    "set_epoch": "pitstop.train.distributed",
+    "wrap_ddp": "pitstop.train.distributed",
+    "wrap_fsdp": "pitstop.train.distributed",
+    "HostMemory": "pitstop.train.host_memory",
+    "keep_host_memory": "pitstop.train.host_memory",
+    "TensorMemoryTracker": "pitstop.train.memory",
+    "peak_memory_bytes": "pitstop.train.memory",
+    "channels_last_input": "pitstop.train.memory_format",
+    "has_conv2d": "pitstop.train.memory_format",
+    "to_channels_last": "pitstop.train.memory_format",
+    "RunningMean": "pitstop.train.metrics",
+    "batch_size": "pitstop.train.metrics",
+    "make_optimizer": "pitstop.train.optim",
+    "param_groups": "pitstop.train.optim",
+    "DevicePrefetcher": "pitstop.train.prefetch",
+    "move_to": "pitstop.train.prefetch",
+    "TrainProgress": "pitstop.train.progress",
+    "nvtx_range": "pitstop.train.progress",
+    "cyclic": "pitstop.train.schedules",
+    "one_cycle": "pitstop.train.schedules",
+    "total_steps": "pitstop.train.schedules",
+    "FitResult": "pitstop.train.trainer",
+    "TrainConfig": "pitstop.train.trainer",
+    "evaluate": "pitstop.train.trainer",
+    "fit": "pitstop.train.trainer",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -2,7 +2,7 @@
 
 bf16 autocast runs on CPU (oneDNN, fast with AVX512_BF16/AMX) and on Ampere+ GPUs without a scaler;
 fp16 needs ``torch.amp.GradScaler`` because its range underflows small gradients. ``auto`` asks
-``pitstop.hardware.preferred_amp_dtype`` what this machine is fast at.
+``pitstop.host.precision.preferred_amp_dtype`` what this machine is fast at.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pitstop.hardware import preferred_amp_dtype
+from pitstop.host.precision import preferred_amp_dtype
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 _NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}

@@ -40,8 +40,11 @@ def env_from_environ(environ: dict[str, str] | None = None) -> tuple[int, int, i
     return int(e.get("RANK", 0)), int(e.get("LOCAL_RANK", 0)), int(e.get("WORLD_SIZE", 1))
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+def resolve_device(name: torch.device | str | None = None) -> torch.device:
+    """``name`` as a torch.device; None, "" or "auto": CUDA when torch sees a GPU, else CPU."""
+    if name is None or name in ("", "auto"):
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(name)
 
 
 def init_distributed(device: torch.device | str | None = None, backend: str | None = None) -> DistEnv:
@@ -51,7 +54,7 @@ def init_distributed(device: torch.device | str | None = None, backend: str | No
     group created here is destroyed at interpreter exit unless ``cleanup()`` ran first.
     """
     rank, local_rank, world = env_from_environ()
-    dev = torch.device(device) if device is not None else default_device()
+    dev = resolve_device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", local_rank)
     if dev.type == "cuda":

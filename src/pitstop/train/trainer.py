@@ -17,12 +17,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pitstop.host_memory import keep_host_memory
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
+from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
 from pitstop.train.amp import Amp
 from pitstop.train.backends import configure_backends
-from pitstop.train.checkpointing import Target, apply_activation_checkpointing
-from pitstop.train.ckpt import (
+from pitstop.train.checkpoint_io import (
     TrainState,
     capture_rng_state,
     is_fsdp,
@@ -34,12 +33,13 @@ from pitstop.train.compile import maybe_compile, unwrap
 from pitstop.train.distributed import (
     DistEnv,
     barrier,
-    default_device,
     init_distributed,
+    resolve_device,
     set_epoch,
     wrap_ddp,
     wrap_fsdp,
 )
+from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.memory_format import has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
@@ -61,7 +61,7 @@ class TrainConfig:
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
-    page-faulting it back in every step (``pitstop.host_memory``); True/False to force.
+    page-faulting it back in every step (``pitstop.train.host_memory``); True/False to force.
     log_every: optimizer steps between metric reads (the only host syncs in the loop).
     checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
     """
@@ -130,10 +130,6 @@ def default_compute_loss(loss_fn: LossFn | None) -> ComputeLoss:
         raise TypeError("fit: give loss_fn for (input, target) batches, or compute_loss(model, batch)")
 
     return compute
-
-
-def _resolve_device(cfg: TrainConfig) -> torch.device | None:
-    return torch.device(cfg.device) if cfg.device else None
 
 
 def prepare_model(
@@ -225,10 +221,10 @@ def fit(
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed)
     if cfg.distributed == "none":  # single-process on purpose: do not join a torchrun group
-        dev = _resolve_device(cfg) or default_device()
+        dev = resolve_device(cfg.device)
         env = DistEnv(device=dev)
     else:
-        env = init_distributed(_resolve_device(cfg))
+        env = init_distributed(cfg.device or None)
     amp = Amp.create(cfg.precision, env.device)
     model, applied = prepare_model(model, cfg, env, amp)
     if optimizer is None:

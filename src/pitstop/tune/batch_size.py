@@ -20,12 +20,15 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, to_device, train_step
+from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
+from pitstop.units import MiB
 
-MiB = 2**20
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss
+
 BatchFn = Callable[[int], Any]
 
 
@@ -207,7 +210,7 @@ def find_batch_size(
     model: Any,
     batch_fn: BatchFn,
     optimizer: Any | None = None,
-    loss_fn: LossFn | None = None,
+    loss_fn: ComputeLoss | None = None,
     *,
     budget_bytes: int | None = None,
     start: int = 2,
@@ -225,6 +228,8 @@ def find_batch_size(
     """
     import torch
 
+    from pitstop.train.prefetch import move_to
+
     loss_fn = loss_fn or default_loss
     device = model_device(model)
     if optimizer is None:
@@ -235,7 +240,7 @@ def find_batch_size(
     # libraries, optimizer state, allocator pools) are part of the origin, not charged to the first size.
     warm_error = None
     try:
-        train_step(model, optimizer, to_device(batch_fn(2), device), loss_fn).item()
+        train_step(model, optimizer, move_to(batch_fn(2), device, non_blocking=True), loss_fn).item()
     except KeyboardInterrupt:
         saved.restore()
         raise
@@ -276,7 +281,7 @@ def find_batch_size(
             # Memory is taken over the batch and the first (warm-up) step, which allocate what every step
             # does; the later steps are timed outside the CPU tracker, whose per-op bookkeeping costs time.
             with meter.track():
-                batch = to_device(batch_fn(bs), device)
+                batch = move_to(batch_fn(bs), device, non_blocking=True)
                 first = timed_step()
             times = [timed_step() for _ in range(max(1, steps) - 1)] or [first]
         except KeyboardInterrupt:

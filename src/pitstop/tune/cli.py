@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any
 
-from pitstop.cliutil import add_output_args, command_after_dashes
-
-MiB = 2**20
+from pitstop.cliopts import add_options
+from pitstop.cliutil import add_output_args, comma_list, command_after_dashes, print_table, status
+from pitstop.factory import load_dataset, load_loss, load_model, optimizer_from_spec
+from pitstop.tune.cli_options import BatchSizeArgs, LoaderArgs, LRArgs
+from pitstop.units import MiB
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,145 +44,6 @@ def _save_plot(path: str, *args: Any, **kwargs: Any) -> None:
         Console(stderr=True).print(f"pitstop: could not write the plot {path}: {e}")
 
 
-def _add_script_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("script mode (instead of factories)")
-    g.add_argument("--timeout", type=float, default=None, help="stop the script after this many seconds")
-    g.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (the script to tune)")
-
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("what to train (factory mode)")
-    g.add_argument(
-        "--model", metavar="SPEC", help="pkg.mod:make_model or file.py:model (a module or a factory)"
-    )
-    g.add_argument(
-        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
-    )
-    g.add_argument(
-        "--loss", metavar="SPEC", help="pkg.mod:fn with fn(model, batch) -> loss (default: guessed)"
-    )
-    g.add_argument(
-        "--optimizer",
-        default="sgd",
-        help="sgd | adam | adamw, or pkg.mod:fn with fn(params) -> optimizer (default: sgd)",
-    )
-    g.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
-    g.add_argument("--batch-size", type=int, default=32, help="batch size for the loader (default 32)")
-
-
-def _progress(label: str) -> Any:
-    """A rich status line on stderr; returns (context manager, update callback)."""
-    from rich.console import Console
-
-    return Console(stderr=True).status(label)
-
-
-def _print_table(ns: argparse.Namespace, title: str, headers: list[str], rows: list[list[Any]]) -> None:
-    """The measured table on the terminal (the HTML report has the same rows), unless quiet or JSON to stdout."""
-    if getattr(ns, "quiet", False) or getattr(ns, "json", None) == "-":
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=title)
-    for h in headers:
-        t.add_column(h)
-    for r in rows:
-        t.add_row(*(Text("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in r))
-    Console().print(t)
-
-
-@contextmanager
-def _status(label: str, quiet: bool) -> Any:
-    if quiet:
-        yield lambda msg: None
-        return
-    with _progress(label) as st:
-        yield lambda msg: st.update(f"{label}: {msg}")
-
-
-# --------------------------------------------------------------------------------------------- loaders
-
-
-def loader_kwargs(loader: Any) -> dict[str, Any]:
-    """The keywords that rebuild ``loader`` (a DataLoader object) with its own sampler and collate_fn."""
-    kw: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory,
-        "collate_fn": loader.collate_fn,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-    }
-    if loader.num_workers > 0:
-        kw["prefetch_factor"] = loader.prefetch_factor
-        kw["persistent_workers"] = loader.persistent_workers
-    if loader.batch_size is None:
-        kw["batch_sampler"] = loader.batch_sampler
-    else:
-        kw.update(batch_size=loader.batch_size, drop_last=loader.drop_last, sampler=loader.sampler)
-    return {k: v for k, v in kw.items() if v is not None}
-
-
-def load_dataset(spec: str) -> tuple[Any, dict[str, Any]]:
-    """A factory spec -> (dataset, DataLoader kwargs when the factory gave a DataLoader)."""
-    from torch.utils.data import DataLoader, Dataset
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if callable(obj) and not isinstance(obj, Dataset | DataLoader):
-        obj = obj()
-    if isinstance(obj, DataLoader):
-        return obj.dataset, loader_kwargs(obj)
-    if not hasattr(obj, "__getitem__") and not hasattr(obj, "__iter__"):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a Dataset or DataLoader")
-    return obj, {}
-
-
-def load_model(spec: str) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    obj = load_object(spec)
-    if not isinstance(obj, torch.nn.Module) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, torch.nn.Module):
-        raise ValueError(f"{spec} gave a {type(obj).__name__}, not a torch.nn.Module")
-    return obj
-
-
-def make_optimizer(spec: str, params: Any, lr: float = 1e-3) -> Any:
-    import torch
-
-    from pitstop.factory import load_object
-
-    name = spec.lower()
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    return load_object(spec)(params)
-
-
-def _resolve_device(name: str | None) -> Any:
-    import torch
-
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _load_loss(spec: str | None) -> Callable[[Any, Any], Any] | None:
-    from pitstop.factory import load_object
-
-    return load_object(spec) if spec else None
-
-
 # ------------------------------------------------------------------------------------------ tune loader
 
 
@@ -197,31 +58,14 @@ def _register_loader(tsub: argparse._SubParsersAction) -> None:  # type: ignore[
             "--batch-size 64   |   pitstop tune loader -- python train.py --epochs 1"
         ),
     )
-    p.add_argument(
-        "--dataset", metavar="SPEC", help="pkg.mod:make_dataset (a Dataset, DataLoader, or factory)"
-    )
-    p.add_argument("--batch-size", type=int, default=32, help="factory mode: batch size (default 32)")
-    p.add_argument("--num-workers", type=int, default=0, help="factory mode: the baseline's num_workers")
-    p.add_argument("--max-workers", type=int, help="highest num_workers to try (default 4x usable cores)")
-    p.add_argument("--time-per-point", type=float, default=1.5, help="seconds of timing per setting (1.5)")
-    p.add_argument("--repeats", type=int, default=3, help="timed windows per setting; the median is used")
-    p.add_argument("--prefetch", default="2,4", help="prefetch_factor values to try (default 2,4)")
-    p.add_argument("--batch-sizes", default="", help="also measure these batch sizes, e.g. 32,64,128")
-    p.add_argument(
-        "--confirm-rounds",
-        type=int,
-        default=3,
-        help="interleaved baseline/chosen rounds for the speed-up (3)",
-    )
-    p.add_argument("--plot", metavar="PNG", help="write the num_workers curve as a PNG")
-    _add_script_args(p)
+    add_options(p, LoaderArgs)
     add_output_args(p)
-    p.set_defaults(func=cmd_loader)
+    p.set_defaults(func=cmd_tune_loader)
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
+        vals = tuple(int(v) for v in comma_list(text))
     except ValueError as e:
         raise ValueError(f"{what}: expected comma-separated integers, got {text!r}") from e
     if any(v <= 0 for v in vals):
@@ -229,82 +73,83 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
-def loader_config(ns: argparse.Namespace) -> Any:
-    from pitstop.tune.loader import MeasureConfig, TuneConfig
+def loader_config(args: argparse.Namespace) -> Any:
+    from pitstop.tune.loader import TuneConfig
+    from pitstop.tune.loader_measure import MeasureConfig
 
-    if ns.time_per_point <= 0 or ns.repeats <= 0:
+    if args.time_per_point <= 0 or args.repeats <= 0:
         raise ValueError("--time-per-point and --repeats must be positive")
-    if ns.max_workers is not None and ns.max_workers < 0:
+    if args.max_workers is not None and args.max_workers < 0:
         raise ValueError("--max-workers must be >= 0")
     return TuneConfig(
-        max_workers=ns.max_workers,
-        prefetch_factors=_ints(ns.prefetch, "--prefetch"),
-        batch_sizes=_ints(ns.batch_sizes, "--batch-sizes"),
-        measure=MeasureConfig(time_per_point=ns.time_per_point, repeats=ns.repeats),
-        confirm_rounds=max(0, ns.confirm_rounds),
+        max_workers=args.max_workers,
+        prefetch_factors=_ints(args.prefetch, "--prefetch"),
+        batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
+        measure=MeasureConfig(time_per_point=args.time_per_point, repeats=args.repeats),
+        confirm_rounds=max(0, args.confirm_rounds),
     )
 
 
-def cmd_loader(ns: argparse.Namespace) -> int:
+def cmd_tune_loader(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
 
-    cmd = command_after_dashes(ns)
-    if bool(cmd) == bool(ns.dataset):
+    cmd = command_after_dashes(args)
+    if bool(cmd) == bool(args.dataset):
         return usage_error("give either --dataset pkg.mod:make_dataset or a script after --")
     try:
-        cfg = loader_config(ns)
+        cfg = loader_config(args)
     except ValueError as e:
         return usage_error(str(e))
     from pitstop.tune.loader import LoaderTuneResult, tune_loader
     from pitstop.tune.reports import loader_report
 
     meta: dict[str, Any] = {}
-    if ns.dataset:
+    if args.dataset:
         try:
-            dataset, base = load_dataset(ns.dataset)
+            dataset, base = load_dataset(args.dataset)
         except Exception as e:
-            return usage_error(f"cannot load the dataset {ns.dataset}: {e}")
+            return usage_error(f"cannot load the dataset {args.dataset}: {e}")
         if not base:
-            base = {"batch_size": ns.batch_size, "num_workers": ns.num_workers}
-        meta["dataset"] = ns.dataset
-        with _status("pitstop tune loader", ns.quiet) as update:
+            base = {"batch_size": args.batch_size, "num_workers": args.num_workers}
+        meta["dataset"] = args.dataset
+        with status("pitstop tune loader", not args.quiet) as update:
             result = tune_loader(dataset, base, cfg, progress=update)
     else:
-        payload = _in_script(ns, cmd, "loader", meta, cfg)
+        payload = _in_script(args, cmd, "loader", meta, cfg)
         if isinstance(payload, int):
             return payload
         result = LoaderTuneResult.from_dict(payload)
     report, blocks = loader_report(result, meta)
-    from pitstop.tune.loader import SWEEP_HEADERS, sweep_rows
+    from pitstop.tune.reports import SWEEP_HEADERS, sweep_rows
 
-    _print_table(ns, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
-    if ns.plot:
-        from pitstop.tune.loader import worker_curve
+    print_table(args, "Measured DataLoader settings", SWEEP_HEADERS, sweep_rows(result))
+    if args.plot:
+        from pitstop.tune.reports import worker_curve
 
         xs, ys = worker_curve(result)
         _save_plot(
-            ns.plot,
+            args.plot,
             xs,
             {"batches/s": ys},
             title="DataLoader throughput",
             xlabel="num_workers",
             ylabel="batches/s",
         )
-    return finish(report, ns, blocks)
+    return finish(report, args, blocks)
 
 
-def _tune_args(ns: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
+def _tune_args(args: argparse.Namespace, cfg: Any = None) -> dict[str, Any]:
     """What the in-process callback needs, as JSON (it crosses into the user's process by env var)."""
     from dataclasses import asdict
 
-    d = {k: v for k, v in vars(ns).items() if isinstance(v, str | int | float | bool | type(None))}
+    d = {k: v for k, v in vars(args).items() if isinstance(v, str | int | float | bool | type(None))}
     if cfg is not None:
         d["tune_config"] = asdict(cfg)
     return d
 
 
 def _in_script(
-    ns: argparse.Namespace, cmd: list[str], kind: str, meta: dict[str, Any], cfg: Any = None
+    args: argparse.Namespace, cmd: list[str], kind: str, meta: dict[str, Any], cfg: Any = None
 ) -> dict[str, Any] | int:
     """Script mode: run the ``kind`` tuner inside the script's own process (``pitstop.tune.script``).
     Its result as a dict, or the exit code after reporting why it could not run."""
@@ -312,12 +157,12 @@ def _in_script(
 
     meta["command"] = " ".join(cmd)
     name = "tune " + kind.replace("_", "-")
-    with _status(f"pitstop {name} (script)", ns.quiet):
-        payload, error = run_callback(cmd, kind, _tune_args(ns, cfg), ns.timeout)
-    return _script_failed(name, error, ns) if payload is None else payload
+    with status(f"pitstop {name} (script)", not args.quiet):
+        payload, error = run_callback(cmd, kind, _tune_args(args, cfg), args.timeout)
+    return _script_failed(name, error, args) if payload is None else payload
 
 
-def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
+def _script_failed(tool: str, error: str | None, args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish
     from pitstop.findings import Finding, Report, Severity
 
@@ -331,7 +176,7 @@ def _script_failed(tool: str, error: str | None, ns: argparse.Namespace) -> int:
             fix="Check that the script runs on its own and builds a DataLoader / model / optimizer.",
         )
     )
-    finish(report, ns)
+    finish(report, args)
     return 1
 
 
@@ -349,56 +194,47 @@ def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ign
             "--optimizer adamw --budget-mib 4096"
         ),
     )
-    _add_model_args(p)
-    p.add_argument(
-        "--budget-mib",
-        type=float,
-        help="memory budget (default: 90%% of free GPU memory, or 50%% of available RAM on CPU)",
-    )
-    p.add_argument("--start", type=int, default=2, help="first batch size (default 2)")
-    p.add_argument("--max", type=int, default=65536, help="largest batch size to try")
-    p.add_argument("--steps", type=int, default=3, help="training steps per size (first is warm-up)")
-    _add_script_args(p)
+    add_options(p, BatchSizeArgs)
     add_output_args(p)
-    p.set_defaults(func=cmd_batch_size)
+    p.set_defaults(func=cmd_tune_batch_size)
 
 
-def cmd_batch_size(ns: argparse.Namespace) -> int:
+def cmd_tune_batch_size(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
     from pitstop.tune.batch_size import BatchSizeResult, dataset_batch_fn, find_batch_size
     from pitstop.tune.reports import batch_size_report
 
-    cmd = command_after_dashes(ns)
-    if ns.start <= 0 or ns.max < ns.start or ns.steps <= 0:
+    cmd = command_after_dashes(args)
+    if args.start <= 0 or args.max < args.start or args.steps <= 0:
         return usage_error("need 0 < --start <= --max and --steps > 0")
-    if ns.budget_mib is not None and ns.budget_mib <= 0:
+    if args.budget_mib is not None and args.budget_mib <= 0:
         return usage_error("--budget-mib must be positive")
     meta: dict[str, Any] = {}
     if cmd:
-        payload = _in_script(ns, cmd, "batch_size", meta)
+        payload = _in_script(args, cmd, "batch_size", meta)
         if isinstance(payload, int):
             return payload
         result = BatchSizeResult.from_dict(payload)
     else:
-        if not (ns.model and ns.dataset):
+        if not (args.model and args.dataset):
             return usage_error("give --model and --dataset factories, or a script after --")
         try:
-            model, dataset, loss, _device = _load_training(ns)
-            optimizer = make_optimizer(ns.optimizer, model.parameters())
+            model, dataset, loss, _device = _load_training(args)
+            optimizer = optimizer_from_spec(args.optimizer, model.parameters())
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
-        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
-        budget = int(ns.budget_mib * MiB) if ns.budget_mib else None
-        with _status("pitstop tune batch-size", ns.quiet) as update:
+        meta.update(model=args.model, dataset=args.dataset, optimizer=args.optimizer)
+        budget = int(args.budget_mib * MiB) if args.budget_mib else None
+        with status("pitstop tune batch-size", not args.quiet) as update:
             result = find_batch_size(
                 model,
                 dataset_batch_fn(dataset),
                 optimizer,
                 loss,
                 budget_bytes=budget,
-                start=ns.start,
-                max_batch_size=ns.max,
-                steps=ns.steps,
+                start=args.start,
+                max_batch_size=args.max,
+                steps=args.steps,
                 progress=update,
             )
     report, blocks = batch_size_report(result, meta)
@@ -412,15 +248,17 @@ def cmd_batch_size(ns: argparse.Namespace) -> int:
         ]
         for t in result.trials
     ]
-    _print_table(ns, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
-    return finish(report, ns, blocks)
+    print_table(args, "Batch sizes tried", ["batch size", "status", "peak MiB", "samples/s", "note"], rows)
+    return finish(report, args, blocks)
 
 
-def _load_training(ns: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
-    device = _resolve_device(ns.device)
-    model = load_model(ns.model).to(device)
-    dataset, _ = load_dataset(ns.dataset)
-    return model, dataset, _load_loss(ns.loss), device
+def _load_training(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    from pitstop.train.distributed import resolve_device
+
+    device = resolve_device(args.device)
+    model = load_model(args.model).to(device)
+    dataset, _ = load_dataset(args.dataset)
+    return model, dataset, load_loss(args.loss), device
 
 
 # --------------------------------------------------------------------------------------------- tune lr
@@ -437,64 +275,62 @@ def _register_lr(tsub: argparse._SubParsersAction) -> None:  # type: ignore[type
             "--dataset d:make --optimizer adamw --plot lr.png"
         ),
     )
-    _add_model_args(p)
-    p.add_argument("--start-lr", type=float, default=1e-7)
-    p.add_argument("--end-lr", type=float, default=10.0)
-    p.add_argument("--steps", type=int, default=100, help="steps of the ramp (default 100)")
-    p.add_argument("--smooth", type=float, default=0.98, help="EMA factor for the loss (default 0.98)")
-    p.add_argument("--diverge", type=float, default=4.0, help="stop when smoothed loss > this x its minimum")
-    p.add_argument("--plot", metavar="PNG", help="write loss vs learning rate as a PNG")
-    _add_script_args(p)
+    add_options(p, LRArgs)
     add_output_args(p)
-    p.set_defaults(func=cmd_lr)
+    p.set_defaults(func=cmd_tune_lr)
 
 
-def cmd_lr(ns: argparse.Namespace) -> int:
+def cmd_tune_lr(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
     from pitstop.tune.lr import LRResult, lr_range_test
     from pitstop.tune.reports import lr_report
 
-    cmd = command_after_dashes(ns)
-    if not (0 < ns.start_lr < ns.end_lr) or ns.steps < 3 or not (0 <= ns.smooth < 1) or ns.diverge <= 1:
+    cmd = command_after_dashes(args)
+    if (
+        not (0 < args.start_lr < args.end_lr)
+        or args.steps < 3
+        or not (0 <= args.smooth < 1)
+        or args.diverge <= 1
+    ):
         return usage_error("need 0 < --start-lr < --end-lr, --steps >= 3, 0 <= --smooth < 1, --diverge > 1")
     meta: dict[str, Any] = {}
     if cmd:
-        payload = _in_script(ns, cmd, "lr", meta)
+        payload = _in_script(args, cmd, "lr", meta)
         if isinstance(payload, int):
             return payload
         result = LRResult.from_dict(payload)
     else:
-        if not (ns.model and ns.dataset):
+        if not (args.model and args.dataset):
             return usage_error("give --model and --dataset factories, or a script after --")
         try:
             from torch.utils.data import DataLoader
 
-            model, dataset, loss, _device = _load_training(ns)
-            optimizer = make_optimizer(ns.optimizer, model.parameters(), lr=ns.start_lr)
-            loader = DataLoader(dataset, batch_size=ns.batch_size, shuffle=True)
+            model, dataset, loss, _device = _load_training(args)
+            optimizer = optimizer_from_spec(args.optimizer, model.parameters(), lr=args.start_lr)
+            loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
         except Exception as e:
             return usage_error(f"cannot set up the model/dataset: {e}")
-        meta.update(model=ns.model, dataset=ns.dataset, optimizer=ns.optimizer)
-        with _status("pitstop tune lr", ns.quiet) as update:
+        meta.update(model=args.model, dataset=args.dataset, optimizer=args.optimizer)
+        with status("pitstop tune lr", not args.quiet) as update:
             result = lr_range_test(
                 model,
                 loader,
                 optimizer,
                 loss,
-                start_lr=ns.start_lr,
-                end_lr=ns.end_lr,
-                num_steps=ns.steps,
-                beta=ns.smooth,
-                diverge=ns.diverge,
+                start_lr=args.start_lr,
+                end_lr=args.end_lr,
+                num_steps=args.steps,
+                beta=args.smooth,
+                diverge=args.diverge,
                 progress=lambda i, n: update(f"step {i}/{n}"),
             )
     report, blocks = lr_report(result, meta)
-    if ns.plot and result.lrs:
+    if args.plot and result.lrs:
         from pitstop.tune.reports import lr_plot_series
 
         marks = {"max_lr": result.suggested_max_lr} if result.suggested_max_lr else None
         _save_plot(
-            ns.plot,
+            args.plot,
             result.lrs,
             lr_plot_series(result),
             title="LR range test",
@@ -503,7 +339,7 @@ def cmd_lr(ns: argparse.Namespace) -> int:
             logx=True,
             marks=marks,
         )
-    return finish(report, ns, blocks)
+    return finish(report, args, blocks)
 
 
 # -------------------------------------------------------------------------------------------------- fix
@@ -591,14 +427,14 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     )
     from pitstop.tune.fix import fix_report
 
-    with _status("pitstop fix", ns.quiet) as update:
+    with status("pitstop fix", not ns.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
         [m.name, m.verdict, m.interval.text() if m.interval else "", m.median, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
     ]
-    _print_table(
+    print_table(
         ns,
         "pitstop fix: verdicts",
         ["configuration", "verdict", "speed-up (95% interval)", "median steps/s", "note"],

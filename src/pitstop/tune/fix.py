@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.hardware import preferred_amp_dtype, usable_cores
+from pitstop.host.cpu import usable_cores
+from pitstop.host.precision import preferred_amp_dtype
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.tune.fixjudge import Measured, judge

@@ -6,11 +6,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pitstop import host_memory
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
+from pitstop.train import host_memory
 from pitstop.tune.fix import FixResult, device_type, loader_of
 from pitstop.tune.fixjudge import Measured
 

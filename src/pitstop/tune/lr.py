@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune.steps import LossFn, SavedState, default_loss, model_device, to_device, train_step
+from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
+
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss
 
 
 @dataclass
@@ -94,7 +97,7 @@ def lr_range_test(
     model: Any,
     loader: Iterable[Any],
     optimizer: Any,
-    loss_fn: LossFn | None = None,
+    loss_fn: ComputeLoss | None = None,
     *,
     start_lr: float = 1e-7,
     end_lr: float = 10.0,
@@ -110,6 +113,8 @@ def lr_range_test(
     """
     if not (0 < start_lr < end_lr):
         raise ValueError(f"need 0 < start_lr < end_lr, got {start_lr} and {end_lr}")
+    from pitstop.train.prefetch import move_to
+
     loss_fn = loss_fn or default_loss
     device = model_device(model)
     saved = SavedState(model, optimizer)
@@ -134,7 +139,9 @@ def lr_range_test(
             except StopIteration:
                 res.stop = "data exhausted"
                 break
-            loss = float(train_step(model, optimizer, to_device(batch, device), loss_fn).item())
+            loss = float(
+                train_step(model, optimizer, move_to(batch, device, non_blocking=True), loss_fn).item()
+            )
             res.lrs.append(lr)
             res.losses.append(loss)
             if progress:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import psutil
 
+from pitstop.units import MiB
+
 SHM_PATH = "/dev/shm"
-MiB = 2**20
 
 
 @dataclass

@@ -8,10 +8,54 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.report.html import Block, line_chart, table
 from pitstop.tune.batch_size import BatchSizeResult, batch_size_findings
-from pitstop.tune.loader import SWEEP_HEADERS, LoaderTuneResult, sweep_rows, worker_curve
+from pitstop.tune.loader import LoaderTuneResult
+from pitstop.tune.loader_measure import DEFAULT_PREFETCH
 from pitstop.tune.lr import LRResult, lr_findings
+from pitstop.units import MiB
 
-MiB = 2**20
+
+def sweep_rows(result: LoaderTuneResult) -> list[list[Any]]:
+    rows = []
+    for p in result.points:
+        rows.append(
+            [
+                p.setting.label(),
+                p.role,
+                p.status,
+                None if p.batches_per_s is None else round(p.batches_per_s, 2),
+                None if p.samples_per_s is None else round(p.samples_per_s, 1),
+                None if p.first_batch_s is None else round(p.first_batch_s, 3),
+                None if p.peak_rss is None else round(p.peak_rss / MiB),
+                p.reason,
+            ]
+        )
+    return rows
+
+
+SWEEP_HEADERS = [
+    "setting",
+    "phase",
+    "status",
+    "batches/s",
+    "samples/s",
+    "first batch s",
+    "peak RSS MiB",
+    "note",
+]
+
+
+def worker_curve(result: LoaderTuneResult) -> tuple[list[float], list[float]]:
+    """(num_workers, batches/s) of the worker sweep points, sorted, for the plot."""
+    pts = {}
+    for p in result.points:
+        if (
+            p.ok
+            and p.role in ("baseline", "sweep", "refine")
+            and p.setting.batch_size == result.baseline.batch_size
+        ) and (p.setting.prefetch_factor in (None, DEFAULT_PREFETCH) or p.setting.num_workers == 0):
+            pts.setdefault(p.setting.num_workers, p.batches_per_s)
+    xs = sorted(pts)
+    return [float(x) for x in xs], [float(pts[x]) for x in xs]  # type: ignore[arg-type]
 
 
 def loader_report(result: LoaderTuneResult, meta: dict[str, Any] | None = None) -> tuple[Report, list[Block]]:

@@ -105,6 +105,7 @@ def batch_from_last(last_batch: Any) -> Any:
 
 def batch_size_callback(captured: Any) -> dict[str, Any]:
     from pitstop.tune.batch_size import dataset_batch_fn, find_batch_size
+    from pitstop.units import MiB
 
     args = _args()
     model, optimizer = _model_and_optimizer(captured)
@@ -115,7 +116,7 @@ def batch_size_callback(captured: Any) -> dict[str, Any]:
         batch_fn = batch_from_last(captured.last_batch)
     else:
         raise RuntimeError("no dataset or batch was seen to build batches from")
-    budget = int(args["budget_mib"] * 2**20) if args.get("budget_mib") else None
+    budget = int(args["budget_mib"] * MiB) if args.get("budget_mib") else None
     result = find_batch_size(
         model,
         batch_fn,

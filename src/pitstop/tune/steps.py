@@ -1,26 +1,14 @@
-"""What the batch-size finder and the LR range test share: moving a batch, a default loss, one training
+"""What the batch-size finder and the LR range test share: a default loss, one training
 step, and saving/restoring model + optimizer state so a search leaves the user's objects as it found them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-LossFn = Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
-
-
-def to_device(batch: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
+if TYPE_CHECKING:
+    from pitstop.train.trainer import ComputeLoss  # (model, batch) -> scalar loss tensor
 
 
 def default_loss(model: Any, batch: Any) -> Any:
@@ -49,7 +37,7 @@ def default_loss(model: Any, batch: Any) -> Any:
     return model(x).float().pow(2).mean()
 
 
-def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: LossFn) -> Any:
+def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: ComputeLoss) -> Any:
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model, batch)
     loss.backward()

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitstop.system import read_text
+from pitstop.host.sysfs import read_text
 
 SYS_CPU = "/sys/devices/system/cpu"
 SYS_NODE = "/sys/devices/system/node"

@@ -35,11 +35,3 @@ def read_sysctl(name: str, root: str | os.PathLike[str] = PROC_SYS) -> str | Non
     """Current value of a kernel parameter as the kernel prints it (whitespace folded), or None."""
     text = read_text(sysctl_path(name, root))
     return " ".join(text.split()) if text is not None else None
-
-
-def thp_mode(sys_root: str | os.PathLike[str] = "/sys") -> str | None:
-    """Selected transparent-huge-page mode (``always [madvise] never`` -> ``madvise``), or None if unreadable."""
-    text = read_text(Path(sys_root, "kernel", "mm", "transparent_hugepage", "enabled"))
-    if not text or "[" not in text:
-        return None
-    return text.split("[", 1)[1].split("]", 1)[0]

@@ -1,0 +1,191 @@
+"""One entry per optimization pitstop knows: the finding that recommends it, the ``Overrides`` field that
+injects it into an unmodified script, the code change, how ``pitstop.train`` turns it on, the bench rows
+that ablate it, the profile probe that measures it and the ``fix --apply`` hook that writes it.
+
+References to code elsewhere are by name (a dotted path, a dataclass field, a probe result key), so this
+module imports neither torch nor the packages that read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pitstop.train.host_memory import SNIPPET as KEEP_HOST_MEMORY_SNIPPET
+
+DATALOADER_PATCH = "pitstop.tune.patch.dataloader_patch"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One optimization.
+
+    name:     stable key; where ``pitstop fix`` times it, its candidate kind.
+    title:    a few words for tables.
+    finding:  id of the profile finding that recommends it (None: no rule recommends it yet).
+    override: the ``Overrides`` field that injects it (``dataloader.<key>`` for a DataLoader keyword).
+    snippet:  the code change; ``str.format`` fields: {device} {dtype} {impl} {optimizer} {value}.
+    train:    how ``pitstop.train`` enables it: ``TrainConfig.<field>`` or a dotted function name.
+    bench:    (row name, row title) of each ``pitstop bench`` row that ablates it.
+    bench_knob: the ``BenchConfig`` field those rows set.
+    probe:    key of ``pitstop.profile.probes.run_probes``' result that measures it in the user's process.
+    apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
+    """
+
+    name: str
+    title: str
+    snippet: str
+    finding: str | None = None
+    override: str | None = None
+    train: str | None = None
+    bench: tuple[tuple[str, str], ...] = ()
+    bench_knob: str | None = None
+    probe: str | None = None
+    apply: str | None = None
+
+    def code(self, **fields: object) -> str:
+        """The snippet with its fields filled in."""
+        return self.snippet.format(**fields)
+
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        "workers",
+        "DataLoader workers",
+        "DataLoader(..., num_workers={value})",
+        finding="dataloader.workers",
+        override="dataloader.num_workers",
+        bench=(("workers", "DataLoader workers"),),
+        bench_knob="workers",
+        apply=DATALOADER_PATCH,
+    ),
+    Recipe(
+        "persistent_workers",
+        "persistent workers",
+        "DataLoader(..., persistent_workers=True)",
+        finding="dataloader.persistent_workers",
+        override="dataloader.persistent_workers",
+        apply=DATALOADER_PATCH,
+    ),
+    Recipe(
+        "pin_memory",
+        "pinned memory",
+        "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
+        finding="dataloader.pin_memory",
+        override="dataloader.pin_memory",
+        train="pitstop.train.prefetch.DevicePrefetcher",
+        bench=(("pin_memory", "pinned memory"),),
+        bench_knob="pin_memory",
+        apply=DATALOADER_PATCH,
+    ),
+    Recipe(
+        "amp",
+        "mixed precision (autocast)",
+        "with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = criterion(model(x), y)",
+        finding="precision.amp",
+        override="autocast",
+        train="TrainConfig.precision",
+        bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
+        bench_knob="amp",
+        probe="precision",
+    ),
+    Recipe(
+        "channels_last",
+        "channels_last",
+        "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",
+        finding="memory_format.channels_last",
+        override="channels_last",
+        train="TrainConfig.channels_last",
+        bench=(("channels_last", "channels_last"),),
+        bench_knob="channels_last",
+        probe="channels_last",
+    ),
+    Recipe(
+        "foreach",
+        "foreach / fused optimizer",
+        "torch.optim.{optimizer}(params, ..., {impl}=True)",
+        finding="optimizer.foreach",
+        override="optimizer_impl",
+        train="pitstop.train.optim.make_optimizer",
+        bench=(("fused", "fused optimizer"),),
+        bench_knob="fused",
+        probe="optimizer",
+    ),
+    Recipe(
+        "compile",
+        "torch.compile",
+        "model = torch.compile(model)",
+        finding="compile.none",
+        override="compile",
+        train="TrainConfig.compile",
+        bench=(("compile", "torch.compile"),),
+        bench_knob="compile",
+    ),
+    Recipe(
+        "cudnn_benchmark",
+        "cuDNN autotuning",
+        "torch.backends.cudnn.benchmark = True",
+        finding="cudnn.benchmark",
+        override="cudnn_benchmark",
+        train="TrainConfig.cudnn_benchmark",
+        probe="cudnn_benchmark",
+    ),
+    Recipe(
+        "host_memory",
+        "keep freed host memory",
+        KEEP_HOST_MEMORY_SNIPPET,
+        finding="host.page_faults",
+        override="keep_host_memory",
+        train="TrainConfig.keep_host_memory",
+        probe="host_memory",
+    ),
+    Recipe(
+        "tf32",
+        "TF32 matmuls and convolutions",
+        "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
+        train="TrainConfig.tf32",
+    ),
+    Recipe(
+        "activation_checkpointing",
+        "activation checkpointing",
+        "from pitstop.train import apply_activation_checkpointing\n"
+        "apply_activation_checkpointing(model, [Block])  # Block: the repeated layer class",
+        train="TrainConfig.activation_checkpointing",
+        bench=(("checkpoint", "activation checkpointing"),),
+        bench_knob="checkpoint",
+    ),
+    Recipe(
+        "accumulation",
+        "gradient accumulation",
+        "loss = criterion(model(x), y) / accum_steps\nloss.backward()\n"
+        "if (i + 1) % accum_steps == 0:\n    optimizer.step()\n    optimizer.zero_grad(set_to_none=True)",
+        train="TrainConfig.accum_steps",
+        bench=(("accumulation", "gradient accumulation x4"),),
+        bench_knob="accumulation",
+    ),
+    Recipe(
+        "no_sync",
+        "DDP no_sync during accumulation",
+        "with model.no_sync():  # every micro-batch but the last\n    criterion(model(x), y).backward()",
+        train="pitstop.train.accumulation.sync_context",
+    ),
+)
+
+BY_NAME = {r.name: r for r in RECIPES}
+BY_FINDING = {r.finding: r for r in RECIPES if r.finding}
+
+
+def recipe(name: str) -> Recipe:
+    """The entry called ``name``; KeyError names the known ones."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no recipe {name!r}; known: {', '.join(BY_NAME)}") from None
+
+
+def bench_title(row: str) -> str:
+    """The title of the bench row ``row`` (one that ablates a single optimization)."""
+    for r in RECIPES:
+        for name, title in r.bench:
+            if name == row:
+                return title
+    raise KeyError(f"no recipe has a bench row {row!r}")

@@ -1,0 +1,327 @@
+"""Measuring one DataLoader setting on the user's dataset: batches/s over bounded windows, time to the first
+batch of a new epoch, per-worker memory and batch size, and whether the dataset pickles for workers.
+
+A fresh DataLoader is built per setting with the script's other arguments (collate_fn, sampler, ...),
+warmed up, then timed over ``repeats`` windows of bounded length; the point's rate is the median window.
+RAM and /dev/shm are watched while it runs (memwatch).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import statistics
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss
+from pitstop.units import MiB
+
+# DataLoader arguments the tuner sets; everything else the script passed is kept as it was.
+TUNED_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
+DEFAULT_PREFETCH = 2  # torch's default when num_workers > 0
+
+
+@dataclass(frozen=True)
+class LoaderSetting:
+    num_workers: int = 0
+    batch_size: int | None = 1  # None when the loader uses a batch_sampler
+    prefetch_factor: int | None = None  # ignored (None) when num_workers == 0
+    persistent_workers: bool = False
+    pin_memory: bool = False
+
+    def normalized(self) -> LoaderSetting:
+        if self.num_workers == 0:
+            return replace(self, prefetch_factor=None, persistent_workers=False)
+        return replace(self, prefetch_factor=self.prefetch_factor or DEFAULT_PREFETCH)
+
+    def kwargs(self) -> dict[str, Any]:
+        s = self.normalized()
+        d: dict[str, Any] = {"num_workers": s.num_workers, "pin_memory": s.pin_memory}
+        if s.batch_size is not None:
+            d["batch_size"] = s.batch_size
+        if s.num_workers > 0:
+            d["prefetch_factor"] = s.prefetch_factor
+            d["persistent_workers"] = s.persistent_workers
+        return d
+
+    def label(self) -> str:
+        s = self.normalized()
+        parts = [f"workers={s.num_workers}"]
+        if s.num_workers:
+            parts.append(f"prefetch={s.prefetch_factor}")
+        if s.persistent_workers:
+            parts.append("persistent")
+        if s.pin_memory:
+            parts.append("pin")
+        if s.batch_size is not None:
+            parts.append(f"bs={s.batch_size}")
+        return " ".join(parts)
+
+
+def setting_from_kwargs(kwargs: dict[str, Any]) -> LoaderSetting:
+    """The setting a script's own DataLoader(...) call used (torch defaults for what it left out)."""
+    bs = None if kwargs.get("batch_sampler") is not None else kwargs.get("batch_size", 1)
+    return LoaderSetting(
+        num_workers=int(kwargs.get("num_workers", 0) or 0),
+        batch_size=bs,
+        prefetch_factor=kwargs.get("prefetch_factor"),
+        persistent_workers=bool(kwargs.get("persistent_workers", False)),
+        pin_memory=bool(kwargs.get("pin_memory", False)),
+    ).normalized()
+
+
+@dataclass
+class LoaderPoint:
+    """One measured setting. Rates are medians over the timed windows; memory is growth while it ran."""
+
+    setting: LoaderSetting
+    status: str = "ok"  # ok | rejected (memory) | failed (exception / worker crash)
+    reason: str = ""
+    batches_per_s: float | None = None
+    samples_per_s: float | None = None
+    windows: list[float] = field(default_factory=list)  # batches/s of each timed window
+    batches: int = 0
+    first_batch_s: float | None = None  # iterator creation (worker start-up) to first batch
+    peak_rss: int | None = None  # pitstop process + workers, bytes
+    peak_shm_growth: int | None = None
+    worker_uss: int | None = None  # mean unique memory per worker, bytes
+    batch_bytes: int | None = None
+    role: str = "sweep"  # baseline | sweep | refine | prefetch | batch_size | confirm
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.batches_per_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["label"] = self.setting.label()
+        return d
+
+
+@dataclass
+class MeasureConfig:
+    time_per_point: float = 1.5  # seconds of timed iteration per point, split over the repeats
+    repeats: int = 3
+    warmup_batches: int = 2
+    max_batches_per_window: int | None = None
+    limits: MemLimits = field(default_factory=MemLimits)
+
+
+def batch_nbytes(batch: Any) -> int:
+    """Bytes of tensor data in a batch (tensors inside tuples, lists and dicts)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        return sum(batch_nbytes(v) for v in batch.values())
+    if isinstance(batch, list | tuple):
+        return sum(batch_nbytes(v) for v in batch)
+    return 0
+
+
+def batch_len(batch: Any) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        for v in batch:
+            n = batch_len(v)
+            if n is not None:
+                return n
+    return None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One or two lines: the exception and, for worker errors, the original error at the end."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    head = f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()
+    if len(lines) > 1 and lines[-1] != lines[0]:
+        head += f" ... {lines[-1]}"
+    return head[:400]
+
+
+def is_worker_crash(reason: str) -> bool:
+    return "DataLoader worker" in reason or "worker process" in reason
+
+
+def make_loader(dataset: Any, base_kwargs: dict[str, Any], setting: LoaderSetting) -> Any:
+    from torch.utils.data import DataLoader
+
+    kw = {k: v for k, v in base_kwargs.items() if k not in TUNED_KEYS and k != "dataset"}
+    kw.update(setting.kwargs())
+    if setting.num_workers == 0:  # DataLoader rejects these without workers
+        kw.pop("multiprocessing_context", None)
+        kw.pop("worker_init_fn", None)
+    if kw.get("batch_sampler") is not None:
+        kw.pop("batch_size", None)
+        for k in ("shuffle", "sampler", "drop_last"):
+            kw.pop(k, None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        return DataLoader(dataset, **kw)
+
+
+def measure_setting(
+    dataset: Any,
+    setting: LoaderSetting,
+    base_kwargs: dict[str, Any] | None = None,
+    config: MeasureConfig | None = None,
+) -> LoaderPoint:
+    """Time one DataLoader setting: start-up, warm-up, then ``repeats`` bounded windows of batches/s."""
+    cfg = config or MeasureConfig()
+    setting = setting.normalized()
+    point = LoaderPoint(setting=setting)
+    base_kwargs = base_kwargs or {}
+    window_s = cfg.time_per_point / max(1, cfg.repeats)
+    it: Iterator[Any] | None = None
+    samples = 0
+    try:
+        with MemWatch(cfg.limits) as watch, warnings.catch_warnings():
+            # The sweep goes past the core count on purpose; torch's advice about that is noise here.
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            loader = make_loader(dataset, base_kwargs, setting)
+
+            def fresh() -> Iterator[Any]:
+                return iter(loader)
+
+            t0 = time.perf_counter()
+            it = fresh()
+            first = next(it)
+            point.first_batch_s = time.perf_counter() - t0
+            point.batch_bytes = batch_nbytes(first)
+            per_batch = batch_len(first)
+            for _ in range(cfg.warmup_batches):
+                if time.perf_counter() - t0 > cfg.time_per_point:
+                    break  # batches so slow that warming up would eat the point's budget
+                try:
+                    next(it)
+                except StopIteration:
+                    it = fresh()
+            for _ in range(cfg.repeats):
+                if point.windows and time.perf_counter() - t0 > 3 * cfg.time_per_point:
+                    break  # bounded time per point, even when one batch takes longer than a window
+                n, paused = 0, 0.0
+                start = time.perf_counter()
+                while True:
+                    if watch.tripped:
+                        break
+                    try:
+                        b = next(it)
+                    except StopIteration:
+                        # Epoch boundary: steady-state rate excludes the restart; it is measured apart.
+                        r0 = time.perf_counter()
+                        it = fresh()
+                        b = next(it)
+                        paused += time.perf_counter() - r0
+                    n += 1
+                    samples += batch_len(b) or 0
+                    elapsed = time.perf_counter() - start - paused
+                    if elapsed >= window_s or (
+                        cfg.max_batches_per_window and n >= cfg.max_batches_per_window
+                    ):
+                        break
+                if watch.tripped:
+                    break
+                elapsed = max(time.perf_counter() - start - paused, 1e-9)
+                point.windows.append(n / elapsed)
+                point.batches += n
+            if not watch.tripped and setting.num_workers > 0:
+                uss = children_uss()
+                point.worker_uss = int(statistics.mean(uss)) if uss else None
+            watch.sample()
+        point.peak_rss = watch.peak_rss
+        point.peak_shm_growth = watch.peak_shm_growth
+        if watch.tripped:
+            point.status, point.reason = "rejected", f"stopped while running: {watch.reason}"
+            point.windows = []
+            return point
+        point.batches_per_s = statistics.median(point.windows) if point.windows else None
+        if point.batches_per_s is not None and per_batch:
+            point.samples_per_s = point.batches_per_s * (samples / max(point.batches, 1))
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the dataset's own failure or a worker crash: a finding, not a traceback
+        point.status, point.reason = "failed", describe_failure(e)
+    finally:
+        it = None  # drop the iterator so its workers shut down before the next point
+    return point
+
+
+def measure_restart(
+    dataset: Any, setting: LoaderSetting, base_kwargs: dict[str, Any] | None = None, repeats: int = 3
+) -> float | None:
+    """Median seconds from a new epoch's iter() to its first batch (worker start-up unless persistent)."""
+    if setting.num_workers == 0:
+        return None
+    times: list[float] = []
+    it: Iterator[Any] | None = None
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            loader = make_loader(dataset, base_kwargs or {}, setting)
+            it = iter(loader)
+            next(it)
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                it = iter(loader)
+                next(it)
+                times.append(time.perf_counter() - t0)
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        return None
+    finally:
+        it = None
+    return statistics.median(times) if times else None
+
+
+# ------------------------------------------------------------------------------------------ pickle check
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _CountingSink(io.RawIOBase):
+    """A write-only file that counts bytes and gives up past a cap, so checking a big dataset is cheap."""
+
+    def __init__(self, cap: int) -> None:
+        self.n, self.cap = 0, cap
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.n += len(b)
+        if self.n > self.cap:
+            raise _TooBig
+        return len(b)
+
+
+def picklable(obj: Any, cap: int = 64 * MiB) -> tuple[bool, str]:
+    """(True, '') if ``obj`` pickles (or is still pickling after ``cap`` bytes), else (False, why)."""
+    try:
+        pickle.Pickler(_CountingSink(cap), protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except _TooBig:
+        return True, ""
+    except Exception as e:
+        return False, f"{type(e).__name__}: {e}"
+    return True, ""
+
+
+def start_method(base_kwargs: dict[str, Any]) -> str:
+    ctx = base_kwargs.get("multiprocessing_context")
+    if ctx is not None:
+        return ctx if isinstance(ctx, str) else str(ctx.get_start_method())
+    import torch.multiprocessing as tmp
+
+    return tmp.get_start_method(allow_none=True) or "fork"
