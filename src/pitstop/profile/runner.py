@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
+from pitstop.profile.command import resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_per_s
 
@@ -145,9 +146,13 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
             return "module", rest[1], rest[2:]
     script = rest[0]
     path = Path(cwd or ".") / script
-    if not path.is_file():
-        hint = " (pitstop runs Python scripts; for a shell command use its Python entry point)"
-        raise CommandError(f"script not found: {script}" + ("" if script.endswith(".py") else hint))
+    if not path.is_file() and len(rest) < len(command):
+        raise CommandError(f"script not found: {script}")
+    if len(rest) == len(command):  # no python in front: a console script (torchrun, ...), a shell command
+        found, message = resolve_script(rest, cwd)
+        if found is None:
+            raise CommandError(message or f"script not found: {script}")
+        path = found
     return "script", str(path.resolve()), rest[1:]
 
 
