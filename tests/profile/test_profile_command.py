@@ -51,7 +51,10 @@ def test_console_script_found_in_the_venv_bin_when_not_on_path(tmp_path, monkeyp
 
 def test_launchers_recognised_and_other_commands_not():
     assert launcher_of("module", "torch.distributed.run", ["train.py"]) == "torchrun"
-    assert launcher_of("script", "/x/accelerate", ["launch", "t.py"], "accelerate.commands.accelerate_cli:main") == "accelerate"
+    assert (
+        launcher_of("script", "/x/accelerate", ["launch", "t.py"], "accelerate.commands.accelerate_cli:main")
+        == "accelerate"
+    )
     assert launcher_of("script", "/x/accelerate", ["env"], "accelerate.commands.accelerate_cli:main") is None
     assert launcher_of("script", "/x/train.py", [], None) is None
 
@@ -63,7 +66,9 @@ def test_env_shebang_python_is_python(tmp_path):
 
 
 def test_shell_script_gets_a_message_naming_its_python_command(tmp_path):
-    (tmp_path / "run.sh").write_text("#!/bin/bash\nset -e\nexport X=1\ntorchrun --nproc_per_node=2 train.py --bs 8\n")
+    (tmp_path / "run.sh").write_text(
+        "#!/bin/bash\nset -e\nexport X=1\ntorchrun --nproc_per_node=2 train.py --bs 8\n"
+    )
     with pytest.raises(CommandError) as e:
         parse_command(["bash", "run.sh"], cwd=str(tmp_path))
     assert "pitstop profile -- torchrun --nproc_per_node=2 train.py --bs 8" in str(e.value)
@@ -106,8 +111,14 @@ def test_console_script_runs_under_profile(tmp_path, monkeypatch):
     console_script(bin_dir, "tinytrain", "tinytrain.cli")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     res = run(
-        RunSpec(command=["tinytrain"], steps=3, warmup=1, quiet=True, probes=False,
-                env={"PYTHONPATH": str(tmp_path / "lib")})
+        RunSpec(
+            command=["tinytrain"],
+            steps=3,
+            warmup=1,
+            quiet=True,
+            probes=False,
+            env={"PYTHONPATH": str(tmp_path / "lib")},
+        )
     )
     assert res.status == "stopped", res.error
     assert len(res.steps) == 3

@@ -11,6 +11,7 @@ profile can run the launcher untouched and instrument each worker it starts (``p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -86,10 +87,8 @@ def shell_message(command: list[str], cwd: str | None = None) -> str:
     lines: list[str] = []
     if script:
         p = Path(cwd or ".") / script
-        try:
+        with contextlib.suppress(OSError):
             lines = [m.group(0).strip() for m in _PY_LINE.finditer(p.read_text(errors="replace"))]
-        except OSError:
-            pass
     what = f"{script} is a shell script" if script else f"{command[0]} is a shell"
     msg = f"pitstop profiles Python processes and {what}: run the Python command it starts under pitstop"
     if lines:
@@ -99,7 +98,7 @@ def shell_message(command: list[str], cwd: str | None = None) -> str:
 
 
 def launcher_of(kind: str, target: str, args: list[str], entry: str | None = None) -> str | None:
-    """"torchrun" / "accelerate" when the command starts a launcher that runs workers, else None."""
+    """ "torchrun" / "accelerate" when the command starts a launcher that runs workers, else None."""
     module = target if kind == "module" else (entry or "").split(":")[0]
     if module in TORCHRUN_MODULES:
         return "torchrun"
@@ -118,7 +117,11 @@ def resolve_script(command: list[str], cwd: str | None = None) -> tuple[Path | N
         return None, shell_message(command, cwd)
     path = find_executable(name, cwd)
     if path is None:
-        hint = "" if name.endswith(".py") else " (not a file, and not on PATH or in the virtual environment's bin)"
+        hint = (
+            ""
+            if name.endswith(".py")
+            else " (not a file, and not on PATH or in the virtual environment's bin)"
+        )
         return None, f"script not found: {name}{hint}"
     exe = inspect_executable(path)
     if exe.python:
