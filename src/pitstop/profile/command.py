@@ -129,3 +129,9 @@ def resolve_script(command: list[str], cwd: str | None = None) -> tuple[Path | N
     if exe.shell:
         return None, shell_message(command, cwd)
     return None, f"{name} ({path}) is not a Python program: pitstop profiles Python training scripts"
+
+
+def launcher_for(kind: str, target: str, args: list[str]) -> str | None:
+    """``launcher_of`` for a parsed command, reading a console script's entry point from its file."""
+    entry = inspect_executable(Path(target)).entry if kind == "script" else None
+    return launcher_of(kind, target, args, entry)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
-from pitstop.profile.command import resolve_script
+from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_per_s
 
@@ -172,6 +172,11 @@ def run(
         kind, target, args = parse_command(spec.command, spec.cwd)
     except CommandError as e:
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
+    launcher = launcher_for(kind, target, args)
+    if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
+        from pitstop.profile.ranks import run_ranks
+
+        return run_ranks(spec, kind, target, args, launcher, out_dir, progress)
     temp = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="pitstop-profile-")) if out_dir is None else Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
