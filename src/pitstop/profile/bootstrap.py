@@ -123,8 +123,10 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         data["finalize_error"] = f"{type(e).__name__}: {e}"
     data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
     for fn in ON_FINISH:
-        with contextlib.suppress(Exception):
+        try:
             fn(inst, data)
+        except BaseException as e:
+            data["finalize_error"] = f"{type(e).__name__}: {e}"
     for _ in range(3):  # a late signal handler raising mid-write must not lose the record
         try:
             write_json_atomic(inst.flush_path, data)

@@ -30,7 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--out-dir", metavar="DIR", help="keep the run's files (measurements, trace) here")
     p.add_argument("--no-probes", action="store_true", help="skip the measured what-ifs after the run")
     add_output_args(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (or -m module)")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        help="-- python train.py ARGS (or -m module, or torchrun ...); or: merge DIR",
+    )
     p.set_defaults(func=cmd_profile)
 
 
@@ -44,6 +48,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
 
     cmd = command_after_dashes(args)
+    if (args.cmd or [])[:1] == ["merge"]:  # pitstop profile merge DIR: the ranks a multi-node launch left
+        from pitstop.profile.ranks_cli import cmd_merge
+
+        return cmd_merge(args, cmd[1:])
     if args.steps < 1 or args.warmup < 0:
         return usage_error("--steps must be >= 1 and --warmup >= 0")
     if args.timeout is not None and args.timeout <= 0:

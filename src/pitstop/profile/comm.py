@@ -341,6 +341,7 @@ class CommRecorder:
                 rec._local.inside = False
 
             def done(f: Any) -> Any:
+                value = f.value()  # raises when the peer is gone: the round stays the one it failed in
                 b["done"] = clock()
                 if b["events"] is not None:
                     end = torch.cuda.Event(enable_timing=True)
@@ -348,7 +349,7 @@ class CommRecorder:
                     b["events"][1] = end
                 if rnd["closed"] and all(x["done"] is not None for x in rnd["buckets"]):
                     rec.current = None
-                return f.value()
+                return value
 
             return fut.then(done)
 

@@ -79,6 +79,13 @@ def collect_ranks(
     for r, d in rank_dirs(out).items():
         ranks[r] = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
     states = read_states(out)
+    for r, res in ranks.items():
+        if res.status == "killed":  # no final record: the launcher's exit status is not this rank's
+            step = (states.get(r) or {}).get("step", len(res.warmup_steps) + len(res.steps))
+            res.error = (
+                f"ended abruptly in step {step} (os._exit, a signal or a crash in native code); "
+                "measurements up to its last periodic record"
+            )
     failed = {r: res for r, res in ranks.items() if not res.ok}
     first = ranks.get(0) or next(iter(ranks.values()), None)
     if not ranks:
@@ -96,7 +103,8 @@ def collect_ranks(
     elif failed:
         worst = _first_failure(failed, states)
         final = ranks[worst].status
-        error = "; ".join(f"rank {r}: {res.error}" for r, res in sorted(failed.items()) if res.error)
+        order = [worst] + [r for r in sorted(failed) if r != worst]
+        error = "; ".join(f"rank {r}: {quote(failed[r].error)}" for r in order if failed[r].error)
         waits = [rw_desc for r, st in sorted(states.items()) if r != worst and (rw_desc := _where(r, st))]
         if waits:
             error += "; meanwhile " + "; ".join(waits)
@@ -124,10 +132,32 @@ def collect_ranks(
     )
 
 
+PEER_ERRORS = ("closed by peer", "connection reset", "broken pipe", "distbackenderror", "nccl", "timed out",
+               "remote worker")  # fmt: skip
+MAX_QUOTE = 300
+
+
 def _first_failure(failed: dict[int, RunResult], states: dict[int, dict[str, Any]]) -> int:
-    """The rank that failed on its own: one that raised or exited, before ranks that were stopped."""
+    """The rank that failed on its own: one that raised or exited, before ranks that were stopped or lost
+    a peer; among those, the one that ended first."""
     order = {"error": 0, "exited": 1, "killed": 2, "interrupted": 3, "timeout": 4}
-    return min(failed, key=lambda r: (order.get(failed[r].status, 5), r))
+
+    def key(r: int) -> tuple[bool, int, float]:
+        err = (failed[r].error or "").lower()
+        ended = (states.get(r) or {}).get("time_s") or float("inf")
+        return (any(m in err for m in PEER_ERRORS), order.get(failed[r].status, 5), ended)
+
+    return min(failed, key=key)
+
+
+def quote(error: str | None) -> str:
+    """A rank's error in one line: its first line, shortened, with the user's file:line kept."""
+    if not error:
+        return ""
+    first = error.strip().splitlines()[0]
+    at = error[error.rfind(" (at ") :] if " (at " in error else ""
+    text = first if len(first) <= MAX_QUOTE else first[:MAX_QUOTE] + "..."
+    return text if not at or at.strip() in text else f"{text}{at.strip() and ' ' + at.strip()}"
 
 
 def _where(rank: int, st: dict[str, Any]) -> str | None:
@@ -194,6 +224,8 @@ def build_ranks_report(result: RanksResult) -> Report:
     from pitstop.profile.rules import findings_for
 
     summaries = [rank_summary(r, res) for r, res in sorted(result.ranks.items())]
+    for s in summaries:  # a rank that never wrote its final record: its watchdog's last word
+        s["state"] = s["state"] or result.states.get(s["rank"])
     calls = {
         r: ((res.data.get("distributed") or {}).get("comm") or {}).get("calls") or []
         for r, res in result.ranks.items()

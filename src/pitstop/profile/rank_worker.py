@@ -29,7 +29,7 @@ ENV_CONFIG = "PITSTOP_RANKS_CONFIG"
 ENV_PARENT = "PITSTOP_PARENT_PID"
 ENV_RANK_PID = "PITSTOP_RANK_PID"
 STATE = "state.json"
-WATCH_S = 0.5
+WATCH_S = 0.2
 
 
 def rank_dir(out_dir: Path, rank: int) -> Path:
@@ -115,12 +115,15 @@ class RankWorker:
         self.comm.install()
         if threading.current_thread() is threading.main_thread():
 
-            def on_term(signum: int, frame: Any) -> None:
+            def on_stop(signum: int, frame: Any) -> None:
+                if self.signal is not None:
+                    return  # the launcher's SIGTERM after our SIGINT: one interrupt, then report in peace
                 self.signal = signal.Signals(signum).name
                 raise KeyboardInterrupt
 
             with contextlib.suppress(ValueError, OSError):
-                signal.signal(signal.SIGTERM, on_term)
+                signal.signal(signal.SIGTERM, on_stop)
+                signal.signal(signal.SIGINT, on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
 
     def state(self) -> dict[str, Any]:

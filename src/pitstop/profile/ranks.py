@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,7 +141,11 @@ def run_ranks(
         with contextlib.suppress(Exception):
             proc.wait(timeout=5)
     rc = proc.returncode if proc.returncode is not None else -9
-    return collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
+    result = collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
+    if out_dir is None and not spec.trace:
+        shutil.rmtree(out, ignore_errors=True)
+        result.out_dir = None
+    return result
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,205 @@
+"""``pitstop profile -- torchrun ...``: two gloo ranks on localhost, with planted causes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pitstop.cli import main as cli_main
+from pitstop.profile.merge import merge_dir
+from pitstop.profile.runner import RunSpec, run
+
+pytestmark = pytest.mark.slow
+
+PLANTED = Path(__file__).with_name("planted_ddp.py")
+BACKWARD_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "loss.backward()" in ln)
+REDUCE_LINE = next(
+    i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "dist.all_reduce(t)" in ln
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*extra: str, nproc: int = 2) -> list[str]:
+    return [
+        "torchrun",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        *extra,
+        str(PLANTED),
+    ]
+
+
+def profile(tmp_path: Path, steps: int = 6, **env: str):
+    spec = RunSpec(
+        command=torchrun(),
+        steps=steps,
+        warmup=2,
+        timeout=120,
+        quiet=True,
+        env={"MASTER_ADDR": "127.0.0.1", **env},
+        cwd=str(tmp_path),
+    )
+    res = run(spec, out_dir=tmp_path / "run")
+    return res, res.report()
+
+
+def by_id(report, fid):
+    return [f for f in report.findings if f.id == fid]
+
+
+def test_straggler_named_by_rank_and_phase_with_rank0_wait(tmp_path, monkeypatch):
+    """The done-when case, through the CLI as a user types it."""
+    out = tmp_path / "report.json"
+    monkeypatch.setenv("SLOW_RANK_S", "0.04")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    code = cli_main(["profile", "--steps", "6", "--warmup", "2", "-q", "--json", str(out), "--", *torchrun()])
+    doc = json.loads(out.read_text())
+    assert code == 0, doc.get("error")
+    ranks = doc["sections"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["status"] == "stopped" and r["measured_steps"] == 6 for r in ranks)
+    [strag] = [f for f in doc["findings"] if f["id"] == "distributed.straggler"]
+    assert strag["data"]["rank"] == 1
+    assert strag["data"]["phase"] == "data_wait_s"
+    wait0 = strag["data"]["others_wait_s"]["0"]
+    # rank 0's wait is what it measured in DDP's all-reduce, and rank 1 arrived last at the all-reduces
+    assert wait0 == pytest.approx(
+        ranks[0]["comm_per_step"]["ddp_exposed_s"] + ranks[0]["comm_per_step"]["collective_s"]
+    )
+    assert wait0 > ranks[1]["comm_per_step"]["ddp_exposed_s"]
+    assert strag["data"]["skew"]["last_rank"].get("1", 0) > strag["data"]["skew"]["calls"] / 2
+    assert "all-reduce" in strag["evidence"]
+    # per-process findings are kept per rank
+    assert any(f["id"].startswith("dataloader") and f["data"].get("rank") == 1 for f in doc["findings"])
+
+
+def test_find_unused_parameters_measured(tmp_path):
+    res, report = profile(tmp_path, FIND_UNUSED="1", SKIP_SPARE="1")
+    assert res.ok, res.error
+    [f] = by_id(report, "ddp.find_unused_parameters")
+    assert f.data["unused_parameters"] == 2  # spare.weight, spare.bias
+    assert f.data["search_s"] > 0
+    assert "flag is needed" in f.evidence
+
+
+def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
+    res, report = profile(tmp_path, ACCUM="2", EXPLICIT="1")
+    assert res.ok, res.error
+    [f] = by_id(report, "ddp.no_sync")
+    assert f.data["rounds_per_step"] == pytest.approx(2.0)
+    sites = report.sections["ranks"][0]["collective_sites"]
+    [site] = [s for s in sites if s["op"] == "all_reduce"]
+    assert site["location"].endswith(f"planted_ddp.py:{REDUCE_LINE}")
+    assert site["bytes"] == 4 * site["count"]  # one float32 loss per call
+    assert "all_reduce" in report.sections["distributed"]["skew"]
+
+
+def test_oversubscribed_threads(tmp_path):
+    res, report = profile(tmp_path, steps=3, OVERSUBSCRIBE="1")
+    assert res.ok, res.error
+    [f] = by_id(report, "distributed.threads")
+    cpus = len(os.sched_getaffinity(0))
+    assert f.data["threads"] == 2 * cpus and f.data["cpus"] == cpus
+    assert f.data["overlap"] is True
+
+
+def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
+    res, report = profile(tmp_path, steps=10, RAISE_AT="5")
+    assert not res.ok
+    assert res.error.startswith("rank 1: ValueError: planted failure at step 5 (at ")
+    assert {r["rank"] for r in report.sections["ranks"]} == {0, 1}
+    assert by_id(report, "distributed.failure")
+
+
+def test_rank_that_exits_while_the_other_is_in_all_reduce(tmp_path):
+    res, report = profile(tmp_path, steps=10, EXIT_AT="5")
+    assert not res.ok
+    assert res.error.startswith("rank 1: "), res.error
+    r0 = next(r for r in report.sections["ranks"] if r["rank"] == 0)
+    assert r0["state"]["current"]["what"] == "DDP gradient all-reduce"
+    assert r0["state"]["current"]["location"].endswith(f"planted_ddp.py:{BACKWARD_LINE}")
+    assert res.error.startswith("rank 1: ended abruptly in step 5")
+    assert "rank 0 was waiting in DDP gradient all-reduce at " in res.error
+    assert f"planted_ddp.py:{BACKWARD_LINE} (step 5)" in res.error
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    out = tmp_path / "report.json"
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pitstop",
+        "profile",
+        "--full",
+        "-q",
+        "--json",
+        str(out),
+        "--out-dir",
+        str(run_dir),
+    ]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    proc = subprocess.Popen(
+        [*cmd, "--", *torchrun()], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 90
+    pids: list[int] = []
+    while time.monotonic() < deadline:  # both ranks are past their third step
+        states = [json.loads(p.read_text()) for p in run_dir.glob("rank-*/state.json") if p.stat().st_size]
+        if len(states) == 2 and all(s["step"] >= 3 for s in states):
+            pids = [s["pid"] for s in states]
+            break
+        time.sleep(0.2)
+    assert pids, "ranks never started"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["status"] == "interrupted"
+    assert {r["rank"]: r["status"] for r in doc["sections"]["ranks"]} == {0: "interrupted", 1: "interrupted"}
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_two_nodes_share_an_out_dir_and_merge(tmp_path):
+    shared = tmp_path / "shared"
+    port = free_port()
+    results = {}
+
+    def node(rank: int) -> None:
+        cmd = ["torchrun", "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1", "--rdzv_backend=c10d",
+               f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=pitstop-test", str(PLANTED)]  # fmt: skip
+        spec = RunSpec(
+            command=cmd, steps=4, warmup=1, timeout=120, quiet=True, env={"MASTER_ADDR": "127.0.0.1"}
+        )
+        results[rank] = run(spec, out_dir=shared)
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert all(results[r].ok for r in (0, 1)), [results[r].error for r in results]
+    merged = merge_dir(shared)
+    assert sorted(merged.ranks) == [0, 1]
+    report = merged.report()
+    assert [r["measured_steps"] for r in report.sections["ranks"]] == [4, 4]
+    assert report.meta["world_size"] == 2
+    code = cli_main(["profile", "-q", "--json", str(tmp_path / "m.json"), "merge", str(shared)])
+    assert code == 0
+    assert len(json.loads((tmp_path / "m.json").read_text())["sections"]["ranks"]) == 2
