@@ -84,8 +84,9 @@ def _device_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
 class CommRecorder:
     """One per rank. ``step()`` says which step a call belongs to; ``snapshot()`` is what the rank writes."""
 
-    def __init__(self, step_of: Any = None, warmup_of: Any = None) -> None:
+    def __init__(self, step_of: Any = None, warmup_of: Any = None, beat: Any = None) -> None:
         self._step_of = step_of or (lambda: 0)
+        self._beat = beat or (lambda step: None)  # told the step at each collective (the rank's heartbeat)
         self._warmup_of = warmup_of or (lambda i: False)
         self.wall0 = time.time() - clock()  # perf_counter -> wall clock, for skew across ranks
         self.calls: list[dict[str, Any]] = []
@@ -185,6 +186,7 @@ class CommRecorder:
             blocking = not kwargs.get("async_op", False)
             if blocking:
                 rec.current = (name, loc, t)
+            rec._beat(rec.step())
             rec._local.inside = True
             try:
                 out = orig(*args, **kwargs)
@@ -359,6 +361,7 @@ class CommRecorder:
 
     def _open_round(self, ddp: Any, t: float) -> dict[str, Any]:
         step = self.step()
+        self._beat(step)
         seq = self._seq.get(DDP_OP, 0)
         self._seq[DDP_OP] = seq + 1
         loc = user_location(3)

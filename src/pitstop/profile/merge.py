@@ -81,10 +81,12 @@ def collect_ranks(
     states = read_states(out)
     for r, res in ranks.items():
         if res.status == "killed":  # no final record: the launcher's exit status is not this rank's
-            step = (states.get(r) or {}).get("step", len(res.warmup_steps) + len(res.steps))
+            st = states.get(r) or {}
+            last = st.get("collective_step")
             res.error = (
-                f"ended abruptly in step {step} (os._exit, a signal or a crash in native code); "
-                "measurements up to its last periodic record"
+                "ended abruptly (os._exit, a signal or a crash in native code)"
+                + (f" after reaching its collectives of step {last}" if last is not None else "")
+                + "; measurements up to its last periodic record"
             )
     failed = {r: res for r, res in ranks.items() if not res.ok}
     first = ranks.get(0) or next(iter(ranks.values()), None)
@@ -111,6 +113,8 @@ def collect_ranks(
     else:
         final, error = first.status if first else "completed", None
     base = first or RunResult(returncode, error, [], [], {}, None, wall)
+    local = ((base.data.get("distributed") or {}).get("local_world_size")) or len(ranks)
+    base.config["local_world_size"] = local  # fix splits the cores between a node's ranks
     return RanksResult(
         returncode=returncode,
         error=error,

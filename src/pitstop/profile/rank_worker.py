@@ -29,6 +29,7 @@ ENV_CONFIG = "PITSTOP_RANKS_CONFIG"
 ENV_PARENT = "PITSTOP_PARENT_PID"
 ENV_RANK_PID = "PITSTOP_RANK_PID"
 STATE = "state.json"
+HEARTBEAT = "heartbeat"  # the step of the rank's last collective: one pwrite each, read if it dies
 WATCH_S = 0.2
 
 
@@ -56,7 +57,7 @@ def activate() -> None:
         "kind": kind,
         "target": target,
         "args": args,
-        "overrides": {},
+        "overrides": cfg.get("overrides") or {},
         "callback": None,
         "callback_at": "loader",
         "out_dir": str(out.resolve()),
@@ -103,6 +104,7 @@ class RankWorker:
         self.comm: Any = None
         self.inst: Any = None
         self.signal: str | None = None
+        self.requested_threads: int | None = None
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
 
@@ -111,8 +113,14 @@ class RankWorker:
 
         self.inst = inst
         warmup = inst.cfg.warmup
-        self.comm = CommRecorder(step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup)
+        self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.comm = CommRecorder(
+            step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
+        )
         self.comm.install()
+        threads = inst.cfg.overrides.num_threads
+        if threads:
+            self._force_threads(int(threads))
         if threading.current_thread() is threading.main_thread():
 
             def on_stop(signum: int, frame: Any) -> None:
@@ -125,6 +133,24 @@ class RankWorker:
                 signal.signal(signal.SIGTERM, on_stop)
                 signal.signal(signal.SIGINT, on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    def _beat(self, step: int) -> None:
+        with contextlib.suppress(OSError):
+            os.pwrite(self._beat_fd, b"%12d\n" % step, 0)
+
+    def _force_threads(self, n: int) -> None:
+        """The ``num_threads`` override: n intra-op threads, whatever the script asks for later."""
+        import torch
+
+        torch.set_num_threads(n)
+        orig = torch.set_num_threads
+
+        def set_num_threads(requested: int) -> None:
+            self.requested_threads = requested
+            orig(n)
+
+        torch.set_num_threads = set_num_threads
+        self.inst._extra_undo.append(lambda: setattr(torch, "set_num_threads", orig))
 
     def state(self) -> dict[str, Any]:
         cur = self.comm.current if self.comm is not None else None
@@ -158,7 +184,7 @@ class RankWorker:
             "pid": os.getpid(),
             "signal": self.signal,
             "state": self.state(),
-            "process": process_facts(),
+            "process": {**process_facts(), "script_asked_threads": self.requested_threads},
             "wall_s": time.perf_counter() - self._t0,
         }
         if self.comm is not None:

@@ -74,6 +74,7 @@ def run_ranks(
     out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
+    cfg["overrides"] = spec.overrides.to_dict()
     cfg["out_dir"] = str(out.resolve())
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
     env = {**os.environ, **spec.env}
@@ -170,6 +171,8 @@ def read_states(out: Path) -> dict[int, dict[str, Any]]:
         except (OSError, ValueError):
             continue
         st["alive"] = st.get("status") in (None, "running") and _alive(int(st.get("pid", 0)))
+        with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
+            st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
         states[int(st["rank"])] = st
     return states
 
