@@ -16,6 +16,7 @@ import pytest
 
 from pitstop.cli import main as cli_main
 from pitstop.profile.merge import merge_dir
+from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
@@ -33,9 +34,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(*extra: str, nproc: int = 2) -> list[str]:
+def torchrun(*extra: str, nproc: int = 2, module: bool = False) -> list[str]:
     return [
-        "torchrun",
+        *([sys.executable, "-m", "torch.distributed.run"] if module else ["torchrun"]),
         f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
@@ -44,9 +45,9 @@ def torchrun(*extra: str, nproc: int = 2) -> list[str]:
     ]
 
 
-def profile(tmp_path: Path, steps: int = 6, **env: str):
+def profile(tmp_path: Path, steps: int = 6, module: bool = False, **env: str):
     spec = RunSpec(
-        command=torchrun(),
+        command=torchrun(module=module),
         steps=steps,
         warmup=2,
         timeout=120,
@@ -98,7 +99,7 @@ def test_find_unused_parameters_measured(tmp_path):
 
 
 def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
-    res, report = profile(tmp_path, ACCUM="2", EXPLICIT="1")
+    res, report = profile(tmp_path, module=True, ACCUM="2", EXPLICIT="1")  # python -m torch.distributed.run
     assert res.ok, res.error
     [f] = by_id(report, "ddp.no_sync")
     assert f.data["rounds_per_step"] == pytest.approx(2.0)
@@ -116,6 +117,20 @@ def test_oversubscribed_threads(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     assert f.data["threads"] == 2 * cpus and f.data["cpus"] == cpus
     assert f.data["overlap"] is True
+
+
+def test_thread_override_reaches_every_rank(tmp_path):
+    """What `pitstop fix` runs for its thread-split candidate: the override wins over the script's own."""
+    spec = RunSpec(command=torchrun(), steps=3, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1", "OVERSUBSCRIBE": "1"}, overrides=Overrides(num_threads=1))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    report = res.report()
+    assert not by_id(report, "distributed.threads")
+    cpus = len(os.sched_getaffinity(0))
+    for r in report.sections["ranks"]:
+        assert r["process"]["intra_op_threads"] == 1
+        assert r["process"]["script_asked_threads"] == cpus
 
 
 def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
