@@ -221,3 +221,20 @@ def test_two_nodes_share_an_out_dir_and_merge(tmp_path):
     code = cli_main(["profile", "-q", "--json", str(tmp_path / "m.json"), "merge", str(shared)])
     assert code == 0
     assert len(json.loads((tmp_path / "m.json").read_text())["sections"]["ranks"]) == 2
+
+
+def test_accelerate_launch_single_process_is_profiled(tmp_path):
+    """`accelerate launch` of one process starts the script with no RANK: the launcher's child is the rank."""
+    script = tmp_path / "single.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"
+        "m = nn.Linear(8, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(50):\n    loss = m(torch.randn(4, 8)).sum()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    cmd = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(script)]  # fmt: skip
+    res = run(RunSpec(command=cmd, steps=5, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    assert res.launcher == "accelerate" and sorted(res.ranks) == [0]
+    assert len(res.steps) == 5

@@ -28,6 +28,7 @@ from typing import Any
 ENV_CONFIG = "PITSTOP_RANKS_CONFIG"
 ENV_PARENT = "PITSTOP_PARENT_PID"
 ENV_RANK_PID = "PITSTOP_RANK_PID"
+ENV_LAUNCHER_PID = "PITSTOP_LAUNCHER_PID"
 STATE = "state.json"
 HEARTBEAT = "heartbeat"  # the step of the rank's last collective: one pwrite each, read if it dies
 WATCH_S = 0.2
@@ -38,12 +39,19 @@ def rank_dir(out_dir: Path, rank: int) -> Path:
 
 
 def activate() -> None:
-    """Called at start-up of every Python process under the launcher; acts only in its workers."""
-    if os.environ.get(ENV_RANK_PID) or os.environ.get(ENV_PARENT) == str(os.getppid()):
-        return  # a process a rank started (spawned loader workers), or the launcher itself
+    """Called at start-up of every Python process under the launcher; acts only in its workers: processes
+    with RANK set, or started by the launcher itself (``accelerate launch`` of one process sets no RANK)."""
+    ppid = str(os.getppid())
+    if os.environ.get(ENV_RANK_PID):
+        return  # a process a rank started (spawned loader workers, compile workers)
+    if os.environ.get(ENV_PARENT) == ppid:
+        os.environ[ENV_LAUNCHER_PID] = str(os.getpid())  # the launcher itself: runs untouched
+        return
+    if "RANK" not in os.environ and os.environ.get(ENV_LAUNCHER_PID) != ppid:
+        return
     try:
         cfg = json.loads(Path(os.environ[ENV_CONFIG]).read_text())
-        rank = int(os.environ["RANK"])
+        rank = int(os.environ.get("RANK", 0))
         from pitstop.profile.runner import CommandError, parse_command
 
         kind, target, args = parse_command(list(getattr(sys, "orig_argv", [])))

@@ -1,7 +1,7 @@
 """Put on PYTHONPATH by ``pitstop profile`` around a launcher (torchrun, accelerate launch).
 
 Every Python process the launcher starts imports this at start-up. It first runs the environment's own
-``sitecustomize`` (if any), then, in a worker with RANK set, hands over to
+``sitecustomize`` (if any), then, in a worker (RANK set, or the launcher's own child), hands over to
 ``pitstop.profile.rank_worker``, which runs the worker's script under pitstop's instrumentation. In any
 other process it does nothing else.
 """
@@ -20,7 +20,7 @@ if _spec is not None and _spec.loader is not None:
     sys.modules["sitecustomize"] = _mod
     _spec.loader.exec_module(_mod)
 
-if os.environ.get("PITSTOP_RANKS_CONFIG") and "RANK" in os.environ:
+if os.environ.get("PITSTOP_RANKS_CONFIG"):
     from pitstop.profile.rank_worker import activate
 
     activate()
