@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 
-from pitstop.profile import comm, dist_rules, ranks
+from pitstop.profile import comm, comm_hook, dist_rules, ranks
 from pitstop.profile.merge import quote
 
 
@@ -131,12 +130,12 @@ def test_spans_cpu_and_cuda_events():
             {"launch": 0.4, "done": 1.0, "events": None},
         ]
     }
-    assert comm._spans(cpu) == (pytest.approx(1.0), pytest.approx(0.6))
+    assert comm_hook.spans_of(cpu) == (pytest.approx(1.0), pytest.approx(0.6))
     gpu = {"buckets": [{"launch": 0, "done": 9, "events": [FakeEvent(1.0), FakeEvent(1.2)]},
                        {"launch": 0, "done": 9, "events": [FakeEvent(1.5), FakeEvent(1.9)]}]}  # fmt: skip
-    comm_s, exposed = comm._spans(gpu)  # host times ignored when every bucket has its events
+    comm_s, exposed = comm_hook.spans_of(gpu)  # host times ignored when every bucket has its events
     assert comm_s == pytest.approx(0.6) and exposed == pytest.approx(0.4)
-    assert comm._spans({"buckets": [{"launch": 0.0, "done": None, "events": None}]}) is None
+    assert comm_hook.spans_of({"buckets": [{"launch": 0.0, "done": None, "events": None}]}) is None
 
 
 def test_timed_hook_records_buckets_and_keeps_the_value():
@@ -153,7 +152,7 @@ def test_timed_hook_records_buckets_and_keeps_the_value():
             return True
 
     fut = torch.futures.Future()
-    hook = rec.timed_hook(lambda state, bucket: fut, SimpleNamespace(module=torch.nn.Linear(1, 1)))
+    hook = rec.timed_hook(lambda state, bucket: fut, torch.nn.Linear(1, 1))
     out = hook(None, Bucket())
     assert rec.current[0] == "DDP gradient all-reduce"
     fut.set_result(value * 2)
@@ -161,6 +160,20 @@ def test_timed_hook_records_buckets_and_keeps_the_value():
     assert rec.current is None
     snap = rec.snapshot()
     assert snap["per_step"]["3"]["ddp_rounds"] == 1 and snap["per_step"]["3"]["ddp_bytes"] == 16
+
+
+def test_timed_hook_pickles_and_copies_to_the_hook_it_wraps():
+    import copy
+    import pickle
+
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    m = torch.nn.Linear(1, 1)
+    hook = comm.CommRecorder().timed_hook(default_hooks.allreduce_hook, m)
+    assert pickle.loads(pickle.dumps(hook)) is default_hooks.allreduce_hook
+    assert copy.deepcopy(hook) is default_hooks.allreduce_hook
+    assert hook.__qualname__ == "allreduce_hook"
 
 
 def test_quote_keeps_first_line_and_location():

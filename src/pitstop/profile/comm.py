@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from pitstop.profile.comm_hook import spans_of
 from pitstop.profile.where import user_location
 
 clock = time.perf_counter
@@ -299,8 +300,10 @@ class CommRecorder:
                 group, hook = st["default"]
                 st["default"] = None
                 if not getattr(ddp, "_comm_hooks", None):
-                    with contextlib.suppress(Exception):  # e.g. a builtin hook registered: leave it as it is
+                    try:
                         rec._register(ddp, group, rec.timed_hook(hook, ddp))
+                    except Exception as e:  # e.g. a builtin hook registered: leave it, say why untimed
+                        st["facts"]["hook_error"] = f"{type(e).__name__}: {e}"
             facts = st["facts"] if st is not None else None
             if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
                 return orig(ddp, output)
@@ -314,50 +317,9 @@ class CommRecorder:
 
     def timed_hook(self, hook: Any, ddp: Any) -> Any:
         """``hook(state, bucket) -> Future`` with each bucket's launch and completion timed."""
-        rec = self
+        from pitstop.profile.comm_hook import TimedHook
 
-        def pitstop_comm_hook(state: object, bucket: Any) -> Any:
-            t = clock()
-            rnd = rec._round
-            if rnd is None or rnd["closed"]:
-                rnd = rec._open_round(ddp, t)
-            buf = bucket.buffer()
-            b: dict[str, Any] = {
-                "launch": t,
-                "done": None,
-                "bytes": buf.numel() * buf.element_size(),
-                "events": None,
-            }
-            if buf.is_cuda:
-                start = torch.cuda.Event(enable_timing=True)
-                start.record()
-                b["events"] = [start, None]
-            rnd["buckets"].append(b)
-            rnd["last_launch"] = t
-            if bucket.is_last():
-                rnd["closed"] = True
-            rec._local.inside = True
-            try:
-                fut = hook(state, bucket)
-            finally:
-                rec._local.inside = False
-
-            def done(f: Any) -> Any:
-                value = f.value()  # raises when the peer is gone: the round stays the one it failed in
-                b["done"] = clock()
-                if b["events"] is not None:
-                    end = torch.cuda.Event(enable_timing=True)
-                    end.record()
-                    b["events"][1] = end
-                if rnd["closed"] and all(x["done"] is not None for x in rnd["buckets"]):
-                    rec.current = None
-                return value
-
-            return fut.then(done)
-
-        pitstop_comm_hook.__qualname__ = getattr(hook, "__qualname__", "hook")
-        pitstop_comm_hook.__annotations__ = {}  # DDP checks them: none is accepted, strings are not
-        return pitstop_comm_hook
+        return TimedHook(self, hook, ddp)
 
     def _open_round(self, ddp: Any, t: float) -> dict[str, Any]:
         step = self.step()
@@ -388,7 +350,7 @@ class CommRecorder:
         for rnd in self.rounds:
             if rnd.get("finished"):
                 continue
-            spans = _spans(rnd)
+            spans = spans_of(rnd)
             if spans is None:
                 continue
             rnd["finished"] = True
@@ -419,34 +381,3 @@ class CommRecorder:
             else {"what": cur[0], "location": cur[1], "since_s": self.wall0 + cur[2]},
             "env": {k: os.environ[k] for k in NCCL_ENV if k in os.environ},
         }
-
-
-def _spans(rnd: dict[str, Any]) -> tuple[float, float] | None:
-    """(all-reduce time, the part after the last bucket was ready) of one backward; None while a bucket
-    is still in flight."""
-    buckets = rnd["buckets"]
-    if not buckets or any(b["done"] is None for b in buckets):
-        return None
-    if all(b["events"] and b["events"][1] is not None for b in buckets):
-        # on the GPU: intervals relative to the first launch event
-        e0 = buckets[0]["events"][0]
-        iv = [(e0.elapsed_time(b["events"][0]) / 1e3, e0.elapsed_time(b["events"][1]) / 1e3) for b in buckets]
-    else:
-        iv = [(b["launch"], b["done"]) for b in buckets]
-    last_ready = max(a for a, _ in iv)
-    end = max(b for _, b in iv)
-    return _union(iv), max(0.0, end - last_ready)
-
-
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, cur_a, cur_b = 0.0, None, None
-    for a, b in sorted(intervals):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                total += cur_b - cur_a  # type: ignore[operator]
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        total += cur_b - cur_a  # type: ignore[operator]
-    return total
