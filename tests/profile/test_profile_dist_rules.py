@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from pitstop.profile import comm, comm_hook, dist_rules, ranks

@@ -12,12 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pitstop.cli import main as cli_main
 from pitstop.profile.merge import merge_dir
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunSpec, run
+from pitstop.report.jsonfmt import load_schema
 
 pytestmark = pytest.mark.slow
 
@@ -68,9 +70,28 @@ def test_straggler_named_by_rank_and_phase_with_rank0_wait(tmp_path, monkeypatch
     out = tmp_path / "report.json"
     monkeypatch.setenv("SLOW_RANK_S", "0.04")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    code = cli_main(["profile", "--steps", "6", "--warmup", "2", "-q", "--json", str(out), "--", *torchrun()])
+    html = tmp_path / "report.html"
+    code = cli_main(
+        [
+            "profile",
+            "--steps",
+            "6",
+            "--warmup",
+            "2",
+            "-q",
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+            "--",
+            *torchrun(),
+        ]
+    )
     doc = json.loads(out.read_text())
     assert code == 0, doc.get("error")
+    jsonschema.validate(doc, load_schema())
+    page = html.read_text()
+    assert "Per-rank step breakdown" in page and "Rank 1: where a step goes" in page and "Skew" in page
     ranks = doc["sections"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert all(r["status"] == "stopped" and r["measured_steps"] == 6 for r in ranks)

@@ -51,6 +51,7 @@ COLLECTIVES = (
     "scatter",
     "monitored_barrier",
 )
+MAX_PENDING = 10000
 MAX_CALLS = 20000  # per-call records kept for the skew analysis (aggregates keep counting past it)
 DDP_OP = "ddp.all_reduce"
 NCCL_ENV = (
@@ -199,6 +200,8 @@ class CommRecorder:
                 name, loc, t, clock() - t, _nbytes(args[:1] or list(kwargs.values())[:1]), blocking
             )
             if not blocking and out is not None:
+                if len(rec._pending) > MAX_PENDING:  # Works never waited on (their futures used instead)
+                    rec._pending.clear()
                 rec._pending[id(out)] = entry
             rec._note_backend()
             return out

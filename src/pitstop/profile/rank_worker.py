@@ -165,6 +165,7 @@ class RankWorker:
         return {
             "rank": self.rank,
             "pid": os.getpid(),
+            "host": socket.gethostname(),
             "time_s": time.time(),
             "step": len(self.inst.records) if self.inst is not None else 0,
             "current": None

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from pitstop.profile.runner import GRACE_S, POLL_S, RunResult, RunSpec
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
 CONFIG = "ranks-config.json"
+HOST = socket.gethostname()
 MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
 
 
@@ -170,7 +172,9 @@ def read_states(out: Path) -> dict[int, dict[str, Any]]:
             st = json.loads((d / rw.STATE).read_text())
         except (OSError, ValueError):
             continue
-        st["alive"] = st.get("status") in (None, "running") and _alive(int(st.get("pid", 0)))
+        # a rank on another node (shared --out-dir) is alive until it writes its final status
+        local = st.get("host") in (None, HOST)
+        st["alive"] = st.get("status") in (None, "running") and (not local or _alive(int(st.get("pid", 0))))
         with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
             st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
         states[int(st["rank"])] = st
