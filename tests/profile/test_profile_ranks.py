@@ -259,3 +259,27 @@ def test_accelerate_launch_single_process_is_profiled(tmp_path):
     assert res.ok, res.error
     assert res.launcher == "accelerate" and sorted(res.ranks) == [0]
     assert len(res.steps) == 5
+
+
+def test_fsdp_all_gather_and_reduce_scatter_measured(tmp_path):
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip("FSDP2 (fully_shard) not in this torch")
+    script = Path(__file__).with_name("planted_fsdp.py")
+    cmd = [
+        "torchrun",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+    ]
+    res = run(RunSpec(command=cmd, steps=4, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    report = res.report()
+    for r in report.sections["ranks"]:
+        ops = {s["op"]: s for s in r["collective_sites"]}
+        gathers = [s for s in r["collective_sites"] if "all_gather" in s["op"]]
+        scatters = [s for s in r["collective_sites"] if "reduce_scatter" in s["op"]]
+        assert gathers and scatters, ops
+        assert all(s["bytes"] > 0 and s["location"].startswith(str(script)) for s in gathers + scatters)
+        assert r["comm_per_step"]["collective_s"] > 0  # FSDP waits on its async Works

@@ -41,6 +41,9 @@ COLLECTIVES = (
     "all_gather_object",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "all_gather_single",  # FSDP2's all-gather and reduce-scatter
+    "reduce_scatter_single",
+    "all_reduce_coalesced",
     "broadcast",
     "broadcast_object_list",
     "barrier",
