@@ -43,6 +43,8 @@ for i, (x, y) in enumerate(DataLoader(Data(), batch_size=8)):
     step = i // ACCUM
     if rank == 1 and env("RAISE_AT") and step == int(env("RAISE_AT")):
         raise ValueError(f"planted failure at step {step}")
+    if rank == 1 and env("HANG_AT") and step == int(env("HANG_AT")):
+        time.sleep(600)  # alive but never reaching the all-reduce rank 0 waits in
     if rank == 1 and env("EXIT_AT") and step == int(env("EXIT_AT")):
         os._exit(3)  # gone without a word, while rank 0 goes on into the all-reduce
     loss = nn.functional.cross_entropy(ddp(x), y) / ACCUM

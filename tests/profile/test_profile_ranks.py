@@ -177,6 +177,17 @@ def test_rank_that_exits_while_the_other_is_in_all_reduce(tmp_path):
     assert f"planted_ddp.py:{BACKWARD_LINE} (step 5)" in res.error
 
 
+def test_timeout_says_where_each_rank_was(tmp_path):
+    spec = RunSpec(command=torchrun(), steps=50, warmup=2, timeout=45, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1", "HANG_AT": "5"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "timeout"
+    assert "rank 0 waiting in DDP gradient all-reduce at " in res.error
+    assert f"planted_ddp.py:{BACKWARD_LINE} for " in res.error
+    assert "rank 1 at step 5" in res.error
+    assert {r["rank"] for r in res.report().sections["ranks"]} == {0, 1}
+
+
 def test_ctrl_c_stops_every_rank(tmp_path):
     out = tmp_path / "report.json"
     run_dir = tmp_path / "run"
