@@ -129,3 +129,21 @@ def rank_blocks(report: Report) -> list[Block]:
             )
         )
     return blocks
+
+
+def print_ranks(report: Report, console: Any) -> None:
+    """One line per rank under the step bar: its step and where it went, waiting in collectives apart."""
+    from rich.text import Text
+
+    for r in report.sections.get("ranks") or []:
+        if not r.get("breakdown"):
+            console.print(Text(f"rank {r['rank']}: {r['status']}, no measured step", style="bold"))
+            continue
+        parts = _parts(r)
+        shown = ", ".join(f"{label} {parts[k] * 1000:.1f}" for label, k in COLUMNS if parts[k] >= 0.0005)
+        console.print(
+            Text(f"rank {r['rank']}", style="bold")
+            + Text(
+                f" ({r['status']}): step {r['breakdown']['median_step_s'] * 1000:.1f} ms median; {shown} ms"
+            )
+        )
