@@ -45,6 +45,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.profile.render import html_blocks, print_breakdown
+    from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
 
     cmd = command_after_dashes(args)
@@ -93,6 +94,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     report = result.report()
     if not args.quiet and args.json != "-":
         print_breakdown(report, Console())
+        print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
     if result.trace_path and not args.quiet:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")

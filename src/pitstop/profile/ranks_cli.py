@@ -13,6 +13,7 @@ def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
 
     from pitstop.profile.merge import merge_dir, rank_dirs
     from pitstop.profile.render import html_blocks, print_breakdown
+    from pitstop.profile.render_ranks import print_ranks
 
     if len(rest) != 1:
         return usage_error("usage: pitstop profile merge DIR (the --out-dir every node wrote to)")
@@ -25,5 +26,6 @@ def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
     report = result.report()
     if not args.quiet and args.json != "-":
         print_breakdown(report, Console())
+        print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
     return code if result.ok else 1

@@ -162,10 +162,6 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
     )
     console.print(bar)
     console.print(legend)
-    if report.sections.get("ranks"):
-        from pitstop.profile.render_ranks import print_ranks
-
-        print_ranks(report, console)
 
 
 assert len(PALETTE) >= len(PARTS)
