@@ -177,6 +177,7 @@ def read_states(out: Path) -> dict[int, dict[str, Any]]:
         st["alive"] = st.get("status") in (None, "running") and (not local or _alive(int(st.get("pid", 0))))
         with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
             st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
+            st["step"] = max(int(st.get("step", 0)), st["collective_step"])  # the 0.2 s sample may lag
         states[int(st["rank"])] = st
     return states
 
