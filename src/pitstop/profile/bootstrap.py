@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 MEASUREMENTS = "measurements.json"
+# extensions in the child (pitstop.profile.rank_worker): fn(inst) after install, fn(inst, data) before the
+# final record is written
+ON_INSTALL: list[Any] = []
+ON_FINISH: list[Any] = []
 
 
 def _describe_error(e: BaseException) -> tuple[str, str]:
@@ -85,6 +89,8 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     watchdog = Watchdog(inst).start()  # stacks of a hang / slow step, before the script is stopped
     try:
         inst.install()
+        for fn in ON_INSTALL:
+            fn(inst)
         inst.flush("running")
         if kind == "module":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -124,6 +130,11 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
     data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
+    for fn in ON_FINISH:
+        try:
+            fn(inst, data)
+        except BaseException as e:
+            data["finalize_error"] = f"{type(e).__name__}: {e}"
     for _ in range(3):  # a late signal handler raising mid-write must not lose the record
         try:
             write_json_atomic(inst.flush_path, data)

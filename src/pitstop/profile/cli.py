@@ -30,7 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--out-dir", metavar="DIR", help="keep the run's files (measurements, trace) here")
     p.add_argument("--no-probes", action="store_true", help="skip the measured what-ifs after the run")
     add_output_args(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (or -m module)")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        help="-- python train.py ARGS (or -m module, or torchrun ...); or: merge DIR",
+    )
     p.set_defaults(func=cmd_profile)
 
 
@@ -41,9 +45,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.profile.render import html_blocks, print_breakdown
+    from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
 
     cmd = command_after_dashes(args)
+    if (args.cmd or [])[:1] == ["merge"]:  # pitstop profile merge DIR: the ranks a multi-node launch left
+        from pitstop.profile.ranks_cli import cmd_merge
+
+        return cmd_merge(args, cmd[1:])
     if args.steps < 1 or args.warmup < 0:
         return usage_error("--steps must be >= 1 and --warmup >= 0")
     if args.timeout is not None and args.timeout <= 0:
@@ -85,6 +94,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     report = result.report()
     if not args.quiet and args.json != "-":
         print_breakdown(report, Console())
+        print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
     if result.trace_path and not args.quiet:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")

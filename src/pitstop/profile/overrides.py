@@ -29,6 +29,8 @@ class Overrides:
     compile:        ``torch.compile`` the top-level model; errors fall back to eager (recorded).
     keep_host_memory: ``pitstop.train.keep_host_memory()`` before the script runs (glibc keeps freed
                     blocks mapped, so steps stop page-faulting their tensors in).
+    num_threads:    intra-op threads of each process (``torch.set_num_threads``), also when the script
+                    sets its own; applied in every rank of a launcher (``pitstop.profile.rank_worker``).
     """
 
     dataloader: dict[str, Any] = field(default_factory=dict)
@@ -38,6 +40,7 @@ class Overrides:
     optimizer_impl: str | None = None
     compile: bool = False
     keep_host_memory: bool = False
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.dataloader) - DATALOADER_KEYS

@@ -37,6 +37,10 @@ def html_blocks(report: Report) -> list[Block]:
                 unit="ms",
             )
         )
+    if s.get("ranks"):  # a torchrun / accelerate launch: per-rank views
+        from pitstop.profile.render_ranks import rank_blocks
+
+        blocks += rank_blocks(report)
     bd = s.get("breakdown")
     if bd:
         blocks.append(

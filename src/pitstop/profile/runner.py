@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
+from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_per_s
 from pitstop.profile.watchdog import hang_summary, read_watchdog, request_stacks
@@ -151,9 +152,13 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
             return "module", rest[1], rest[2:]
     script = rest[0]
     path = Path(cwd or ".") / script
-    if not path.is_file():
-        hint = " (pitstop runs Python scripts; for a shell command use its Python entry point)"
-        raise CommandError(f"script not found: {script}" + ("" if script.endswith(".py") else hint))
+    if not path.is_file() and len(rest) < len(command):
+        raise CommandError(f"script not found: {script}")
+    if len(rest) == len(command):  # no python in front: a console script (torchrun, ...), a shell command
+        found, message = resolve_script(rest, cwd)
+        if found is None:
+            raise CommandError(message or f"script not found: {script}")
+        path = found
     return "script", str(path.resolve()), rest[1:]
 
 
@@ -173,6 +178,11 @@ def run(
         kind, target, args = parse_command(spec.command, spec.cwd)
     except CommandError as e:
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
+    launcher = launcher_for(kind, target, args)
+    if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
+        from pitstop.profile.ranks import run_ranks
+
+        return run_ranks(spec, kind, target, args, launcher, out_dir, progress)
     temp = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="pitstop-profile-")) if out_dir is None else Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

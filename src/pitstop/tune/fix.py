@@ -32,6 +32,7 @@ KINDS = (
     "compile",
     "cudnn_benchmark",
     "host_memory",
+    "threads",
 )
 # finding id from profile -> candidate kind
 FINDING_KINDS = {
@@ -43,6 +44,7 @@ FINDING_KINDS = {
     "compile.none": "compile",
     "cudnn.benchmark": "cudnn_benchmark",
     "host.page_faults": "host_memory",
+    "distributed.threads": "threads",
 }
 # info findings that say "not timed here, `pitstop fix` measures it"
 UNTIMED_INFO = frozenset({"compile.none", "host.page_faults"})
@@ -205,6 +207,9 @@ def build_candidates(
                 )
                 continue
             out.append(Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why))
+        elif kind == "threads":  # ranks of a launcher sharing the cores: each gets its share
+            n = max(1, usable_cores() // int(config.get("local_world_size") or 1))
+            out.append(Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why))
     return out, skipped
 
 

@@ -1,0 +1,389 @@
+"""Communication inside one rank: the collectives it calls, DDP's gradient all-reduce, and where it waits.
+
+Installed in each worker of a torchrun / accelerate launch (``pitstop.profile.rank_worker``), on top of
+torch.distributed's own hooks:
+
+- explicit collectives: the functions of ``torch.distributed`` (``all_reduce``, ``all_gather``,
+  ``broadcast``, ``barrier``, ``reduce_scatter_tensor``, ...) are wrapped, so calls made through the
+  module (the script's, FSDP's) are timed with their file:line and bytes; an ``async_op=True`` call is
+  timed where the script waits on its ``Work``.
+- DDP: each ``DistributedDataParallel`` gets a comm hook that times its bucket futures. Without a hook of
+  the script's own it is ``default_hooks.allreduce_hook`` (divide by the group size, all-reduce: the same
+  arithmetic as DDP's built-in reduction); a hook the script registers is wrapped instead. Per backward,
+  the all-reduce time is split into the part that overlapped backward (before the last bucket was ready)
+  and the part exposed after it. On CUDA the intervals come from CUDA events read at the end.
+- every collective and bucket gets the wall-clock time this rank reached it, so the merge of all ranks
+  can say how far apart the ranks arrived (skew) and who arrived last.
+
+``current`` names the collective this rank is blocked in (what, file:line, since), read by the rank's
+watchdog when a peer dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+from pitstop.profile.comm_hook import spans_of
+from pitstop.profile.where import user_location
+
+clock = time.perf_counter
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_gather_single",  # FSDP2's all-gather and reduce-scatter
+    "reduce_scatter_single",
+    "all_reduce_coalesced",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "monitored_barrier",
+)
+MAX_PENDING = 10000
+MAX_CALLS = 20000  # per-call records kept for the skew analysis (aggregates keep counting past it)
+DDP_OP = "ddp.all_reduce"
+NCCL_ENV = (
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_BLOCKING_WAIT",
+    "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_LAUNCH_MODE",
+    "CUDA_LAUNCH_BLOCKING",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+
+def _nbytes(obj: Any, depth: int = 0) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if depth < 2 and isinstance(obj, list | tuple):
+        return sum(_nbytes(o, depth + 1) for o in obj)
+    return 0
+
+
+def _device_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    for obj in (*args, *kwargs.values()):
+        if isinstance(obj, list | tuple) and obj:
+            obj = obj[0]
+        if isinstance(obj, torch.Tensor):
+            return obj.device.type
+    return None
+
+
+class CommRecorder:
+    """One per rank. ``step()`` says which step a call belongs to; ``snapshot()`` is what the rank writes."""
+
+    def __init__(self, step_of: Any = None, warmup_of: Any = None, beat: Any = None) -> None:
+        self._step_of = step_of or (lambda: 0)
+        self._beat = beat or (lambda step: None)  # told the step at each collective (the rank's heartbeat)
+        self._warmup_of = warmup_of or (lambda i: False)
+        self.wall0 = time.time() - clock()  # perf_counter -> wall clock, for skew across ranks
+        self.calls: list[dict[str, Any]] = []
+        self.sites: dict[tuple[str, str], dict[str, Any]] = {}
+        self.per_step: dict[int, dict[str, float]] = {}
+        self.rounds: list[dict[str, Any]] = []
+        self.ddp: list[dict[str, Any]] = []
+        self.devices: set[str] = set()
+        self.backend: str | None = None
+        self.current: tuple[str, str | None, float] | None = None
+        self._seq: dict[str, int] = {}
+        self._local = threading.local()
+        self._pending: dict[int, dict[str, Any]] = {}  # id(Work) of async calls -> their record
+        self._round: dict[str, Any] | None = None
+        self._undo: list[Any] = []
+        self._cuda = False
+        self._ddp_state: dict[int, dict[str, Any]] = {}
+        self._register: Any = None
+
+    # ------------------------------------------------------------------------------ install
+    def install(self) -> None:
+        import torch.distributed as dist
+
+        for name in COLLECTIVES:
+            orig = getattr(dist, name, None)
+            if orig is not None:
+                self._patch(dist, name, self._wrap(name, orig))
+        from torch._C._distributed_c10d import Work
+
+        self._patch(Work, "wait", self._wrap_wait(Work.wait))
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self._patch(DDP, "__init__", self._wrap_ddp_init(DDP.__init__))
+        self._patch(DDP, "register_comm_hook", self._wrap_register(DDP.register_comm_hook))
+        self._patch(DDP, "_post_forward", self._wrap_post_forward(DDP._post_forward))
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        old = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+        had = name in owner.__dict__
+        setattr(owner, name, new)
+        self._undo.append((owner, name, had, old))
+
+    def uninstall(self) -> None:
+        for owner, name, had, old in reversed(self._undo):
+            if had:
+                setattr(owner, name, old)
+            else:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+        self._undo.clear()
+
+    # ------------------------------------------------------------------------------ records
+    def step(self) -> int:
+        return int(self._step_of())
+
+    def _step_totals(self, step: int) -> dict[str, float]:
+        return self.per_step.setdefault(
+            step,
+            {"collective_s": 0.0, "collectives": 0, "ddp_comm_s": 0.0, "ddp_exposed_s": 0.0, "ddp_rounds": 0,
+             "ddp_bytes": 0, "unused_search_s": 0.0},
+        )  # fmt: skip
+
+    def _record(
+        self, op: str, loc: str | None, t: float, dt: float, nbytes: int, blocking: bool
+    ) -> dict[str, Any]:
+        step = self.step()
+        seq = self._seq.get(op, 0)
+        self._seq[op] = seq + 1
+        rec = {"op": op, "seq": seq, "step": step, "enter_s": self.wall0 + t, "time_s": dt, "bytes": nbytes,
+               "location": loc, "blocking": blocking}  # fmt: skip
+        if len(self.calls) < MAX_CALLS:
+            self.calls.append(rec)
+        site = self.sites.setdefault(
+            (op, loc or "<library>"), {"op": op, "location": loc, "count": 0, "bytes": 0, "time_s": 0.0}
+        )
+        site["count"] += 1
+        site["bytes"] += nbytes
+        site["time_s"] += dt if blocking else 0.0
+        if blocking:
+            tot = self._step_totals(step)
+            tot["collective_s"] += dt
+            tot["collectives"] += 1
+        return rec
+
+    def _wrap(self, name: str, orig: Any) -> Any:
+        rec = self
+
+        @functools.wraps(orig)
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            if getattr(rec._local, "inside", False):
+                return orig(*args, **kwargs)  # a collective made by another one (all_gather_object, a hook)
+            t = clock()
+            loc = user_location(2)
+            dev = _device_of(args, kwargs)
+            if dev:
+                rec.devices.add(dev)
+            blocking = not kwargs.get("async_op", False)
+            if blocking:
+                rec.current = (name, loc, t)
+            rec._beat(rec.step())
+            rec._local.inside = True
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                rec._local.inside = False
+                if blocking:
+                    rec.current = None
+            entry = rec._record(
+                name, loc, t, clock() - t, _nbytes(args[:1] or list(kwargs.values())[:1]), blocking
+            )
+            if not blocking and out is not None:
+                if len(rec._pending) > MAX_PENDING:  # Works never waited on (their futures used instead)
+                    rec._pending.clear()
+                rec._pending[id(out)] = entry
+            rec._note_backend()
+            return out
+
+        return collective
+
+    def _wrap_wait(self, orig: Any) -> Any:
+        rec = self
+
+        @functools.wraps(orig)
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            entry = rec._pending.pop(id(work), None)
+            if entry is None or getattr(rec._local, "inside", False):
+                return orig(work, *args, **kwargs)
+            t = clock()
+            rec.current = (f"{entry['op']} (wait)", user_location(2), t)
+            try:
+                return orig(work, *args, **kwargs)
+            finally:
+                rec.current = None
+                dt = clock() - t
+                entry["time_s"] += dt
+                tot = rec._step_totals(entry["step"])
+                tot["collective_s"] += dt
+                tot["collectives"] += 1
+                site = rec.sites.get((entry["op"], entry["location"] or "<library>"))
+                if site is not None:
+                    site["time_s"] += dt
+
+        return wait
+
+    def _note_backend(self) -> None:
+        if self.backend is not None:
+            return
+        with contextlib.suppress(Exception):
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                self.backend = str(dist.get_backend())
+
+    # ---------------------------------------------------------------------------------- DDP
+    def _wrap_ddp_init(self, orig: Any) -> Any:
+        rec = self
+
+        @functools.wraps(orig)
+        def __init__(ddp: Any, *args: Any, **kwargs: Any) -> None:
+            orig(ddp, *args, **kwargs)
+            rec._note_backend()
+            params = [p for p in ddp.module.parameters() if p.requires_grad]
+            dev = params[0].device.type if params else "cpu"
+            rec.devices.add(dev)
+            rec._cuda = rec._cuda or dev == "cuda"
+            facts = {
+                "location": user_location(2),
+                "find_unused_parameters": bool(ddp.find_unused_parameters),
+                "static_graph": bool(getattr(ddp, "static_graph", False)),
+                "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+                "bucket_cap_bytes": getattr(ddp, "bucket_bytes_cap", None),
+                "broadcast_buffers": bool(getattr(ddp, "broadcast_buffers", False)),
+                "parameters": len(params),
+                "param_bytes": sum(p.numel() * p.element_size() for p in params),
+                "device": dev,
+                "hook": None,
+                "unused_parameters": 0,
+            }
+            rec.ddp.append(facts)
+            group = getattr(ddp, "process_group", None)
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            # the script may still register its own hook; ours goes in at the first forward if it did not.
+            # Kept here, not on the module: the script's model pickles and deep-copies as without pitstop.
+            rec._ddp_state[id(ddp)] = {"facts": facts, "default": (group, default_hooks.allreduce_hook)}
+
+        return __init__
+
+    def _wrap_register(self, orig: Any) -> Any:
+        rec = self
+
+        rec._register = orig
+
+        @functools.wraps(orig)
+        def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
+            st = rec._ddp_state.get(id(ddp))
+            if st is not None:
+                st["default"] = None
+                if st["facts"]["hook"] is None:
+                    st["facts"]["hook"] = getattr(hook, "__qualname__", str(hook))
+            return orig(ddp, state, rec.timed_hook(hook, ddp))
+
+        return register_comm_hook
+
+    def _wrap_post_forward(self, orig: Any) -> Any:
+        rec = self
+
+        @functools.wraps(orig)
+        def _post_forward(ddp: Any, output: Any) -> Any:
+            st = rec._ddp_state.get(id(ddp))
+            if st is not None and st["default"] is not None:
+                group, hook = st["default"]
+                st["default"] = None
+                if not getattr(ddp, "_comm_hooks", None):
+                    try:
+                        rec._register(ddp, group, rec.timed_hook(hook, ddp))
+                    except Exception as e:  # e.g. a builtin hook registered: leave it, say why untimed
+                        st["facts"]["hook_error"] = f"{type(e).__name__}: {e}"
+            facts = st["facts"] if st is not None else None
+            if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
+                return orig(ddp, output)
+            t = clock()
+            try:
+                return orig(ddp, output)  # with find_unused_parameters: the search of the autograd graph
+            finally:
+                rec._step_totals(rec.step())["unused_search_s"] += clock() - t
+
+        return _post_forward
+
+    def timed_hook(self, hook: Any, ddp: Any) -> Any:
+        """``hook(state, bucket) -> Future`` with each bucket's launch and completion timed."""
+        from pitstop.profile.comm_hook import TimedHook
+
+        return TimedHook(self, hook, ddp)
+
+    def _open_round(self, ddp: Any, t: float) -> dict[str, Any]:
+        step = self.step()
+        self._beat(step)
+        seq = self._seq.get(DDP_OP, 0)
+        self._seq[DDP_OP] = seq + 1
+        loc = user_location(3)
+        rnd = {"step": step, "seq": seq, "first_launch": t, "last_launch": t, "buckets": [], "closed": False,
+               "location": loc}  # fmt: skip
+        self._round = rnd
+        self.rounds.append(rnd)
+        self.current = ("DDP gradient all-reduce", loc, t)
+        st = self._ddp_state.get(id(ddp))
+        facts = st["facts"] if st is not None else None
+        if facts is not None and self.rounds[:-1]:
+            # parameters without a gradient after the previous backward: unused in the forward
+            with contextlib.suppress(Exception):
+                unused = sum(1 for p in ddp.module.parameters() if p.requires_grad and p.grad is None)
+                facts["unused_parameters"] = max(facts["unused_parameters"], unused)
+        return rnd
+
+    # ------------------------------------------------------------------------------ results
+    def _finish_rounds(self) -> None:
+        """Per step: DDP all-reduce time (the union of bucket intervals), exposed part and rounds."""
+        if self._cuda and torch.cuda.is_available():
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+        for rnd in self.rounds:
+            if rnd.get("finished"):
+                continue
+            spans = spans_of(rnd)
+            if spans is None:
+                continue
+            rnd["finished"] = True
+            comm, exposed = spans
+            tot = self._step_totals(rnd["step"])
+            tot["ddp_comm_s"] += comm
+            tot["ddp_exposed_s"] += exposed
+            tot["ddp_rounds"] += 1
+            tot["ddp_bytes"] += sum(b["bytes"] for b in rnd["buckets"])
+            if len(self.calls) < MAX_CALLS:
+                self.calls.append({"op": DDP_OP, "seq": rnd["seq"], "step": rnd["step"],
+                                   "enter_s": self.wall0 + rnd["first_launch"], "last_s": self.wall0 + rnd["last_launch"],
+                                   "time_s": comm, "exposed_s": exposed, "location": rnd["location"],
+                                   "bytes": sum(b["bytes"] for b in rnd["buckets"]), "blocking": False})  # fmt: skip
+
+    def snapshot(self) -> dict[str, Any]:
+        self._finish_rounds()
+        cur = self.current
+        return {
+            "backend": self.backend,
+            "devices": sorted(self.devices),
+            "ddp": self.ddp,
+            "per_step": {str(k): v for k, v in sorted(self.per_step.items())},
+            "sites": list(self.sites.values()),
+            "calls": self.calls,
+            "current": None
+            if cur is None
+            else {"what": cur[0], "location": cur[1], "since_s": self.wall0 + cur[2]},
+            "env": {k: os.environ[k] for k in NCCL_ENV if k in os.environ},
+        }

@@ -1,0 +1,321 @@
+"""Findings that compare ranks: stragglers, exposed communication, DDP settings, threads, backend.
+
+Pure functions of the per-rank summaries (``pitstop.profile.merge.rank_summary``) and the skew of the
+collectives. A rank's *wait* per step is the time it spent blocked in collectives: DDP's gradient
+all-reduce after its last bucket was ready, plus blocking explicit collectives and ``Work.wait``. A rank's
+*busy* time is its step minus that wait: in a lockstep job every rank's step lasts as long as the slowest
+one's, so the busy time is what tells the straggler apart.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from pitstop.findings import Finding, Severity
+from pitstop.profile.timeline import PART_LABELS
+
+WARN_SHARE = 0.05
+PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "other_s")
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.1f} ms"
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def skew_summary(calls: dict[int, list[dict[str, Any]]], warmup: int) -> dict[str, Any]:
+    """Per kind of collective: how far apart the ranks arrived (median and max over the measured calls)
+    and which rank arrived last how often. Calls are matched across ranks by kind and sequence number."""
+    by_key: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    for rank, rows in calls.items():
+        for c in rows:
+            if c.get("step", 0) >= warmup:
+                by_key[(c["op"], c["seq"])][rank] = c.get("last_s", c["enter_s"])
+    world = len(calls)
+    ops: dict[str, dict[str, Any]] = {}
+    for (op, _seq), arrivals in sorted(by_key.items()):
+        if len(arrivals) < max(2, world):
+            continue
+        last = max(arrivals, key=lambda r: arrivals[r])
+        row = ops.setdefault(op, {"op": op, "calls": 0, "skews_s": [], "last_rank": defaultdict(int)})
+        row["calls"] += 1
+        row["skews_s"].append(arrivals[last] - min(arrivals.values()))
+        row["last_rank"][last] += 1
+    out = {}
+    for op, row in ops.items():
+        skews = row.pop("skews_s")
+        out[op] = {
+            **row,
+            "median_skew_s": _med(skews),
+            "max_skew_s": max(skews),
+            "last_rank": {str(k): v for k, v in sorted(row["last_rank"].items())},
+        }
+    return out
+
+
+def _wait(s: dict[str, Any]) -> float:
+    c = s["comm_per_step"]
+    return c["ddp_exposed_s"] + c["collective_s"]
+
+
+def _phases(s: dict[str, Any]) -> dict[str, float]:
+    """Mean seconds per step of each part, with time blocked in collectives taken out."""
+    bd = s["breakdown"]
+    c = s["comm_per_step"]
+    ph = {k: float(bd.get(k, 0.0)) for k in PHASES}
+    ph["backward_s"] = max(0.0, ph["backward_s"] - c["ddp_exposed_s"])
+    left = c["collective_s"]
+    for k in ("other_s", "sync_s", "forward_s", "optimizer_s"):  # where blocking collectives are counted
+        take = min(ph[k], left)
+        ph[k] -= take
+        left -= take
+    return ph
+
+
+def straggler(summaries: list[dict[str, Any]]) -> Finding | None:
+    ranks = [s for s in summaries if s["breakdown"] and s["measured_steps"]]
+    if len(ranks) < 2:
+        return None
+    busy = {s["rank"]: s["breakdown"]["mean_step_s"] - _wait(s) for s in ranks}
+    slow = max(busy, key=lambda r: busy[r])
+    others = [s for s in ranks if s["rank"] != slow]
+    s_slow = next(s for s in ranks if s["rank"] == slow)
+    other_busy = _med([busy[s["rank"]] for s in others])
+    excess = busy[slow] - other_busy
+    step = _med([s["breakdown"]["mean_step_s"] for s in ranks])
+    other_wait = _med([_wait(s) for s in others])
+    if step <= 0 or excess < WARN_SHARE * step or other_wait <= _wait(s_slow):
+        return None
+    ph_slow = _phases(s_slow)
+    ph_other = {k: _med([_phases(s)[k] for s in others]) for k in PHASES}
+    phase = max(PHASES, key=lambda k: ph_slow[k] - ph_other[k])
+    waits = ", ".join(f"rank {s['rank']} {_ms(_wait(s))}" for s in others)
+    where = _wait_where(others)
+    return Finding(
+        id="distributed.straggler",
+        severity=Severity.WARN,
+        title=f"Rank {slow} is the straggler: its steps are {100 * excess / max(other_busy, 1e-9):.0f}% slower, "
+        f"in {PART_LABELS[phase]}",
+        evidence=f"rank {slow} busy {_ms(busy[slow])} per step vs {_ms(other_busy)} on the others "
+        f"({PART_LABELS[phase]} {_ms(ph_slow[phase])} vs {_ms(ph_other[phase])}); the others wait for it in "
+        f"collectives: {waits} per step{where}, over {s_slow['measured_steps']} measured steps",
+        data={
+            "rank": slow,
+            "phase": phase,
+            "slower_pct": 100 * excess / max(other_busy, 1e-9),
+            "busy_s": busy,
+            "others_wait_s": {s["rank"]: _wait(s) for s in others},
+            "phase_s": ph_slow[phase],
+            "others_phase_s": ph_other[phase],
+        },
+        fix=f"Make rank {slow}'s {PART_LABELS[phase]} as fast as the others' (its data shard, its loader "
+        "workers, the host or GPU it runs on); every rank runs at the pace of the slowest.",
+        est_saving_s=other_wait - _wait(s_slow),
+        share=min(1.0, (other_wait - _wait(s_slow)) / step),
+    )
+
+
+def _wait_where(others: list[dict[str, Any]]) -> str:
+    s = others[0]
+    c = s["comm_per_step"]
+    if c["ddp_exposed_s"] >= c["collective_s"]:
+        loc = next((d.get("location") for d in s["ddp"] if d.get("location")), None)
+        return " (in DDP's gradient all-reduce" + (f", model wrapped at {loc}" if loc else "") + ")"
+    sites = sorted(s["collective_sites"], key=lambda x: -x["time_s"])
+    return f" (mostly in {sites[0]['op']} at {sites[0]['location']})" if sites else ""
+
+
+def comm_exposed(summaries: list[dict[str, Any]]) -> Finding | None:
+    ranks = [s for s in summaries if s["breakdown"] and s["comm_per_step"]["ddp_rounds"] > 0]
+    if not ranks:
+        return None
+    # the rank that waited least: its exposed time is communication, not waiting for a slower peer
+    s = min(ranks, key=_wait)
+    c = s["comm_per_step"]
+    step = s["breakdown"]["mean_step_s"]
+    exposed, total = c["ddp_exposed_s"], c["ddp_comm_s"]
+    if step <= 0 or exposed < 0.01 * step:
+        return None
+    share = exposed / step
+    ddp = s["ddp"][0] if s["ddp"] else {}
+    return Finding(
+        id="distributed.comm_exposed",
+        severity=Severity.WARN if share >= WARN_SHARE else Severity.INFO,
+        title=f"Gradient all-reduce not hidden behind backward: {_ms(exposed)} per step",
+        evidence=f"rank {s['rank']}: DDP all-reduce {_ms(total)} per step, {_ms(exposed)} of it after the last "
+        f"bucket was ready ({100 * share:.0f}% of the {_ms(step)} step); {c['ddp_bytes'] / 2**20:.1f} MiB per step, "
+        f"bucket cap {ddp.get('bucket_cap_bytes')} B, gradient_as_bucket_view={ddp.get('gradient_as_bucket_view')}, "
+        f"static_graph={ddp.get('static_graph')}",
+        data={"rank": s["rank"], "exposed_s": exposed, "comm_s": total, "ddp": ddp},
+        fix="Let communication overlap backward: smaller buckets start earlier (bucket_cap_mb), "
+        "gradient_as_bucket_view=True saves a copy, static_graph=True when the graph does not change; "
+        "on slow links, a compression hook (fp16/bf16_compress_hook).",
+        fix_code="DDP(model, bucket_cap_mb=10, gradient_as_bucket_view=True, static_graph=True)",
+        est_saving_s=exposed,
+        share=share,
+    )
+
+
+def find_unused(summaries: list[dict[str, Any]]) -> Finding | None:
+    for s in summaries:
+        ddp = next((d for d in s["ddp"] if d.get("find_unused_parameters")), None)
+        if ddp is None or not s["breakdown"]:
+            continue
+        cost = s["comm_per_step"]["unused_search_s"]
+        step = s["breakdown"]["mean_step_s"]
+        unused = ddp.get("unused_parameters", 0)
+        needed = (
+            f"{unused} of {ddp['parameters']} parameters got no gradient, so the flag is needed: "
+            "remove them from the model (or freeze them) to turn it off"
+            if unused
+            else f"every one of the {ddp['parameters']} parameters got a gradient: the flag is not needed"
+        )
+        return Finding(
+            id="ddp.find_unused_parameters",
+            severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
+            title="DDP searches the autograd graph for unused parameters every step",
+            evidence=f"rank {s['rank']}: find_unused_parameters=True (at {ddp.get('location')}); the search after "
+            f"each forward took {_ms(cost)} per step ({100 * cost / step:.1f}% of the step); {needed}",
+            data={
+                "rank": s["rank"],
+                "search_s": cost,
+                "unused_parameters": unused,
+                "parameters": ddp["parameters"],
+            },
+            location=ddp.get("location"),
+            fix="Pass find_unused_parameters=False (the default) when every parameter gets a gradient; "
+            "static_graph=True when the same ones are unused every step.",
+            fix_code="DDP(model, find_unused_parameters=False)",
+            est_saving_s=cost,
+            share=cost / step if step else None,
+        )
+    return None
+
+
+def no_sync(summaries: list[dict[str, Any]]) -> Finding | None:
+    for s in summaries:
+        c = s["comm_per_step"]
+        if not s["breakdown"] or c["ddp_rounds"] <= 1.05:
+            continue
+        rounds = c["ddp_rounds"]
+        extra = rounds - 1
+        cost = c["ddp_exposed_s"] * extra / rounds
+        step = s["breakdown"]["mean_step_s"]
+        return Finding(
+            id="ddp.no_sync",
+            severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
+            title=f"Gradient accumulation all-reduces every micro-batch: {extra:.1f} extra all-reduces per step",
+            evidence=f"rank {s['rank']}: {rounds:.1f} DDP gradient all-reduces per optimizer step "
+            f"({c['ddp_bytes'] / rounds / 2**20:.2f} MiB each, {_ms(c['ddp_comm_s'])} in all, {_ms(c['ddp_exposed_s'])} "
+            f"exposed per step); only the last one before optimizer.step() is needed",
+            data={"rank": s["rank"], "rounds_per_step": rounds, "extra_rounds": extra, "cost_s": cost},
+            fix="Wrap the backward of every micro-batch but the last in model.no_sync().",
+            fix_code="ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
+            "with ctx:\n    loss.backward()",
+            est_saving_s=cost,
+            share=cost / step if step else None,
+        )
+    return None
+
+
+def threads(summaries: list[dict[str, Any]]) -> Finding | None:
+    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in summaries:
+        if s["process"].get("intra_op_threads"):
+            by_host[s["host"] or "?"].append(s)
+    for host, ranks in by_host.items():
+        if len(ranks) < 2:
+            continue
+        want = sum(s["process"]["intra_op_threads"] for s in ranks)
+        cpus: set[int] = set()
+        overlap = False
+        for s in ranks:
+            aff = set(s["process"].get("affinity") or range(s["process"].get("cpu_count") or 1))
+            overlap = overlap or bool(cpus & aff)
+            cpus |= aff
+        if want <= len(cpus):
+            continue
+        each = max(1, len(cpus) // len(ranks))
+        cpu = ", ".join(
+            f"rank {s['rank']} {s['process']['intra_op_threads']} threads"
+            + (
+                f" ({s['process']['busy_cpus']:.1f} CPUs busy on average)"
+                if s["process"].get("busy_cpus")
+                else ""
+            )
+            for s in ranks
+        )
+        return Finding(
+            id="distributed.threads",
+            severity=Severity.WARN,
+            title=f"{len(ranks)} ranks x their threads = {want} threads on {len(cpus)} CPUs",
+            evidence=f"on {host}: {cpu}; affinity {'overlaps' if overlap else 'is separate'} across ranks "
+            f"({len(cpus)} CPUs in all): the ranks' threads take turns on the same cores",
+            data={"host": host, "threads": want, "cpus": len(cpus), "overlap": overlap, "per_rank": each},
+            fix=f"Give each rank its share of the cores: OMP_NUM_THREADS={each} (cores / local ranks), "
+            "or torch.set_num_threads in the script; `pitstop launch` also pins each rank to its own cores.",
+            fix_code=f"OMP_NUM_THREADS={each} torchrun --nproc_per_node={len(ranks)} train.py",
+        )
+    return None
+
+
+def backend(summaries: list[dict[str, Any]]) -> list[Finding]:
+    out: list[Finding] = []
+    s = next((s for s in summaries if s["backend"]), None)
+    if s is not None and s["backend"] == "gloo" and "cuda" in s["devices"]:
+        out.append(
+            Finding(
+                id="distributed.backend",
+                severity=Severity.WARN,
+                title="gloo carries CUDA tensors: they go through host memory",
+                evidence=f"rank {s['rank']}: process group backend gloo, collectives on {', '.join(s['devices'])} tensors",
+                fix="Use the NCCL backend for CUDA tensors.",
+                fix_code='dist.init_process_group("nccl")',
+            )
+        )
+    env = next((s["env"] for s in summaries if s["env"]), {})
+    slow = {k: v for k, v in env.items() if (k == "NCCL_DEBUG" and v.upper() in ("INFO", "TRACE"))
+            or (k in ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT", "CUDA_LAUNCH_BLOCKING") and v == "1")
+            or (k == "TORCH_DISTRIBUTED_DEBUG" and v.upper() == "DETAIL")}  # fmt: skip
+    if slow:
+        out.append(
+            Finding(
+                id="distributed.backend",
+                severity=Severity.INFO,
+                title="Debug or blocking settings for communication are on",
+                evidence="set in the ranks' environment: " + ", ".join(f"{k}={v}" for k, v in slow.items()),
+                data={"env": slow},
+                fix="Unset them for training runs: each one adds logging or host synchronisation to collectives.",
+                fix_code="unset " + " ".join(slow),
+            )
+        )
+    return out
+
+
+def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
+    if result.status in ("completed", "stopped") or not result.ranks:
+        return None
+    return Finding(
+        id="distributed.failure",
+        severity=Severity.ERROR,
+        title=f"The launch did not finish: {result.status}",
+        evidence=result.error or "",
+        data={"status": result.status, "ranks": {s["rank"]: s["status"] for s in summaries}},
+    )
+
+
+def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
+    found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
+    found += [f for f in (find_unused(summaries), no_sync(summaries), threads(summaries)) if f]
+    found += backend(summaries)
+    strag = next((f for f in found if f.id == "distributed.straggler"), None)
+    if strag is not None and skew:
+        op, row = max(skew.items(), key=lambda kv: kv[1]["median_skew_s"])
+        strag.evidence += f"; ranks reach {op} {_ms(row['median_skew_s'])} apart (median), rank {strag.data['rank']} last in {row['last_rank'].get(str(strag.data['rank']), 0)} of {row['calls']}"
+        strag.data["skew"] = row
+    return found

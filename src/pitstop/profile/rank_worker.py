@@ -1,0 +1,209 @@
+"""One rank of a torchrun / accelerate launch, run under pitstop's instrumentation.
+
+The launcher starts each worker as ``python -u train.py ARGS``; the ``sitecustomize`` that pitstop puts on
+PYTHONPATH calls ``activate()`` at interpreter start-up. In a worker (RANK set, not the launcher, not a
+process the worker started itself) it runs the script through ``pitstop.profile.bootstrap`` exactly as a
+single-process profile does, with communication measured (``pitstop.profile.comm``), and writes
+``rank-R/measurements.json`` in the run's folder. A watchdog thread keeps ``rank-R/state.json`` saying
+which step the rank is in and which collective it is blocked in, so a rank whose peer died can be reported
+even when it never returns.
+
+Every rank stops after the same number of optimizer steps (``--steps`` + warm-up): steps of a DDP job end
+in lockstep, so the ranks leave at the same step boundary, with no collective of that step still pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ENV_CONFIG = "PITSTOP_RANKS_CONFIG"
+ENV_PARENT = "PITSTOP_PARENT_PID"
+ENV_RANK_PID = "PITSTOP_RANK_PID"
+ENV_LAUNCHER_PID = "PITSTOP_LAUNCHER_PID"
+STATE = "state.json"
+HEARTBEAT = "heartbeat"  # the step of the rank's last collective: one pwrite each, read if it dies
+WATCH_S = 0.2
+
+
+def rank_dir(out_dir: Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank}"
+
+
+def activate() -> None:
+    """Called at start-up of every Python process under the launcher; acts only in its workers: processes
+    with RANK set, or started by the launcher itself (``accelerate launch`` of one process sets no RANK)."""
+    ppid = str(os.getppid())
+    if os.environ.get(ENV_RANK_PID):
+        return  # a process a rank started (spawned loader workers, compile workers)
+    if os.environ.get(ENV_PARENT) == ppid:
+        os.environ[ENV_LAUNCHER_PID] = str(os.getpid())  # the launcher itself: runs untouched
+        return
+    if "RANK" not in os.environ and os.environ.get(ENV_LAUNCHER_PID) != ppid:
+        return
+    try:
+        cfg = json.loads(Path(os.environ[ENV_CONFIG]).read_text())
+        rank = int(os.environ.get("RANK", 0))
+        from pitstop.profile.runner import CommandError, parse_command
+
+        kind, target, args = parse_command(list(getattr(sys, "orig_argv", [])))
+    except (CommandError, OSError, ValueError, KeyError):
+        return  # python -c ..., or not a script: leave the process alone
+    os.environ[ENV_RANK_PID] = str(os.getpid())
+    out = rank_dir(Path(cfg["out_dir"]), rank)
+    out.mkdir(parents=True, exist_ok=True)
+    run_cfg = {
+        **{k: cfg[k] for k in ("steps", "warmup", "full", "trace")},
+        "kind": kind,
+        "target": target,
+        "args": args,
+        "overrides": cfg.get("overrides") or {},
+        "callback": None,
+        "callback_at": "loader",
+        "out_dir": str(out.resolve()),
+        "probes": False,  # a probe's forward/backward on a DDP model would start collectives alone
+    }
+    path = out / "run-config.json"
+    path.write_text(json.dumps(run_cfg))
+    from pitstop.profile import bootstrap
+
+    worker = RankWorker(rank, out)
+    bootstrap.ON_INSTALL.append(worker.on_install)
+    bootstrap.ON_FINISH.append(worker.on_finish)
+    sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
+    bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
+
+
+def process_facts() -> dict[str, Any]:
+    """Threads and CPUs of this process, as the scheduler sees them."""
+    import torch
+
+    facts: dict[str, Any] = {
+        "intra_op_threads": torch.get_num_threads(),
+        "inter_op_threads": torch.get_num_interop_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_count": os.cpu_count(),
+    }
+    with contextlib.suppress(Exception):
+        import psutil
+
+        p = psutil.Process()
+        facts["os_threads"] = p.num_threads()
+        t = p.cpu_times()
+        facts["cpu_s"] = t.user + t.system
+    return facts
+
+
+class RankWorker:
+    """The rank's extensions to the bootstrap: communication, watchdog, facts about the process."""
+
+    def __init__(self, rank: int, out: Path) -> None:
+        self.rank = rank
+        self.out = out
+        self.comm: Any = None
+        self.inst: Any = None
+        self.signal: str | None = None
+        self.requested_threads: int | None = None
+        self._stop = threading.Event()
+        self._t0 = time.perf_counter()
+
+    def on_install(self, inst: Any) -> None:
+        from pitstop.profile.comm import CommRecorder
+
+        self.inst = inst
+        warmup = inst.cfg.warmup
+        self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.comm = CommRecorder(
+            step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
+        )
+        self.comm.install()
+        threads = inst.cfg.overrides.num_threads
+        if threads:
+            self._force_threads(int(threads))
+        if threading.current_thread() is threading.main_thread():
+
+            def on_stop(signum: int, frame: Any) -> None:
+                if self.signal is not None:
+                    return  # the launcher's SIGTERM after our SIGINT: one interrupt, then report in peace
+                self.signal = signal.Signals(signum).name
+                raise KeyboardInterrupt
+
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGTERM, on_stop)
+                signal.signal(signal.SIGINT, on_stop)
+        threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    def _beat(self, step: int) -> None:
+        with contextlib.suppress(OSError):
+            os.pwrite(self._beat_fd, b"%12d\n" % step, 0)
+
+    def _force_threads(self, n: int) -> None:
+        """The ``num_threads`` override: n intra-op threads, whatever the script asks for later."""
+        import torch
+
+        torch.set_num_threads(n)
+        orig = torch.set_num_threads
+
+        def set_num_threads(requested: int) -> None:
+            self.requested_threads = requested
+            orig(n)
+
+        torch.set_num_threads = set_num_threads
+        self.inst._extra_undo.append(lambda: setattr(torch, "set_num_threads", orig))
+
+    def state(self) -> dict[str, Any]:
+        cur = self.comm.current if self.comm is not None else None
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "time_s": time.time(),
+            "step": len(self.inst.records) if self.inst is not None else 0,
+            "current": None
+            if cur is None
+            else {"what": cur[0], "location": cur[1], "since_s": self.comm.wall0 + cur[2]},
+        }
+
+    def _watch(self) -> None:
+        from pitstop.profile.hooks import write_json_atomic
+
+        while not self._stop.wait(WATCH_S):
+            with contextlib.suppress(Exception):
+                write_json_atomic(self.out / STATE, self.state())
+
+    def on_finish(self, inst: Any, data: dict[str, Any]) -> None:
+        self._stop.set()
+        env = os.environ
+        dist: dict[str, Any] = {
+            "rank": self.rank,
+            "local_rank": int(env.get("LOCAL_RANK", self.rank)),
+            "world_size": int(env.get("WORLD_SIZE", 1)),
+            "local_world_size": int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
+            "node_rank": int(env.get("GROUP_RANK", 0)),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "signal": self.signal,
+            "state": self.state(),
+            "process": {**process_facts(), "script_asked_threads": self.requested_threads},
+            "wall_s": time.perf_counter() - self._t0,
+        }
+        if self.comm is not None:
+            self.comm.uninstall()
+            dist["comm"] = self.comm.snapshot()
+        proc = dist["process"]
+        if proc.get("cpu_s") is not None and dist["wall_s"] > 0:
+            proc["busy_cpus"] = proc["cpu_s"] / dist["wall_s"]
+        data["distributed"] = dist
+        from pitstop.profile.hooks import write_json_atomic
+
+        with contextlib.suppress(Exception):
+            write_json_atomic(self.out / STATE, {**dist["state"], "status": data.get("status")})

@@ -1,0 +1,229 @@
+"""Profile every rank of a launcher command: torchrun, ``python -m torch.distributed.run``, accelerate.
+
+The launcher runs untouched, in its own session, with two additions to its environment: PYTHONPATH starts
+with ``pitstop/profile/rankhook`` (a ``sitecustomize`` that hands each worker to
+``pitstop.profile.rank_worker``) and ``PITSTOP_RANKS_CONFIG`` names the run's settings. Each rank writes
+``rank-R/`` in the run's folder; this parent watches them, and merges them into one report
+(``pitstop.profile.merge``) when the launcher ends.
+
+While the ranks run, the parent stops the whole launch (every rank gets SIGINT, then SIGKILL after the
+grace period) on Ctrl-C, on ``--timeout``, or when one rank has ended while another has been blocked in a
+collective for ``STUCK_S``: a peer that died leaves it waiting forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pitstop.findings import Report
+from pitstop.profile import rank_worker as rw
+from pitstop.profile.runner import GRACE_S, POLL_S, RunResult, RunSpec
+
+STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
+HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
+CONFIG = "ranks-config.json"
+HOST = socket.gethostname()
+MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
+
+
+@dataclass
+class RanksResult(RunResult):
+    """A launch's result: ``ranks`` holds each rank's own RunResult; ``steps``/``data`` are rank 0's."""
+
+    ranks: dict[int, RunResult] = field(default_factory=dict)
+    states: dict[int, dict[str, Any]] = field(default_factory=dict)
+    launcher: str = "torchrun"
+    hang: str | None = None
+
+    def report(self) -> Report:
+        from pitstop.profile.merge import build_ranks_report
+
+        return build_ranks_report(self)
+
+
+def launcher_command(kind: str, target: str, args: list[str]) -> list[str]:
+    """The launcher as the user would run it, with pitstop's interpreter."""
+    return [sys.executable, *(["-m", target] if kind == "module" else [target]), *args]
+
+
+def run_ranks(
+    spec: RunSpec,
+    kind: str,
+    target: str,
+    args: list[str],
+    launcher: str,
+    out_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> RanksResult:
+    """Run the launcher with every worker instrumented; never raises for the script's failures."""
+    from pitstop.profile.merge import collect_ranks
+    from pitstop.profile.runner import _UNSET, _on_sigterm_interrupt
+
+    start = time.perf_counter()
+    out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
+    cfg["overrides"] = spec.overrides.to_dict()
+    cfg["out_dir"] = str(out.resolve())
+    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+    env = {**os.environ, **spec.env}
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), src, env.get("PYTHONPATH")) if p)
+    env[rw.ENV_CONFIG] = str((out / CONFIG).resolve())
+    env[rw.ENV_PARENT] = str(os.getpid())
+    env.pop(rw.ENV_RANK_PID, None)
+    files = []
+    stdout: Any = sys.stderr.fileno() if spec.stdout_to_stderr else None
+    stderr: Any = None
+    if spec.quiet:
+        stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
+        stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
+        files = [stdout, stderr]
+    cmd = launcher_command(kind, target, args)
+    try:
+        proc = subprocess.Popen(
+            cmd, cwd=spec.cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True
+        )
+    except OSError as e:
+        for fh in files:
+            fh.close()
+        return RanksResult(2, f"could not start {launcher}: {e}", [], [], {}, None, 0.0, "not_started",
+                           command=list(spec.command), spec=spec, launcher=launcher)  # fmt: skip
+    status: str | None = None
+    hang: str | None = None
+    old_term = _on_sigterm_interrupt()
+    deadline = None if spec.timeout is None else time.monotonic() + spec.timeout
+    total = spec.warmup + spec.steps
+    seen = -1
+    try:
+        while True:
+            try:
+                proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            states = read_states(out)
+            if progress is not None and states:
+                done = min(s.get("step", 0) for s in states.values())
+                if done != seen:
+                    seen = done
+                    progress(done, total)
+            hang = stuck(states)
+            if hang is not None:
+                status = "hung"
+                stop_group(proc)
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                status = "timeout"
+                hang = waiting(read_states(out))
+                stop_group(proc)
+                break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        stop_group(proc)
+    finally:
+        if old_term is not _UNSET:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+        for fh in files:
+            fh.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+    rc = proc.returncode if proc.returncode is not None else -9
+    result = collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
+    if out_dir is None and not spec.trace:
+        shutil.rmtree(out, ignore_errors=True)
+        result.out_dir = None
+    return result
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the launcher and every rank (each writes what it measured), SIGKILL after the grace
+    period or at a second Ctrl-C."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def read_states(out: Path) -> dict[int, dict[str, Any]]:
+    """Each rank's last state record (``rank-R/state.json``), with ``alive`` for ranks on this host."""
+    states: dict[int, dict[str, Any]] = {}
+    for d in out.glob("rank-*"):
+        try:
+            st = json.loads((d / rw.STATE).read_text())
+        except (OSError, ValueError):
+            continue
+        # a rank on another node (shared --out-dir) is alive until it writes its final status
+        local = st.get("host") in (None, HOST)
+        st["alive"] = st.get("status") in (None, "running") and (not local or _alive(int(st.get("pid", 0))))
+        with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
+            st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
+            st["step"] = max(int(st.get("step", 0)), st["collective_step"])  # the 0.2 s sample may lag
+        states[int(st["rank"])] = st
+    return states
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):  # a zombie has ended: its parent (the launcher) has not reaped it
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+    return True
+
+
+def _describe(rank: int, st: dict[str, Any]) -> str:
+    cur = st.get("current")
+    if cur:
+        where = f" at {cur['location']}" if cur.get("location") else ""
+        waited = max(0.0, time.time() - cur["since_s"])
+        return f"rank {rank} waiting in {cur['what']}{where} for {waited:.1f} s (step {st.get('step', 0)})"
+    return f"rank {rank} at step {st.get('step', 0)}"
+
+
+def waiting(states: dict[int, dict[str, Any]]) -> str | None:
+    """Where each rank is when the run is stopped from outside (timeout)."""
+    parts = [_describe(r, st) for r, st in sorted(states.items())]
+    return "; ".join(parts) or None
+
+
+def stuck(states: dict[int, dict[str, Any]], now: float | None = None) -> str | None:
+    """A rank has ended and another has been blocked in one collective for STUCK_S: say who and where."""
+    now = time.time() if now is None else now
+    ended = {r: st for r, st in states.items() if not st["alive"]}
+    blocked = {
+        r: st
+        for r, st in states.items()
+        if st["alive"] and st.get("current") and now - st["current"]["since_s"] > STUCK_S
+    }
+    if not ended or not blocked:
+        return None
+    gone = "; ".join(
+        f"rank {r} ended ({st.get('status') or 'process gone'}) at step {st.get('step', 0)}"
+        for r, st in sorted(ended.items())
+    )
+    return f"{gone}, while " + "; ".join(_describe(r, st) for r, st in sorted(blocked.items()))

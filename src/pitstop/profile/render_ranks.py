@@ -1,0 +1,149 @@
+"""HTML views of a multi-rank report: per-rank breakdowns side by side, a per-rank timeline, the skew.
+
+Built only from ``Report.sections["ranks"]`` and ``["distributed"]``, so a saved JSON report renders the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pitstop.findings import Report
+from pitstop.report.html import Block, line_chart, stacked_bar, table
+
+COLUMNS = (
+    ("data wait", "data_wait_s"),
+    ("forward", "forward_s"),
+    ("backward compute", "backward_compute_s"),
+    ("waiting in collectives", "wait_s"),
+    ("optimizer", "optimizer_s"),
+    ("host syncs", "sync_s"),
+    ("other", "other_s"),
+)
+
+
+def _parts(r: dict[str, Any]) -> dict[str, float]:
+    """A rank's mean step, with the time it was blocked in collectives as a part of its own."""
+    bd = r["breakdown"]
+    c = r["comm_per_step"]
+    wait = c["ddp_exposed_s"] + c["collective_s"]
+    other = max(0.0, bd["other_s"] - c["collective_s"])
+    return {
+        "data_wait_s": bd["data_wait_s"] + bd.get("h2d_s", 0.0),
+        "forward_s": bd["forward_s"],
+        "backward_compute_s": max(0.0, bd["backward_s"] - c["ddp_exposed_s"]),
+        "wait_s": wait,
+        "optimizer_s": bd["optimizer_s"],
+        "sync_s": bd["sync_s"],
+        "other_s": other,
+    }
+
+
+def rank_blocks(report: Report) -> list[Block]:
+    ranks = [r for r in report.sections.get("ranks") or [] if r.get("breakdown")]
+    if not ranks:
+        return []
+    ms = 1000.0
+    blocks = [
+        table(
+            "Per-rank step breakdown, side by side (ms per measured step)",
+            [
+                "rank",
+                "host",
+                "status",
+                "step",
+                *(c for c, _ in COLUMNS),
+                "DDP all-reduce",
+                "all-reduces/step",
+            ],
+            [
+                [r["rank"], r["host"], r["status"], round(r["breakdown"]["mean_step_s"] * ms, 2)]
+                + [round(_parts(r)[k] * ms, 2) for _, k in COLUMNS]
+                + [round(r["comm_per_step"]["ddp_comm_s"] * ms, 2), r["comm_per_step"]["ddp_rounds"]]
+                for r in ranks
+            ],
+        )
+    ]
+    for r in ranks:
+        blocks.append(
+            stacked_bar(
+                f"Rank {r['rank']}: where a step goes ({r['measured_steps']} steps, "
+                f"{r['breakdown']['mean_step_s'] * ms:.1f} ms)",
+                {label: _parts(r)[k] * ms for label, k in COLUMNS},
+                unit="ms",
+            )
+        )
+    series: dict[str, list[float]] = {}
+    x: list[float] = []
+    for r in ranks:
+        steps = [s for s in r["steps"] if not s.get("warmup")]
+        per = r.get("comm_steps") or {}
+        x = [float(s["index"]) for s in steps] if len(steps) > len(x) else x
+        series[f"rank {r['rank']} step"] = [s["total_s"] * ms for s in steps]
+        series[f"rank {r['rank']} data"] = [s["data_wait_s"] * ms for s in steps]
+        series[f"rank {r['rank']} waiting"] = [
+            (
+                (per.get(str(s["index"])) or {}).get("ddp_exposed_s", 0.0)
+                + (per.get(str(s["index"])) or {}).get("collective_s", 0.0)
+            )
+            * ms
+            for s in steps
+        ]
+    n = len(x)
+    blocks.append(
+        line_chart(
+            "Per-rank timeline of the measured steps (step, data wait, waiting in collectives)",
+            x,
+            {k: (v + [0.0] * n)[:n] for k, v in series.items()},
+            xlabel="step",
+            ylabel="ms",
+        )
+    )
+    skew = (report.sections.get("distributed") or {}).get("skew") or {}
+    if skew:
+        blocks.append(
+            table(
+                "Skew: how far apart the ranks reach each kind of collective",
+                ["collective", "calls", "median skew ms", "max skew ms", "last to arrive (rank: times)"],
+                [
+                    [
+                        op,
+                        row["calls"],
+                        round(row["median_skew_s"] * ms, 2),
+                        round(row["max_skew_s"] * ms, 2),
+                        ", ".join(f"{k}: {v}" for k, v in row["last_rank"].items()),
+                    ]
+                    for op, row in skew.items()
+                ],
+            )
+        )
+    sites = [(r["rank"], s) for r in ranks for s in r.get("collective_sites") or []]
+    if sites:
+        blocks.append(
+            table(
+                "Explicit collectives by place",
+                ["rank", "collective", "where", "calls", "bytes", "blocked ms"],
+                [
+                    [rk, s["op"], s["location"], s["count"], s["bytes"], round(s["time_s"] * ms, 2)]
+                    for rk, s in sites
+                ],
+            )
+        )
+    return blocks
+
+
+def print_ranks(report: Report, console: Any) -> None:
+    """One line per rank under the step bar: its step and where it went, waiting in collectives apart."""
+    from rich.text import Text
+
+    for r in report.sections.get("ranks") or []:
+        if not r.get("breakdown"):
+            console.print(Text(f"rank {r['rank']}: {r['status']}, no measured step", style="bold"))
+            continue
+        parts = _parts(r)
+        shown = ", ".join(f"{label} {parts[k] * 1000:.1f}" for label, k in COLUMNS if parts[k] >= 0.0005)
+        console.print(
+            Text(f"rank {r['rank']}", style="bold")
+            + Text(
+                f" ({r['status']}): step {r['breakdown']['median_step_s'] * 1000:.1f} ms median; {shown} ms"
+            )
+        )

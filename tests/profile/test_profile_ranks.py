@@ -1,0 +1,296 @@
+"""``pitstop profile -- torchrun ...``: two gloo ranks on localhost, with planted causes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pitstop.cli import main as cli_main
+from pitstop.profile.merge import merge_dir
+from pitstop.profile.overrides import Overrides
+from pitstop.profile.runner import RunSpec, run
+from pitstop.report.jsonfmt import load_schema
+
+pytestmark = pytest.mark.slow
+
+PLANTED = Path(__file__).with_name("planted_ddp.py")
+BACKWARD_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "loss.backward()" in ln)
+REDUCE_LINE = next(
+    i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "dist.all_reduce(t)" in ln
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*extra: str, nproc: int = 2, module: bool = False) -> list[str]:
+    return [
+        *([sys.executable, "-m", "torch.distributed.run"] if module else ["torchrun"]),
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        *extra,
+        str(PLANTED),
+    ]
+
+
+def profile(tmp_path: Path, steps: int = 6, module: bool = False, **env: str):
+    spec = RunSpec(
+        command=torchrun(module=module),
+        steps=steps,
+        warmup=2,
+        timeout=120,
+        quiet=True,
+        env={"MASTER_ADDR": "127.0.0.1", **env},
+        cwd=str(tmp_path),
+    )
+    res = run(spec, out_dir=tmp_path / "run")
+    return res, res.report()
+
+
+def by_id(report, fid):
+    return [f for f in report.findings if f.id == fid]
+
+
+def test_straggler_named_by_rank_and_phase_with_rank0_wait(tmp_path, monkeypatch):
+    """The done-when case, through the CLI as a user types it."""
+    out = tmp_path / "report.json"
+    monkeypatch.setenv("SLOW_RANK_S", "0.04")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    html = tmp_path / "report.html"
+    code = cli_main(
+        [
+            "profile",
+            "--steps",
+            "6",
+            "--warmup",
+            "2",
+            "-q",
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+            "--",
+            *torchrun(),
+        ]
+    )
+    doc = json.loads(out.read_text())
+    assert code == 0, doc.get("error")
+    jsonschema.validate(doc, load_schema())
+    page = html.read_text()
+    assert "Per-rank step breakdown" in page and "Rank 1: where a step goes" in page and "Skew" in page
+    ranks = doc["sections"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["status"] == "stopped" and r["measured_steps"] == 6 for r in ranks)
+    [strag] = [f for f in doc["findings"] if f["id"] == "distributed.straggler"]
+    assert strag["data"]["rank"] == 1
+    assert strag["data"]["phase"] == "data_wait_s"
+    wait0 = strag["data"]["others_wait_s"]["0"]
+    # rank 0's wait is what it measured in DDP's all-reduce, and rank 1 arrived last at the all-reduces
+    assert wait0 == pytest.approx(
+        ranks[0]["comm_per_step"]["ddp_exposed_s"] + ranks[0]["comm_per_step"]["collective_s"]
+    )
+    assert wait0 > ranks[1]["comm_per_step"]["ddp_exposed_s"]
+    assert strag["data"]["skew"]["last_rank"].get("1", 0) > strag["data"]["skew"]["calls"] / 2
+    assert "all-reduce" in strag["evidence"]
+    # per-process findings are kept per rank
+    assert any(f["id"].startswith("dataloader") and f["data"].get("rank") == 1 for f in doc["findings"])
+
+
+def test_find_unused_parameters_measured(tmp_path):
+    res, report = profile(tmp_path, FIND_UNUSED="1", SKIP_SPARE="1")
+    assert res.ok, res.error
+    [f] = by_id(report, "ddp.find_unused_parameters")
+    assert f.data["unused_parameters"] == 2  # spare.weight, spare.bias
+    assert f.data["search_s"] > 0
+    assert "flag is needed" in f.evidence
+
+
+def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
+    res, report = profile(tmp_path, module=True, ACCUM="2", EXPLICIT="1")  # python -m torch.distributed.run
+    assert res.ok, res.error
+    [f] = by_id(report, "ddp.no_sync")
+    assert f.data["rounds_per_step"] == pytest.approx(2.0)
+    sites = report.sections["ranks"][0]["collective_sites"]
+    [site] = [s for s in sites if s["op"] == "all_reduce"]
+    assert site["location"].endswith(f"planted_ddp.py:{REDUCE_LINE}")
+    assert site["bytes"] == 4 * site["count"]  # one float32 loss per call
+    assert "all_reduce" in report.sections["distributed"]["skew"]
+
+
+def test_oversubscribed_threads(tmp_path):
+    res, report = profile(tmp_path, steps=3, OVERSUBSCRIBE="1")
+    assert res.ok, res.error
+    [f] = by_id(report, "distributed.threads")
+    cpus = len(os.sched_getaffinity(0))
+    assert f.data["threads"] == 2 * cpus and f.data["cpus"] == cpus
+    assert f.data["overlap"] is True
+
+
+def test_thread_override_reaches_every_rank(tmp_path):
+    """What `pitstop fix` runs for its thread-split candidate: the override wins over the script's own."""
+    spec = RunSpec(command=torchrun(), steps=3, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1", "OVERSUBSCRIBE": "1"}, overrides=Overrides(num_threads=1))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    report = res.report()
+    assert not by_id(report, "distributed.threads")
+    cpus = len(os.sched_getaffinity(0))
+    for r in report.sections["ranks"]:
+        assert r["process"]["intra_op_threads"] == 1
+        assert r["process"]["script_asked_threads"] == cpus
+
+
+def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
+    res, report = profile(tmp_path, steps=10, RAISE_AT="5")
+    assert not res.ok
+    assert res.error.startswith("rank 1: ValueError: planted failure at step 5 (at ")
+    assert {r["rank"] for r in report.sections["ranks"]} == {0, 1}
+    assert by_id(report, "distributed.failure")
+
+
+def test_rank_that_exits_while_the_other_is_in_all_reduce(tmp_path):
+    res, report = profile(tmp_path, steps=10, EXIT_AT="5")
+    assert not res.ok
+    assert res.error.startswith("rank 1: "), res.error
+    r0 = next(r for r in report.sections["ranks"] if r["rank"] == 0)
+    assert r0["state"]["current"]["what"] == "DDP gradient all-reduce"
+    assert r0["state"]["current"]["location"].endswith(f"planted_ddp.py:{BACKWARD_LINE}")
+    # rank 1 leaves in step 5 before its backward: its last collective was step 4's all-reduce
+    assert res.error.startswith(
+        "rank 1: ended abruptly (os._exit, a signal or a crash in native code) after reaching its collectives of step 4"
+    )
+    assert "rank 0 was waiting in DDP gradient all-reduce at " in res.error
+    assert f"planted_ddp.py:{BACKWARD_LINE} (step 5)" in res.error
+
+
+def test_timeout_says_where_each_rank_was(tmp_path):
+    spec = RunSpec(command=torchrun(), steps=50, warmup=2, timeout=45, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1", "HANG_AT": "5"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "timeout"
+    assert "rank 0 waiting in DDP gradient all-reduce at " in res.error
+    assert f"planted_ddp.py:{BACKWARD_LINE} for " in res.error
+    assert "rank 1 at step 5" in res.error
+    assert {r["rank"] for r in res.report().sections["ranks"]} == {0, 1}
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    out = tmp_path / "report.json"
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pitstop",
+        "profile",
+        "--full",
+        "-q",
+        "--json",
+        str(out),
+        "--out-dir",
+        str(run_dir),
+    ]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    proc = subprocess.Popen(
+        [*cmd, "--", *torchrun()], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 90
+    pids: list[int] = []
+    while time.monotonic() < deadline:  # both ranks are past their third step
+        states = [json.loads(p.read_text()) for p in run_dir.glob("rank-*/state.json") if p.stat().st_size]
+        if len(states) == 2 and all(s["step"] >= 3 for s in states):
+            pids = [s["pid"] for s in states]
+            break
+        time.sleep(0.2)
+    assert pids, "ranks never started"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["status"] == "interrupted"
+    assert {r["rank"]: r["status"] for r in doc["sections"]["ranks"]} == {0: "interrupted", 1: "interrupted"}
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_two_nodes_share_an_out_dir_and_merge(tmp_path):
+    shared = tmp_path / "shared"
+    port = free_port()
+    results = {}
+
+    def node(rank: int) -> None:
+        cmd = ["torchrun", "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1", "--rdzv_backend=c10d",
+               f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=pitstop-test", str(PLANTED)]  # fmt: skip
+        spec = RunSpec(
+            command=cmd, steps=4, warmup=1, timeout=120, quiet=True, env={"MASTER_ADDR": "127.0.0.1"}
+        )
+        results[rank] = run(spec, out_dir=shared)
+
+    threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert all(results[r].ok for r in (0, 1)), [results[r].error for r in results]
+    merged = merge_dir(shared)
+    assert sorted(merged.ranks) == [0, 1]
+    report = merged.report()
+    assert [r["measured_steps"] for r in report.sections["ranks"]] == [4, 4]
+    assert report.meta["world_size"] == 2
+    code = cli_main(["profile", "-q", "--json", str(tmp_path / "m.json"), "merge", str(shared)])
+    assert code == 0
+    assert len(json.loads((tmp_path / "m.json").read_text())["sections"]["ranks"]) == 2
+
+
+def test_accelerate_launch_single_process_is_profiled(tmp_path):
+    """`accelerate launch` of one process starts the script with no RANK: the launcher's child is the rank."""
+    script = tmp_path / "single.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(1)\n"
+        "m = nn.Linear(8, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(50):\n    loss = m(torch.randn(4, 8)).sum()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    cmd = ["accelerate", "launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", str(script)]  # fmt: skip
+    res = run(RunSpec(command=cmd, steps=5, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    assert res.launcher == "accelerate" and sorted(res.ranks) == [0]
+    assert len(res.steps) == 5
+
+
+def test_fsdp_all_gather_and_reduce_scatter_measured(tmp_path):
+    fsdp = pytest.importorskip("torch.distributed.fsdp")
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip("FSDP2 (fully_shard) not in this torch")
+    script = Path(__file__).with_name("planted_fsdp.py")
+    cmd = [
+        "torchrun",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+    ]
+    res = run(RunSpec(command=cmd, steps=4, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    report = res.report()
+    for r in report.sections["ranks"]:
+        ops = {s["op"]: s for s in r["collective_sites"]}
+        gathers = [s for s in r["collective_sites"] if "all_gather" in s["op"]]
+        scatters = [s for s in r["collective_sites"] if "reduce_scatter" in s["op"]]
+        assert gathers and scatters, ops
+        assert all(s["bytes"] > 0 and s["location"].startswith(str(script)) for s in gathers + scatters)
+        assert r["comm_per_step"]["collective_s"] > 0  # FSDP waits on its async Works
