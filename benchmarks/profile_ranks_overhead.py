@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "profile_ranks_overhead.md"
 sys.path.insert(0, str(ROOT / "src"))
 
-from pitstop.machine import OtherCpu, load_average, load_line  # noqa: E402
+from pitstop.host.load import OtherCpu, load_average, load_line  # noqa: E402
 
 WORKLOAD = """
 import os, statistics, sys, time

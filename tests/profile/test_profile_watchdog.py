@@ -18,6 +18,7 @@ from pitstop.profile.rules import findings_for
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.runner import RunResult
 from pitstop.profile.stacks import describe, frames_of
+from pitstop.profile.stepclock import StepClock
 from pitstop.profile.timeline import StepRecord
 from pitstop.profile.watchdog import (
     REQUEST_FILE,
@@ -88,20 +89,20 @@ def fake_inst(tmp_path: Path) -> SimpleNamespace:
         callback_requested=False,
         t0=0.0,
         records=[],
-        totals={"batches": 0, "forwards": 0, "backward_s": 0.0},
-        last_opt_post=None,
-        step_start=None,
-        stepped=set(),
+        counts={"batches": 0, "forwards": 0, "backwards": 0, "optimizer_steps": 0},
+        clock=StepClock(),
         _iterators=[],
     )
 
 
 def step(inst: SimpleNamespace, start: float, total: float) -> None:
+    """One step as the instrumentation sees it: a batch, an optimizer step, the next step's boundary."""
     n = len(inst.records)
+    inst.counts["batches"] += 1
+    inst.counts["optimizer_steps"] += 1
+    inst.clock.optimizer_stepped(inst, start + total * 0.9)
     inst.records.append({"index": n, "start_s": start, "total_s": total})
-    inst.totals["batches"] += 1
-    inst.last_opt_post = start + total * 0.9
-    inst.step_start = start + total
+    inst.clock.begin(start + total)
 
 
 def test_watchdog_dumps_a_hang_after_the_floor_and_marks_it_recovered(tmp_path):
@@ -131,12 +132,25 @@ def test_watchdog_dumps_a_hang_after_the_floor_and_marks_it_recovered(tmp_path):
     assert hang_verdict(saved, "timeout") is None  # recovered, and no stop dump
 
 
+def test_a_hang_after_the_open_steps_optimizer_step_names_that_step(tmp_path):
+    inst = fake_inst(tmp_path)
+    wd = Watchdog(inst, poll_s=0.1, hang_floor_s=1.0)
+    wd._progress_at = 0.0
+    for i in range(3):
+        step(inst, i * 0.01, 0.01)
+    inst.clock.optimizer_stepped(inst, 0.04)  # step 3 stepped; the next boundary never comes
+    wd._tick(0.1)
+    wd._tick(2.0)
+    (hang,) = wd.state["hangs"]
+    assert hang["last_step"] == {"index": 3, "ended_s_ago": pytest.approx(1.96)}
+
+
 def test_watchdog_samples_a_slow_step_and_answers_a_stop_request(tmp_path):
     inst = fake_inst(tmp_path)
     wd = Watchdog(inst, poll_s=0.1, hang_floor_s=30.0)
     for i in range(10):
         step(inst, i * 0.02, 0.02)
-    start = inst.step_start
+    start = inst.clock.step_start
     wd._tick(start + 0.05)
     assert wd.state["samples"] == []
     wd._tick(start + 0.25)  # > 10 x the 20 ms median and > median + 0.1 s

@@ -33,13 +33,15 @@ from typing import Any
 
 import torch
 
+from pitstop.profile import gpu_memory
 from pitstop.profile.captured import Captured, CapturedLoader
+from pitstop.profile.device_time import DeviceTimer
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.loaders import shutdown_loader_workers as _shutdown_workers
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
-from pitstop.profile.patches import Patches, install_cuda_sync_debug
+from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
 from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.torchcalls import install_torch_patches
@@ -72,6 +74,8 @@ class Config:
     callback_at: str = "loader"
     out_dir: Path = field(default_factory=Path.cwd)
     probes: bool = True  # measured what-ifs at the end (pitstop.profile.probes)
+    # called instead of raising StopProfiling after the measured steps (in-process profiling keeps training)
+    on_done: Any = None
 
 
 class Instrumentation:
@@ -108,6 +112,8 @@ class Instrumentation:
         self.optimizer_facts: list[dict[str, Any]] = []
         self.tracer: Any = None
         self.gpu_sampler: GpuSampler | None = None
+        self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.device_time)
+        self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.gpu_memory)
         self._last_flush = clock()
         self._flush_every = FLUSH_EVERY_S
         self.flush_path: Path | None = None
@@ -158,13 +164,30 @@ class Instrumentation:
             self.patches.patch(torch.Tensor, name, make_sync(self.syncs, name, getattr(torch.Tensor, name)))
         self.models.install(self.patches)
 
-    def uninstall(self) -> None:
-        """Undo every patch and hook; the script's objects and torch are as they were before install."""
+    def uninstall(self, keep_hooks: bool = False) -> None:
+        """Undo every patch and hook; the script's objects and torch are as they were before install.
+        ``keep_hooks``: the hook handles stay registered (``detach``), for a later ``uninstall``."""
         for fn in self._extra_undo:
             fn()
         self._extra_undo.clear()
-        self.patches.undo()
-        self.models.uninstall()
+        self.patches.undo(keep_handles=keep_hooks)
+        self.models.uninstall(keep_handles=keep_hooks)
+
+    def detach(self) -> None:
+        """Stop measuring while the script runs on; safe inside one of our hooks. torch may be iterating
+        the dict that holds the hook being run, so hooks become no-ops here and ``uninstall`` removes them."""
+        make_inert([*self.patches.handles, *self.models.handles])
+        self.clock.step_start = None  # the step in progress is not measured
+        self.uninstall(keep_hooks=True)
+
+    def adopt_loader(self, loader: Any, where: str | None = None) -> CapturedLoader:
+        """A DataLoader built before ``install`` (by a trainer): measured from its next iterator on."""
+        cap = self.loaders.loaders.get(id(loader))
+        if cap is None:
+            cap = CapturedLoader(loader=loader, kwargs={}, dataset=loader.dataset, location=where)
+            self.loaders.loaders[id(loader)] = cap
+            self.captured.loaders.append(cap)
+        return cap
 
     def _install_cuda_sync_debug(self) -> None:
         if not self._cuda_debug_on and torch.cuda.is_initialized():
@@ -210,6 +233,7 @@ class Instrumentation:
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
+        self.device_timer.close_step(n, now, self.captured.device)
         if self.tracer is not None:
             self.tracer.step()
         if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
@@ -220,6 +244,8 @@ class Instrumentation:
         self._begin(now)
         done = len(self.records) - self.cfg.warmup
         if not self.cfg.full and done >= self.cfg.steps:
+            if self.cfg.on_done is not None:
+                return self.cfg.on_done()
             raise StopProfiling(f"measured {done} steps")
 
     def close_pending(self) -> None:
@@ -240,6 +266,7 @@ class Instrumentation:
 
     def _warmup_finished(self) -> None:
         self.warm_done = True
+        gpu_memory.stop_history()  # allocation stacks cost per allocation: not in the measured steps
         if self.cfg.callback and self.cfg.callback_at == "step":
             self.run_callback()
         if self.cfg.trace and self.tracer is None:
@@ -286,6 +313,7 @@ class Instrumentation:
 
     def batch_loaded(self, batch: Any) -> None:
         self.captured.last_batch = batch
+        self.device_timer.mark("data_ready", clock())
 
     def copy_begin(self, now: float) -> None:
         self.clock.phases.enter(H2D, now)
@@ -302,6 +330,8 @@ class Instrumentation:
             self.captured.device = device
             if device.type == "cuda":
                 self.start_gpu_sampler(device)
+                if not self.warm_done:  # allocation stacks until the warm-up ends
+                    gpu_memory.start_history()
                 self._install_cuda_sync_debug()
 
     def forward_allowed(self) -> bool:
@@ -312,7 +342,9 @@ class Instrumentation:
         """A top-level forward starts; returns replacement args (input overrides) or None."""
         now = clock()
         self.boundary(now)
-        self.clock.phases.enter(FORWARD, clock())
+        start = clock()
+        self.clock.phases.enter(FORWARD, start)
+        self.device_timer.mark("fwd_start", start)
         if not torch.is_grad_enabled():
             self._eval_seen = True  # a validation pass ran inside this step: the timeline can set it apart
         facts = self.model_facts.get(id(module))
@@ -322,7 +354,9 @@ class Instrumentation:
 
     def forward_end(self, module: torch.nn.Module, output: Any) -> Any:
         """A top-level forward ended; returns a replacement output (autocast override) or None."""
-        self.clock.phases.exit(FORWARD, clock())
+        now = clock()
+        self.clock.phases.exit(FORWARD, now)
+        self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
         return self.models.override_output(module, output)
 
@@ -336,6 +370,7 @@ class Instrumentation:
 
     def backward_end(self, now: float) -> None:
         self.clock.phases.exit(BACKWARD, now)
+        self.device_timer.mark("bwd_end", now)
         self.in_backward = False
         self.counts["backwards"] += 1
         self.clock.backward_done(now)
@@ -371,6 +406,7 @@ class Instrumentation:
     def optimizer_end(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()
         self.clock.phases.exit(OPTIMIZER, now)
+        self.device_timer.mark("opt_end", now)
         self.counts["optimizer_steps"] += 1
         if self.clock.optimizer_stepped(opt, now):
             self._drop_records()
@@ -415,6 +451,8 @@ class Instrumentation:
             with contextlib.suppress(Exception):
                 memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
                 memory["cuda_peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+            memory.update(gpu_memory.memory_facts(dev))
+        memory["oom"] = self.oom
         return {
             "version": 1,
             "status": status,
@@ -435,6 +473,7 @@ class Instrumentation:
             "override_errors": self.override_errors,
             "host_memory": str(kept()) if kept() is not None else None,  # set by the script or an override
             "gpu_util": self.gpu_sampler.summary(self.records) if self.gpu_sampler else None,
+            "device_time": self.device_timer.summary(),
             "wall_s": clock() - self.t0,
             "pid": os.getpid(),
         }

@@ -58,7 +58,7 @@ class LoaderTables:
 
 def install_loader_patches(inst: Instrumentation, patches: Patches, tables: LoaderTables) -> None:
     patches.patch(DataLoader, "__init__", _make_init(inst, tables, DataLoader.__init__))
-    patches.patch(DataLoader, "__iter__", _make_iter(tables, DataLoader.__iter__))
+    patches.patch(DataLoader, "__iter__", _make_iter(inst, tables, DataLoader.__iter__))
     patches.patch(_BaseDataLoaderIter, "__next__", _make_next(inst, tables, _BaseDataLoaderIter.__next__))
 
 
@@ -122,11 +122,13 @@ def apply_loader_overrides(
     return applied, skipped
 
 
-def _make_iter(tables: LoaderTables, orig: Any) -> Any:
+def _make_iter(inst: Instrumentation, tables: LoaderTables, orig: Any) -> Any:
     @functools.wraps(orig)
     def __iter__(self: DataLoader) -> Any:
         it = orig(self)
         cap = tables.loaders.get(id(self))
+        if cap is None:  # built before install (a trainer's loader): measured from here on
+            cap = inst.adopt_loader(self, user_location(2))
         if cap is not None and isinstance(it, _BaseDataLoaderIter):
             tables.add_iterator(it, cap)
             cap.iterators += 1

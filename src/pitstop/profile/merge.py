@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
+from pitstop.host import cpu
 from pitstop.profile import rank_worker as rw
 from pitstop.profile.runner import MEASUREMENTS, RunResult, RunSpec, _collect
 from pitstop.profile.timeline import breakdown
@@ -237,7 +237,7 @@ def build_ranks_report(result: RanksResult) -> Report:
     warmup = result.spec.warmup if result.spec else 0
     skew = skew_summary(calls, warmup)
     findings: list[Finding] = distributed_findings(summaries, skew, result)
-    cores = hardware.usable_cores()
+    cores = cpu.usable_cores()
     for r, res in sorted(result.ranks.items()):
         if not res.steps:
             continue

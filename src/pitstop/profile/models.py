@@ -61,12 +61,14 @@ class ModelHooks:
         _has_any_global_hook.__wrapped__ = orig  # type: ignore[attr-defined]
         patches.patch(_module, "_has_any_global_hook", _has_any_global_hook)
 
-    def uninstall(self) -> None:
-        for h in self.handles:
+    def uninstall(self, keep_handles: bool = False) -> None:
+        """Remove the hooks (``keep_handles``: they stay registered, for a later ``uninstall``)."""
+        for h in [] if keep_handles else self.handles:
             h.remove()
             # RemovableHandle does not clear the with_kwargs table of global forward hooks
             _module._global_forward_hooks_with_kwargs.pop(h.id, None)
-        self.handles = []
+        if not keep_handles:
+            self.handles = []
         while self.autocast_ctx:
             with contextlib.suppress(Exception):
                 self.autocast_ctx.pop().__exit__(None, None, None)

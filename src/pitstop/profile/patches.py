@@ -27,7 +27,13 @@ class Patches:
     def handle(self, h: Any) -> None:
         self._handles.append(h)
 
-    def undo(self) -> None:
+    @property
+    def handles(self) -> list[Any]:
+        return list(self._handles)
+
+    def undo(self, keep_handles: bool = False) -> None:
+        """Restore the patched attributes and remove the hooks (``keep_handles``: the hooks stay, for a
+        later ``undo``)."""
         for owner, name, had, old in reversed(self._undo):
             if had:
                 setattr(owner, name, old)
@@ -35,9 +41,25 @@ class Patches:
                 with contextlib.suppress(AttributeError):
                     delattr(owner, name)
         self._undo.clear()
+        if keep_handles:
+            return
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+
+def _inert(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def make_inert(handles: list[Any]) -> None:
+    """The hooks behind ``handles`` (``RemovableHandle``) become no-ops under the same keys: torch may be
+    iterating the dict that holds them (a hook that stops measuring runs inside that loop), so removing
+    them must wait."""
+    for h in handles:
+        hooks = h.hooks_dict_ref()
+        if hooks is not None and h.id in hooks:
+            hooks[h.id] = _inert
 
 
 def install_cuda_sync_debug(on_sync: Callable[[], None], patches: Patches, undo: list[Any]) -> None:

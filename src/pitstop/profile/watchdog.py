@@ -1,8 +1,8 @@
 """Progress watchdog: where the script is when it stops making progress, and what a slow step was doing.
 
 Child side (``Watchdog``): a daemon thread in the profiled process that wakes every ``POLL_S`` and reads
-the counters the instrumentation already keeps (steps recorded, batches, forwards, backward time, the
-last optimizer step, the current step's start). Nothing is added to the training loop's hot path.
+the counters the instrumentation already keeps (steps recorded, ``counts`` of batches, forwards,
+backward calls and optimizer steps, and ``clock``: the current step's start, its last optimizer step). Nothing is added to the training loop's hot path.
 
 - **hang**: no progress for longer than max(``HANG_FACTOR`` x the median step, ``HANG_FLOOR_S``): every
   thread's Python stack (``sys._current_frames``), the main thread's innermost user frame and the call
@@ -153,8 +153,8 @@ class Watchdog:
 
     def _progress_key(self) -> tuple[Any, ...]:
         inst = self.inst
-        t = inst.totals
-        return (len(inst.records), t["batches"], t["forwards"], t["backward_s"], inst.last_opt_post)
+        c = inst.counts
+        return (len(inst.records), c["batches"], c["forwards"], c["backwards"], c["optimizer_steps"])
 
     def _tick(self, now: float) -> None:
         inst = self.inst
@@ -173,7 +173,7 @@ class Watchdog:
         if self._callback_running():
             return  # a tune callback runs its own loops inside the script: not the script's progress
         med = self._median
-        start = inst.step_start
+        start = inst.clock.step_start
         if med is not None and start is not None:
             if n != self._sample_step:
                 self._sample_step, self._sampled = n, 0
@@ -245,8 +245,8 @@ class Watchdog:
             "steps_done": len(records),
             "warmup": inst.cfg.warmup,
             "last_step": _last_step(inst, now),
-            "batches": inst.totals["batches"],
-            "forwards": inst.totals["forwards"],
+            "batches": inst.counts["batches"],
+            "forwards": inst.counts["forwards"],
             "main": main["blocked"] if main else None,
             "threads": threads,
             "loaders": self.pools.state(reap=False),
@@ -262,11 +262,13 @@ class Watchdog:
 
 
 def _last_step(inst: Any, now: float) -> dict[str, Any] | None:
-    """The last step whose optimizer.step() finished: the open one when it stepped (its end, the next
-    boundary, has not come), else the last recorded. ``index`` counts from 0."""
+    """The last step whose work finished (optimizer.step(), or backward in loops without an optimizer):
+    the open one when it did (its end, the next boundary, has not come), else the last recorded.
+    ``index`` counts from 0."""
     records = inst.records
-    if inst.stepped and inst.last_opt_post is not None and inst.step_start is not None:
-        return {"index": len(records), "ended_s_ago": now - inst.last_opt_post}
+    end = inst.clock.pending_end()
+    if end is not None:
+        return {"index": len(records), "ended_s_ago": now - end}
     if not records:
         return None
     last = records[-1]
