@@ -168,6 +168,13 @@ RECIPES: tuple[Recipe, ...] = (
         "with model.no_sync():  # every micro-batch but the last\n    criterion(model(x), y).backward()",
         train="pitstop.train.accumulation.sync_context",
     ),
+    Recipe(
+        "threads",
+        "threads per rank",
+        "torch.set_num_threads({value})  # usable cores / local ranks (or OMP_NUM_THREADS={value})",
+        finding="distributed.threads",
+        override="num_threads",
+    ),
 )
 
 BY_NAME = {r.name: r for r in RECIPES}
