@@ -53,9 +53,12 @@ def warm_up(
     memory: bool = True,
     wrap: Callable[[Session], None] | None = None,
     deadline: float | None = None,
+    skip_if: Callable[[Config, list[Live]], str | None] | None = None,
 ) -> list[Live]:
     """Build each config's session, run ``warmup`` steps (timed one by one), then measure one step's peak
-    memory. A config that raises becomes a failed row with the error; the others go on."""
+    memory. A config that raises becomes a failed row with the error; the others go on. ``skip_if``
+    (config, the lives so far) gives a reason to skip a config before it is built; warm-up stops early
+    when the next step would end past ``deadline``."""
     torch.set_num_threads(threads)
     out = []
     for config in configs:
@@ -64,12 +67,21 @@ def warm_up(
         if deadline is not None and time.monotonic() > deadline:
             live.row.status, live.row.reason = SKIPPED, "the --budget ran out before its warm-up"
             continue
+        if skip_if is not None and (reason := skip_if(config, out)):
+            live.row.status, live.row.reason = SKIPPED, reason
+            continue
         try:
             live.session = make_session(workload, config, device, seed)
             if wrap is not None:
                 wrap(live.session)
             live.row.samples_per_step = live.session.samples_per_step
             for _ in range(max(1, warmup)):
+                if (
+                    live.row.warmup_s
+                    and deadline is not None
+                    and time.monotonic() + live.row.warmup_s[-1] > deadline
+                ):
+                    break
                 t = time.perf_counter()
                 live.session.step()
                 if device == "cuda":

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pitstop.bench.bounds import measure_peaks, peak_notes, peaks_budget, slow_dtype_check
 from pitstop.bench.configs import BASELINE, CLAIMS, Config, ablation, effective, why_not
 from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
@@ -187,7 +188,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
                 f"({workload.describe()}): {type(e).__name__}: {e}"
             ) from e
         progress.advance("FLOPs")
-        res.peaks = _peaks(device)
+        peaks = measure_peaks(device, peaks_budget(opts.budget_s))
+        res.peaks = {dt: p.flops_per_s for dt, p in peaks.items()}
+        res.notes += peak_notes(peaks, device)
         progress.advance("matmul peak")
         res.phases_s["setup"] = time.monotonic() - t
 
@@ -209,6 +212,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             opts.seed,
             progress=progress.advance,
             deadline=deadline,
+            skip_if=slow_dtype_check(res.peaks, device, opts.warmup, opts.repeats, deadline, len(inproc)),
         )
         res.phases_s["warm-up"] = time.monotonic() - t
         worker_step_s = 0.0
@@ -375,19 +379,6 @@ def _ablation_budget(left: float, opts: BenchOptions, ddp: int) -> float:
     what is left, less fixed reserves for the DDP launches (each pays interpreter + torch start-up)."""
     reserve = (DDP_RESERVE_S if ddp else 0.0) + (SCHEDULES_RESERVE_S if opts.schedules else 0.0)
     return max(0.25 * left, 0.85 * (left - reserve))
-
-
-def _peaks(device: str) -> dict[str, float]:
-    from pitstop.bench.measure import matmul_peak
-
-    dtypes = ["float32", "bfloat16"] + (["float16"] if device == "cuda" else [])
-    out = {}
-    for dt in dtypes:
-        try:
-            out[dt] = matmul_peak(dt, device).flops_per_s
-        except RuntimeError:  # dtype unsupported by this build/device
-            continue
-    return out
 
 
 def _schedule_row(s: ScheduleResult) -> Row:

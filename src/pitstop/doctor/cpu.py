@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.findings import Finding, Severity
 from pitstop.hardware import FAST_BF16_FLAGS, cgroup_cpu_quota, cpu_flags
 from pitstop.machine import cpu_model
+from pitstop.matmul import LowPrecision, cpu_bf16_line
 from pitstop.system import read_text
 from pitstop.topology import SYS_CPU, Topology, numactl_path, read_topology
 
@@ -109,16 +111,23 @@ def check_isa(flags: frozenset[str], build: TorchBuild) -> list[Finding]:
     ]
 
 
-def check_bf16(flags: frozenset[str]) -> list[Finding]:
+def check_bf16(flags: frozenset[str], check: LowPrecision | None = None) -> list[Finding]:
+    """bf16 on this CPU from its flags and, when given, a bounded bf16-vs-fp32 torch.mm measurement; the
+    evidence is the sentence bench prints about bf16 too (``pitstop.matmul.cpu_bf16_line``)."""
     fast = [f for f in FAST_BF16_FLAGS if f in flags]
-    data = {"fast_bf16_flags": fast}
-    if fast:
+    data: dict[str, Any] = {"fast_bf16_flags": fast}
+    if check is not None:
+        data.update(
+            bf16_flops_per_s=check.peak.flops_per_s, fp32_flops_per_s=check.fp32.flops_per_s, n=check.peak.n
+        )
+    evidence = cpu_bf16_line(flags, check)
+    if fast and not (check is not None and check.slower):
         return [
             Finding(
                 "cpu.bf16",
                 Severity.INFO,
                 "CPU has bf16 hardware: bf16 autocast speeds up CPU training",
-                f"/proc/cpuinfo flags: {', '.join(fast)}",
+                evidence,
                 data,
                 fix="Train on the CPU under bf16 autocast (oneDNN uses the bf16 instructions); verify the speed-up "
                 "with `pitstop bench`.",
@@ -129,10 +138,14 @@ def check_bf16(flags: frozenset[str]) -> list[Finding]:
         Finding(
             "cpu.bf16",
             Severity.INFO,
-            "No bf16 hardware on this CPU: keep fp32 on the CPU",
-            f"none of {', '.join(FAST_BF16_FLAGS)} in /proc/cpuinfo flags",
+            "No bf16 hardware on this CPU: keep fp32 on the CPU"
+            if not fast
+            else "bf16 torch.mm measured slower than fp32 on this CPU: keep fp32 on the CPU",
+            evidence,
             data,
-            fix="bf16 autocast on this CPU is emulated and usually slower than fp32.",
+            fix="bf16 autocast on this CPU is emulated and usually slower than fp32."
+            if not fast
+            else "Check that torch uses oneDNN (cpu.onednn) and ATEN_CPU_CAPABILITY is not lowered (cpu.isa).",
         )
     ]
 

@@ -19,6 +19,7 @@ from pitstop.doctor import system as sysprobe
 from pitstop.doctor.torchinfo import TorchBuild, read_torch_build
 from pitstop.findings import Finding, Report, Severity
 from pitstop.hardware import cpu_flags
+from pitstop.matmul import low_precision
 from pitstop.system import read_text
 from pitstop.topology import read_topology
 
@@ -106,7 +107,11 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
             lambda: cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup"))),
         ),
         ("cpu", "isa", lambda: cpu.check_isa(flags(), build) if build else []),
-        ("cpu", "bf16", lambda: cpu.check_bf16(flags())),
+        (
+            "cpu",
+            "bf16",
+            lambda: cpu.check_bf16(flags(), low_precision() if build and proc == "/proc" else None),
+        ),
         ("cpu", "governor", lambda: cpu.check_governor(Path(sys_root, "devices/system/cpu"))),
         ("cpu", "numa", lambda: cpu.check_numa(topo())),
         (

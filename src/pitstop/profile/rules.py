@@ -15,6 +15,7 @@ from pitstop import hardware
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host_memory import GLIBC_ENV
 from pitstop.host_memory import SNIPPET as KEEP_SNIPPET
+from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 
 if TYPE_CHECKING:
@@ -513,6 +514,7 @@ def findings_for(
         found += _unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
+    found += probe_failure_rules(probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     if not any(f.severity is Severity.WARN for f in found):
         unmeasured = sorted({f.id for f in found if f.est_saving_s is None and f.severity is Severity.INFO})

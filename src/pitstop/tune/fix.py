@@ -32,6 +32,7 @@ from typing import Any
 from pitstop import host_memory
 from pitstop.findings import Finding, Report, Severity
 from pitstop.hardware import preferred_amp_dtype, usable_cores
+from pitstop.matmul import slower_reason
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.report.html import Block, bar_chart, table
@@ -223,6 +224,9 @@ def build_candidates(
             dtype = preferred_amp_dtype(dev)
             if dtype is None and why != "requested":
                 skipped.append(f"amp: this {dev} has no fast low-precision math")
+                continue
+            if dtype is None and (slow := slower_reason("bfloat16", dev)):  # asked for on hardware without it
+                skipped.append(f"amp: {slow}")
                 continue
             dtype = dtype or "bfloat16"
             out.append(Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why))

@@ -1,0 +1,67 @@
+"""bench on a CPU without bf16 hardware (faked: flags and torch.mm speed, see tests/conftest.py): the
+peaks stay inside their share, a bf16 row runs or is skipped with the measured reason, fp32 rows run."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from pitstop.bench.bounds import measure_peaks, peak_notes, slow_dtype_check
+from pitstop.bench.configs import BASELINE, Config
+from pitstop.bench.rows import MEASURED, SKIPPED
+from pitstop.bench.runner import BenchOptions, run_bench
+from pitstop.doctor.cpu import check_bf16
+from pitstop.matmul import LowPrecision, cpu_bf16_line
+
+SLOW = 89e9 / (2 * 2048**3 / 57.0)  # fp32 / bf16 torch.mm rate of the faked CPU
+
+
+def test_peaks_fit_their_budget_and_say_what_they_skipped(bf16less_cpu):
+    peaks = measure_peaks("cpu", 4.0)
+    assert sum(p.spent_s for p in peaks.values()) <= 4.0
+    assert peaks["float32"].skipped == () and peaks["bfloat16"].skipped == (1024, 2048)
+    assert not [c for c in bf16less_cpu if c[0] == "bfloat16" and c[1] >= 1024]
+    notes = peak_notes(peaks, "cpu")
+    assert any("bf16 torch.mm: 0.301 GFLOP/s, emulated on this CPU; skipped n=1024, 2048" in n for n in notes)
+    lp = LowPrecision("bfloat16", "cpu", peaks["bfloat16"], peaks["float32"])
+    # bench's result and doctor's cpu.bf16 finding say the same sentence
+    assert cpu_bf16_line(check=lp) in notes
+    assert check_bf16(frozenset({"avx2"}), lp)[0].evidence == cpu_bf16_line(check=lp)
+
+
+def _lives(estimate_s: float) -> list[SimpleNamespace]:
+    return [SimpleNamespace(config=BASELINE, session=object(), estimate_s=estimate_s)]
+
+
+def test_a_slow_dtype_row_is_skipped_when_its_predicted_time_exceeds_its_share(bf16less_cpu):
+    amp = Config("amp_bf16", "AMP bf16", amp="bfloat16")
+    peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
+    check = slow_dtype_check(peaks, "cpu", warmup=2, repeats=3, deadline=time.monotonic() + 60, n_configs=3)
+    reason = check(amp, _lives(0.01))  # 0.01 s x 295 = 3 s a step, 27 s for the row; share ~17 s
+    assert reason and "295x slower, emulated on this CPU" in reason and "share of the --budget" in reason
+    assert check(amp, _lives(0.001)) is None  # 2.7 s for the row: it fits and is measured
+    assert check(BASELINE, _lives(0.01)) is None  # fp32 rows are never predicted away
+    fast = slow_dtype_check({"float32": 1e9, "bfloat16": 2e9}, "cpu", 2, 3, time.monotonic(), 3)
+    assert fast(amp, _lives(10.0)) is None  # a faster dtype is bounded by the deadline alone
+
+
+@pytest.mark.slow
+def test_tiny_bench_holds_its_budget_on_a_bf16less_cpu(bf16less_cpu):
+    budget = 30.0
+    opts = BenchOptions(workload="tabular", size="tiny", budget_s=budget, repeats=2, warmup=1, threads=1,
+                        peers=False, compile=False, ddp_procs=0, schedules=False, workers=1)  # fmt: skip
+    t = time.monotonic()
+    res = run_bench(opts)
+    wall = time.monotonic() - t
+    assert wall <= 1.1 * budget  # the bench's contract; the slow mm is faked, not run
+    rows = {r.name: r for r in res.rows}
+    for name in ("baseline", "workers", "fused", "checkpoint", "accumulation", "all"):
+        assert rows[name].status == MEASURED, (name, rows[name].reason)
+        assert rows[name].dtype == "float32" and rows[name].block_step_s
+    amp = rows["amp_bf16"]
+    assert amp.status == MEASURED or (amp.status == SKIPPED and "emulated on this CPU" in amp.reason)
+    assert not [c for c in bf16less_cpu if c[0] == "bfloat16" and c[1] >= 1024]
+    assert any(n.startswith("no bf16 hardware on this CPU") for n in res.notes)
+    assert res.peaks["bfloat16"] == pytest.approx(2 * 2048**3 / 57.0)
