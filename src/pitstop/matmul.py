@@ -100,8 +100,9 @@ def matmul_peak(
         first = _timed(a, b, 1)  # warm-up (oneDNN / cuBLAS kernel selection), and a first estimate
         spent += first
         blocks: list[float] = []
-        number = max(1, int(0.1 * min_run_time / max(first, 1e-9)))
-        while number * sum(blocks) < min_run_time and SAFETY * number * min(blocks or [first]) <= left():
+        run_time = min_run_time if n in asked else 0.1 * min_run_time  # probe sizes: a short look
+        number = max(1, int(0.1 * run_time / max(first, 1e-9)))
+        while number * sum(blocks) < run_time and SAFETY * number * min(blocks or [first]) <= left():
             blocks.append(_timed(a, b, number))
             spent += blocks[-1] * number
         t = min(blocks or [first])  # the warm-up call counts only when nothing else fitted

@@ -25,6 +25,13 @@ from pitstop.tune.fix import (
 )
 from pitstop.tune.patch import apply_patch, dataloader_patch
 
+
+@pytest.fixture(autouse=True)
+def _bf16_not_slower(monkeypatch):
+    """The fake runners decide how fast autocast is; the check of this CPU's bf16 matmuls stays out."""
+    monkeypatch.setattr("pitstop.tune.fix.slower_reason", lambda dtype, dev: None)
+
+
 TRAIN = """import torch
 from torch.utils.data import DataLoader
 
@@ -506,3 +513,19 @@ def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsy
     code = cli(["fix", "--candidates", "workers", "--apply", "-q", "--", "python", str(script)])
     assert code == 2 and "--yes" in capsys.readouterr().err
     assert script.read_text() == TRAIN
+
+
+def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skipped(
+    tmp_path, monkeypatch, bf16less_cpu
+):
+    import pitstop.matmul
+
+    monkeypatch.setattr("pitstop.tune.fix.slower_reason", pitstop.matmul.slower_reason)
+    cands, skipped = build_candidates([("amp", "requested")], loader_config(tmp_path), FixConfig())
+    assert not cands
+    (why,) = skipped
+    assert (
+        why.startswith("amp: bf16 torch.mm 0.301 GFLOP/s vs fp32 89 GFLOP/s")
+        and "emulated on this CPU" in why
+    )
+    assert max(n for _, n, _ in bf16less_cpu) <= 512  # the check stayed small
