@@ -65,3 +65,35 @@ def test_tiny_bench_holds_its_budget_on_a_bf16less_cpu(bf16less_cpu):
     assert not [c for c in bf16less_cpu if c[0] == "bfloat16" and c[1] >= 1024]
     assert any(n.startswith("no bf16 hardware on this CPU") for n in res.notes)
     assert res.peaks["bfloat16"] == pytest.approx(2 * 2048**3 / 57.0)
+
+
+class _FakeSession:
+    """A session whose steps 'take' ``step_s`` without running: ``block`` returns that time."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s, self.blocks, self.closed = step_s, 0, False
+
+    def block(self, steps: int, threads: int) -> float:
+        self.blocks += 1
+        return self.step_s
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_runs():
+    from pitstop.bench.measure_configs import Live, calibrate, interleave, new_row
+
+    lives = []
+    for name, est in (("baseline", 100.0), ("fused", 0.001), ("checkpoint", 100.0)):
+        cfg = Config(name, name)
+        lives.append(Live(cfg, new_row(cfg), _FakeSession(est), estimate_s=est))
+    calibrate(lives, 1, deadline=time.monotonic() + 1.0)  # 200 s blocks: warm-up estimates kept
+    assert [lv.estimate_s for lv in lives] == [100.0, 0.001, 100.0]
+    # no real time passes, so every repeat starts before the deadline; only the predicted ends count
+    assert interleave(lives, 2, 3, 1, deadline=time.monotonic() + 1.0) == 3
+    base, fused, ck = (lv.row for lv in lives)
+    assert base.status == MEASURED and base.block_step_s == [100.0] * 3  # the reference is always timed
+    assert fused.status == MEASURED and fused.block_step_s == [0.001] * 3
+    assert ck.status == SKIPPED and "ran out before its timed blocks" in ck.reason and not ck.block_step_s
+    assert lives[2].session is None

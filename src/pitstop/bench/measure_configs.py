@@ -104,11 +104,16 @@ def warm_up(
     return out
 
 
-def calibrate(lives: list[Live], threads: int, progress: Progress | None = None) -> None:
+def calibrate(
+    lives: list[Live], threads: int, progress: Progress | None = None, deadline: float | None = None
+) -> None:
     """One untimed 1-step block per config, in the conditions the timed blocks will see (warm-up may have
-    shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results."""
+    shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results. A config
+    whose block would end past ``deadline`` keeps its warm-up estimate."""
     for lv in lives:
         if lv.session is None:
+            continue
+        if deadline is not None and time.monotonic() + 2 * lv.estimate_s > deadline:
             continue
         try:
             lv.estimate_s = lv.session.block(1, threads)
@@ -131,7 +136,8 @@ def interleave(
     rotate: int = 0,
 ) -> int:
     """Time ``repeats`` blocks of ``steps`` steps per config, rotating the order each repeat. Returns the
-    repeats completed. Stops early (keeping what was measured) past ``deadline`` (time.monotonic())."""
+    repeats completed. Stops early (keeping what was measured) past ``deadline`` (time.monotonic()); in
+    the first repeat, a config (after the first) whose block would end past it is skipped with that reason."""
     active = [lv for lv in lives if lv.session is not None]
     for lv in active:
         lv.row.steps_per_block = steps
@@ -142,6 +148,12 @@ def interleave(
         k = (r + rotate) % max(1, len(active))
         for lv in active[k:] + active[:k]:
             if lv.session is None:
+                continue
+            late = deadline is not None and time.monotonic() + lv.estimate_s * (steps + 1) > deadline
+            if r == 0 and late and lv is not active[k]:
+                lv.row.status, lv.row.reason = SKIPPED, "the --budget ran out before its timed blocks"
+                lv.session.close()
+                lv.session = None
                 continue
             try:
                 if before_block:

@@ -88,6 +88,9 @@ TIMER_WARMUP = 1  # untimed steps Session.block runs before each timed block
 # torch.compile must have compiled (in its worker, overlapping this process's warm-up) by this share of
 # the budget, or its rows report that it did not fit.
 COMPILE_READY_SHARE = 0.5
+# Warm-up, then calibration, must end by these shares of the budget (a loaded or slow machine makes
+# every step slower than planned); DDP is not started with less than DDP_MIN_S left (two launches).
+WARMUP_SHARE, CALIBRATE_SHARE, DDP_MIN_S = 0.5, 0.6, 20.0
 OTHER_CPU_NOTE = 0.1  # competing CPU share above which the results carry a note
 COMPILE_REF = replace(BASELINE, name="baseline_compile_ref", title="baseline (compile worker)")
 
@@ -211,7 +214,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             threads,
             opts.seed,
             progress=progress.advance,
-            deadline=deadline,
+            deadline=t_start + WARMUP_SHARE * opts.budget_s,
             skip_if=slow_dtype_check(res.peaks, device, opts.warmup, opts.repeats, deadline, len(inproc)),
         )
         res.phases_s["warm-up"] = time.monotonic() - t
@@ -228,7 +231,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
 
         # Scale steps so the interleaved blocks (here and in the compile worker) fit what is left.
         if not opts.steps:
-            calibrate(lives, threads, progress=progress.advance)
+            calibrate(
+                lives, threads, progress=progress.advance, deadline=t_start + CALIBRATE_SHARE * opts.budget_s
+            )
         if compiler is not None:  # its configs cost about a baseline step each (compiled ones less)
             base_live = next((lv for lv in lives if lv.config.name == "baseline" and lv.session), None)
             worker_step_s = (1 + len(isolated)) * (base_live.estimate_s if base_live else 0.0)
@@ -281,7 +286,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             res.phases_s["schedules"] = time.monotonic() - t
         if not ddp_n and opts.ddp_procs is None:
             res.rows.append(_ddp_unavailable(device))
-        if ddp_n:
+        if ddp_n and deadline - time.monotonic() > DDP_MIN_S:  # else its rows say the budget ran out
             t = time.monotonic()
             left = deadline - time.monotonic()
             budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if compiler is not None else left
