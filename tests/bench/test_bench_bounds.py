@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pitstop.bench.bounds import measure_peaks, peak_notes, slow_dtype_check
+from pitstop.bench.bounds import drop_slow_rows, measure_peaks, peak_notes, slow_dtype_check
 from pitstop.bench.configs import BASELINE, Config
 from pitstop.bench.rows import MEASURED, SKIPPED
 from pitstop.bench.runner import BenchOptions, run_bench
@@ -39,9 +39,9 @@ def test_a_slow_dtype_row_is_skipped_when_its_predicted_time_exceeds_its_share(b
     amp = Config("amp_bf16", "AMP bf16", amp="bfloat16")
     peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
     check = slow_dtype_check(peaks, "cpu", warmup=2, repeats=3, deadline=time.monotonic() + 60, n_configs=3)
-    reason = check(amp, _lives(0.01))  # 0.01 s x 295 = 3 s a step, 27 s for the row; share ~17 s
+    reason = check(amp, _lives(0.03))  # 0.03 s x 295 = 9 s a step, 27 s to warm up; share ~17 s
     assert reason and "295x slower, emulated on this CPU" in reason and "share of the --budget" in reason
-    assert check(amp, _lives(0.001)) is None  # 2.7 s for the row: it fits and is measured
+    assert check(amp, _lives(0.01)) is None  # 9 s to warm up: it is built, and judged on its real step
     assert check(BASELINE, _lives(0.01)) is None  # fp32 rows are never predicted away
     fast = slow_dtype_check({"float32": 1e9, "bfloat16": 2e9}, "cpu", 2, 3, time.monotonic(), 3)
     assert fast(amp, _lives(10.0)) is None  # a faster dtype is bounded by the deadline alone
@@ -49,13 +49,13 @@ def test_a_slow_dtype_row_is_skipped_when_its_predicted_time_exceeds_its_share(b
 
 @pytest.mark.slow
 def test_tiny_bench_holds_its_budget_on_a_bf16less_cpu(bf16less_cpu):
-    budget = 30.0
+    budget = 60.0
     opts = BenchOptions(workload="tabular", size="tiny", budget_s=budget, repeats=2, warmup=1, threads=1,
                         peers=False, compile=False, ddp_procs=0, schedules=False, workers=1)  # fmt: skip
     t = time.monotonic()
     res = run_bench(opts)
     wall = time.monotonic() - t
-    assert wall <= 1.1 * budget  # the bench's contract; the slow mm is faked, not run
+    assert wall <= 1.1 * budget, (wall, res.phases_s)  # the contract; the slow mm is faked, not run
     rows = {r.name: r for r in res.rows}
     for name in ("baseline", "workers", "fused", "checkpoint", "accumulation", "all"):
         assert rows[name].status == MEASURED, (name, rows[name].reason)
@@ -90,10 +90,28 @@ def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_ru
         lives.append(Live(cfg, new_row(cfg), _FakeSession(est), estimate_s=est))
     calibrate(lives, 1, deadline=time.monotonic() + 1.0)  # 200 s blocks: warm-up estimates kept
     assert [lv.estimate_s for lv in lives] == [100.0, 0.001, 100.0]
-    # no real time passes, so every repeat starts before the deadline; only the predicted ends count
-    assert interleave(lives, 2, 3, 1, deadline=time.monotonic() + 1.0) == 3
+    # The fake blocks take no real time: only the predicted ends stop the repeats.
+    assert interleave(lives, 2, 3, 1, deadline=time.monotonic() + 1.0) == 1
     base, fused, ck = (lv.row for lv in lives)
-    assert base.status == MEASURED and base.block_step_s == [100.0] * 3  # the reference is always timed
-    assert fused.status == MEASURED and fused.block_step_s == [0.001] * 3
+    assert base.status == MEASURED and base.block_step_s == [100.0]  # the reference is always timed once
+    assert fused.status == MEASURED and fused.block_step_s == [0.001] * 2  # repeat 2 began with it
     assert ck.status == SKIPPED and "ran out before its timed blocks" in ck.reason and not ck.block_step_s
     assert lives[2].session is None
+
+
+def test_a_slow_dtype_row_whose_measured_step_cannot_fit_is_closed_after_warm_up():
+    from pitstop.bench.measure_configs import Live, new_row
+
+    peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
+    cfgs = [BASELINE, Config("amp_bf16", "AMP bf16", amp="bfloat16"), Config("fused", "fused")]
+    lives = [
+        Live(c, new_row(c), _FakeSession(est), estimate_s=est)
+        for c, est in zip(cfgs, (0.01, 5.0, 5.0), strict=True)
+    ]
+    drop_slow_rows(lives, peaks, repeats=3, deadline=time.monotonic() + 60)  # share ~17 s; needs 30 s
+    base, amp, fused = (lv.row for lv in lives)
+    assert (
+        amp.status == SKIPPED and "a bf16 step took 5 s in warm-up" in amp.reason and lives[1].session is None
+    )
+    assert fused.status == MEASURED and lives[2].session is not None  # fp32 rows are never dropped
+    assert base.status == MEASURED

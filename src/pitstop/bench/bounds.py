@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pitstop.bench.configs import Config
+from pitstop.bench.rows import SKIPPED
 from pitstop.matmul import SHORT, LowPrecision, Peak, cpu_bf16_line, emulated_note, matmul_peak, predicted_s
 
 PEAKS_SHARE, PEAKS_MAX_S = 0.1, 20.0  # the matmul peaks get this share of the --budget, at most this
@@ -67,8 +68,8 @@ def slow_dtype_check(
         if base is None or not base.estimate_s:
             return None  # nothing to predict from: the warm-up's own deadline bounds it
         step = predicted_s(base.estimate_s, fp32, rate)
-        # warm-up steps, the memory step, and each repeat's re-warm step plus at least one timed step
-        need = step * (max(1, warmup) + 1 + 2 * repeats)
+        # its warm-up steps and the memory step; the timed blocks are checked on the measured step time
+        need = step * (max(1, warmup) + 1)
         n_left = max(1, n_configs - len(lives) + 1)
         share = ABLATION_SHARE * max(0.0, deadline - time.monotonic()) / n_left
         if need <= share:
@@ -77,8 +78,28 @@ def slow_dtype_check(
         return (
             f"{name} torch.mm {rate / 1e9:.3g} GFLOP/s vs fp32 {fp32 / 1e9:.3g} GFLOP/s here "
             f"({fp32 / rate:.0f}x slower{emulated_note(config.amp or '', device)}): "
-            f"a {name} step could take {step:.2g} s, {need:.0f} s for this row, over its {share:.0f} s share "
+            f"a {name} step could take {step:.2g} s, {need:.0f} s to warm up, over its {share:.0f} s share "
             "of the --budget"
         )
 
     return check
+
+
+def drop_slow_rows(lives: list[Any], peaks: dict[str, float], repeats: int, deadline: float) -> None:
+    """After warm-up: a slow-dtype row whose measured step makes its blocks (a re-warm and at least one
+    timed step per repeat) overrun its share of what is left is closed and skipped, with the step time."""
+    active = [lv for lv in lives if lv.session is not None]
+    share = ABLATION_SHARE * max(0.0, deadline - time.monotonic()) / max(1, len(active))
+    for lv in active:
+        rate, fp32 = peaks.get(lv.config.amp or ""), peaks.get("float32")
+        need = lv.estimate_s * 2 * repeats
+        if rate and fp32 and rate < fp32 and need > share:
+            name = SHORT.get(lv.config.amp or "", lv.config.amp)
+            lv.row.status = SKIPPED
+            lv.row.reason = (
+                f"a {name} step took {lv.estimate_s:.2g} s in warm-up ({name} torch.mm {rate / 1e9:.3g} GFLOP/s "
+                f"vs fp32 {fp32 / 1e9:.3g} GFLOP/s here): its blocks need {need:.0f} s, over its {share:.0f} s "
+                "share of the --budget"
+            )
+            lv.session.close()
+            lv.session = None

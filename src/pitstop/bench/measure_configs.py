@@ -57,14 +57,16 @@ def warm_up(
 ) -> list[Live]:
     """Build each config's session, run ``warmup`` steps (timed one by one), then measure one step's peak
     memory. A config that raises becomes a failed row with the error; the others go on. ``skip_if``
-    (config, the lives so far) gives a reason to skip a config before it is built; warm-up stops early
-    when the next step would end past ``deadline``."""
+    (config, the lives so far) gives a reason to skip a config before it is built. Past ``deadline`` the
+    configs after the first (the reference) are skipped, and warm-up stops early when its next step would
+    end past it."""
     torch.set_num_threads(threads)
     out = []
     for config in configs:
         live = Live(config, new_row(config))
         out.append(live)
-        if deadline is not None and time.monotonic() > deadline:
+        # past the deadline only the first config (the reference) is still warmed up
+        if deadline is not None and time.monotonic() > deadline and len(out) > 1:
             live.row.status, live.row.reason = SKIPPED, "the --budget ran out before its warm-up"
             continue
         if skip_if is not None and (reason := skip_if(config, out)):
@@ -136,8 +138,9 @@ def interleave(
     rotate: int = 0,
 ) -> int:
     """Time ``repeats`` blocks of ``steps`` steps per config, rotating the order each repeat. Returns the
-    repeats completed. Stops early (keeping what was measured) past ``deadline`` (time.monotonic()); in
-    the first repeat, a config (after the first) whose block would end past it is skipped with that reason."""
+    repeats completed. Stops early (keeping what was measured) before a block predicted (from the
+    config's last block) to end past ``deadline`` (time.monotonic()); in the first repeat such a config,
+    unless it comes first, is skipped with that reason instead."""
     active = [lv for lv in lives if lv.session is not None]
     for lv in active:
         lv.row.steps_per_block = steps
@@ -150,7 +153,9 @@ def interleave(
             if lv.session is None:
                 continue
             late = deadline is not None and time.monotonic() + lv.estimate_s * (steps + 1) > deadline
-            if r == 0 and late and lv is not active[k]:
+            if late and r > 0:
+                return done  # the blocks already timed are kept
+            if late and lv is not active[k]:
                 lv.row.status, lv.row.reason = SKIPPED, "the --budget ran out before its timed blocks"
                 lv.session.close()
                 lv.session = None
@@ -159,6 +164,7 @@ def interleave(
                 if before_block:
                     before_block()
                 lv.row.block_step_s.append(lv.session.block(steps, threads))
+                lv.estimate_s = lv.row.block_step_s[-1]  # under the load the next block will see
             except KeyboardInterrupt:
                 raise
             except Exception as e:

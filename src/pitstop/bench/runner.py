@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pitstop.bench.bounds import measure_peaks, peak_notes, peaks_budget, slow_dtype_check
+from pitstop.bench.bounds import drop_slow_rows, measure_peaks, peak_notes, peaks_budget, slow_dtype_check
 from pitstop.bench.configs import BASELINE, CLAIMS, Config, ablation, effective, why_not
 from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
@@ -218,6 +218,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             skip_if=slow_dtype_check(res.peaks, device, opts.warmup, opts.repeats, deadline, len(inproc)),
         )
         res.phases_s["warm-up"] = time.monotonic() - t
+        drop_slow_rows(lives, res.peaks, opts.repeats, deadline)
         worker_step_s = 0.0
         if compiler is not None:
             t = time.monotonic()
