@@ -115,3 +115,10 @@ def test_a_slow_dtype_row_whose_measured_step_cannot_fit_is_closed_after_warm_up
     )
     assert fused.status == MEASURED and lives[2].session is not None  # fp32 rows are never dropped
     assert base.status == MEASURED
+
+
+def test_schedule_seeds_after_the_first_stop_at_the_deadline():
+    from pitstop.bench.schedules import compare_schedules
+
+    res = compare_schedules(seeds=3, target=0.5, ladder=(20, 40), deadline=time.monotonic())
+    assert len(res.steps_to_target["onecycle"]) == len(res.steps_to_target["steplr"]) == 1

@@ -282,7 +282,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             raise KeyboardInterrupt
         if opts.schedules and time.monotonic() < deadline:
             t = time.monotonic()
-            res.schedules = compare_schedules(seeds=opts.schedule_seeds, progress=progress.advance)
+            res.schedules = compare_schedules(
+                seeds=opts.schedule_seeds, progress=progress.advance, deadline=deadline
+            )
             res.rows.append(_schedule_row(res.schedules))
             res.phases_s["schedules"] = time.monotonic() - t
         if not ddp_n and opts.ddp_procs is None:
