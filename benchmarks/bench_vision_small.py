@@ -59,8 +59,10 @@ def main(argv: list[str]) -> int:
         f"{'inside' if wall <= BUDGET_S else 'OVER'} the budget); phases: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in bench["phases_s"].items()),
         f"- load average (1 min) at start / end: {meta['load_avg'].get('start', 'unknown')} / "
-        f"{meta['load_avg'].get('end', 'unknown')} on {meta['machine']['usable_cores']} usable cores; ratios come "
-        "from configurations interleaved in the same run, so background load spreads over all rows.",
+        f"{meta['load_avg'].get('end', 'unknown')} on {meta['machine']['usable_cores']} usable cores; other "
+        f"processes used {meta.get('other_cpu_share', 0.0):.0%} of the machine's CPU time during the run "
+        "(pitstop.host.load.OtherCpu); ratios come from configurations interleaved in the same run, so "
+        "background load spreads over all rows.",
         "",
         table.strip(),
         "",

@@ -376,12 +376,16 @@ def main() -> None:
     if a.chunks < 2:
         raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.host.load import load_average, load_line
+    from pitstop.host.load import OtherCpu, load_average, load_line
     from pitstop.host.machine import machine_line
     from pitstop.host.precision import preferred_amp_dtype
+    from pitstop.matmul import cpu_bf16_line, low_precision
 
     load = load_average()
+    bf16 = cpu_bf16_line(check=low_precision("bfloat16", "cpu"))
+    other = OtherCpu()
     workers = run(a)
+    other_share = other.share()
     threads = {w.info.get("threads") for w in workers.values()}
     table = fmt_table(workers, a)
     cmd = "flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py " + " ".join(
@@ -399,9 +403,10 @@ def main() -> None:
             f"3x{a.size}x{a.size} random images, 10 classes, AdamW lr 1e-3; {a.steps} optimizer steps per "
             f"chunk, {a.chunks} chunks per contender (first = warm-up, not counted), round-robin with "
             f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
-            f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'}",
+            f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'} ({bf16})",
             "- each contender in its own process; RSS growth = peak RSS minus RSS after imports and setup",
-            f"- {load_line(load)}; the interleaving spreads background load over all rows, but treat "
+            f"- {load_line(load)}; other processes used {other_share:.0%} of the machine's CPU time during the "
+            "run (pitstop.host.load.OtherCpu); the interleaving spreads background load over all rows, but treat "
             "differences under ~10% as noise",
             "",
             *table,

@@ -49,6 +49,19 @@ def test_bf16_hint_follows_flags():
     assert cpu.check_bf16(frozenset({"avx2"}))[0].fix_code is None
 
 
+def test_bf16_finding_carries_the_measured_matmul_rates(bf16less_cpu):
+    from pitstop.matmul import cpu_bf16_line, low_precision
+
+    lp = low_precision("bfloat16", "cpu")  # faked AVX2-only CPU: bf16 ~300x slower than fp32
+    (f,) = cpu.check_bf16(frozenset({"avx2"}), lp)
+    assert f.title == "No bf16 hardware on this CPU: keep fp32 on the CPU"
+    assert (
+        f.evidence == cpu_bf16_line(check=lp)
+        and "bf16 torch.mm 0.301 GFLOP/s vs fp32 89 GFLOP/s" in f.evidence
+    )
+    assert f.data["fp32_flops_per_s"] == lp.fp32.flops_per_s
+
+
 def test_libraries_missing(build_factory):
     f = {x.id: x for x in cpu.check_libraries(build_factory(mkldnn=False, openmp=False))}
     assert f["cpu.onednn"].severity is Severity.WARN and f["cpu.openmp"].severity is Severity.WARN

@@ -16,6 +16,16 @@ def test_auto_follows_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_precision("auto", "cuda") is torch.float16
 
 
+def test_auto_stays_fp32_on_a_cpu_without_bf16_hardware(bf16less_cpu, monkeypatch) -> None:
+    """On an AVX2-only CPU bf16 is emulated (a 14x slow-down measured there): auto must not pick it, and
+    it decides from the flags alone, without running a matmul."""
+    from pitstop.host import cpu as hardware
+
+    assert resolve_precision("auto", "cpu") is None and not bf16less_cpu
+    monkeypatch.setattr(hardware, "_host_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert resolve_precision("auto", "cpu") is torch.bfloat16
+
+
 def test_explicit_precisions() -> None:
     assert resolve_precision("fp32", "cpu") is None
     assert resolve_precision("bf16", "cpu") is torch.bfloat16

@@ -26,6 +26,13 @@ from pitstop.tune.fix import (
 )
 from pitstop.tune.patch import apply_patch, dataloader_patch
 
+
+@pytest.fixture(autouse=True)
+def _bf16_not_slower(monkeypatch):
+    """The fake runners decide how fast autocast is; the check of this CPU's bf16 matmuls stays out."""
+    monkeypatch.setattr("pitstop.tune.fix.slower_reason", lambda dtype, dev: None)
+
+
 TRAIN = """import torch
 from torch.utils.data import DataLoader
 
@@ -597,3 +604,19 @@ def test_the_first_stage_keeps_the_budget_unless_a_later_stage_needs_some(tmp_pa
     both, _, stage1_end = make(("workers", "amp"))
     assert stage1_end and stage1_end[0] <= 0.6 * 300 + 30  # stopped after the round that crossed 60%
     assert any(c.on_top_of == "num_workers=4" for c in both.candidates)
+
+
+def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skipped(
+    tmp_path, monkeypatch, bf16less_cpu
+):
+    import pitstop.matmul
+
+    monkeypatch.setattr("pitstop.tune.fix.slower_reason", pitstop.matmul.slower_reason)
+    cands, skipped = build_candidates([("amp", "requested")], loader_config(tmp_path), FixConfig())
+    assert not cands
+    (why,) = skipped
+    assert (
+        why.startswith("amp: bf16 torch.mm 0.301 GFLOP/s vs fp32 89 GFLOP/s")
+        and "emulated on this CPU" in why
+    )
+    assert max(n for _, n, _ in bf16less_cpu) <= 512  # the check stayed small

@@ -1,5 +1,6 @@
-"""Measurements the bench rows are built from: the machine's matmul peak, model FLOPs per sample, and
-peak memory of one training step. Each is measured in the run that reports it."""
+"""Measurements the bench rows are built from: the machine's matmul peak (``pitstop.matmul``, bounded in
+time), model FLOPs per sample, and peak memory of one training step. Each is measured in the run that
+reports it."""
 
 from __future__ import annotations
 
@@ -13,39 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from pitstop.bench.workloads import Workload
-
-
-@dataclass
-class Peak:
-    dtype: str
-    n: int  # the matrix size that was fastest
-    flops_per_s: float
-    seconds: float  # fastest time of one torch.mm at that size
-
-
-def matmul_peak(
-    dtype: str, device: str = "cpu", sizes: tuple[int, ...] | None = None, min_run_time: float = 0.3
-) -> Peak:
-    """FLOP/s of square ``torch.mm``: the practical compute ceiling. A ceiling, so the fastest block over
-    a few sizes counts (other load on the machine only ever makes a block slower)."""
-    from torch.utils.benchmark import Timer
-
-    sizes = sizes or ((4096, 8192) if device == "cuda" else (1024, 2048))
-    dt = getattr(torch, dtype)
-    best: Peak | None = None
-    for n in sizes:
-        a = torch.randn(n, n, device=device).to(dt)
-        b = torch.randn(n, n, device=device).to(dt)
-        torch.mm(a, b)  # warm-up (oneDNN / cuBLAS kernel selection)
-        timer = Timer(
-            "torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=torch.get_num_threads()
-        )
-        m = timer.blocked_autorange(min_run_time=min_run_time)
-        t = min(m.times)
-        if best is None or 2 * n**3 / t > best.flops_per_s:
-            best = Peak(dtype, n, 2 * n**3 / t, t)
-    assert best is not None
-    return best
+from pitstop.matmul import Peak, matmul_peak  # noqa: F401  (bench's peaks: one bounded implementation)
 
 
 def flops_per_sample(workload: Workload, device: str = "cpu") -> float:

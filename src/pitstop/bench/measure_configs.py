@@ -55,16 +55,24 @@ def warm_up(
     memory: bool = True,
     wrap: Callable[[Session], None] | None = None,
     deadline: float | None = None,
+    skip_if: Callable[[BenchConfig, list[ConfigRun]], str | None] | None = None,
 ) -> list[ConfigRun]:
     """Build each config's session, run ``warmup`` steps (timed one by one), then measure one step's peak
-    memory. A config that raises becomes a failed row with the error; the others go on."""
+    memory. A config that raises becomes a failed row with the error; the others go on. ``skip_if``
+    (config, the lives so far) gives a reason to skip a config before it is built. Past ``deadline`` the
+    configs after the first (the reference) are skipped, and warm-up stops early when its next step would
+    end past it."""
     torch.set_num_threads(threads)
     out = []
     for config in configs:
         live = ConfigRun(config, new_row(config))
         out.append(live)
-        if deadline is not None and time.monotonic() > deadline:
+        # past the deadline only the first config (the reference) is still warmed up
+        if deadline is not None and time.monotonic() > deadline and len(out) > 1:
             live.row.status, live.row.reason = SKIPPED, "the --budget ran out before its warm-up"
+            continue
+        if skip_if is not None and (reason := skip_if(config, out)):
+            live.row.status, live.row.reason = SKIPPED, reason
             continue
         try:
             live.session = make_session(workload, config, device, seed)
@@ -72,6 +80,12 @@ def warm_up(
                 wrap(live.session)
             live.row.samples_per_step = live.session.samples_per_step
             for _ in range(max(1, warmup)):
+                if (
+                    live.row.warmup_s
+                    and deadline is not None
+                    and time.monotonic() + live.row.warmup_s[-1] > deadline
+                ):
+                    break
                 t = time.perf_counter()
                 live.session.step()
                 if device == "cuda":
@@ -94,11 +108,16 @@ def warm_up(
     return out
 
 
-def calibrate(lives: list[ConfigRun], threads: int, progress: Progress | None = None) -> None:
+def calibrate(
+    lives: list[ConfigRun], threads: int, progress: Progress | None = None, deadline: float | None = None
+) -> None:
     """One untimed 1-step block per config, in the conditions the timed blocks will see (warm-up may have
-    shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results."""
+    shared the CPU with a compiling worker): its time sizes the blocks. Not part of the results. A config
+    whose block would end past ``deadline`` keeps its warm-up estimate."""
     for lv in lives:
         if lv.session is None:
+            continue
+        if deadline is not None and time.monotonic() + 2 * lv.estimate_s > deadline:
             continue
         try:
             lv.estimate_s = lv.session.block(1, threads)
@@ -121,7 +140,9 @@ def interleave(
     rotate: int = 0,
 ) -> int:
     """Time ``repeats`` blocks of ``steps`` steps per config, rotating the order each repeat. Returns the
-    repeats completed. Stops early (keeping what was measured) past ``deadline`` (time.monotonic())."""
+    repeats completed. Stops early (keeping what was measured) before a block predicted (from the
+    config's last block) to end past ``deadline`` (time.monotonic()); in the first repeat such a config,
+    unless it comes first, is skipped with that reason instead."""
     active = [lv for lv in lives if lv.session is not None]
     for lv in active:
         lv.row.steps_per_block = steps
@@ -133,10 +154,19 @@ def interleave(
         for lv in active[k:] + active[:k]:
             if lv.session is None:
                 continue
+            late = deadline is not None and time.monotonic() + lv.estimate_s * (steps + 1) > deadline
+            if late and r > 0:
+                return done  # the blocks already timed are kept
+            if late and lv is not active[k]:
+                lv.row.status, lv.row.reason = SKIPPED, "the --budget ran out before its timed blocks"
+                lv.session.close()
+                lv.session = None
+                continue
             try:
                 if before_block:
                     before_block()
                 lv.row.block_step_s.append(lv.session.block(steps, threads))
+                lv.estimate_s = lv.row.block_step_s[-1]  # under the load the next block will see
             except KeyboardInterrupt:
                 raise
             except Exception as e:

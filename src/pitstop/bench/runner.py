@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from pitstop.bench.bounds import drop_slow_rows, measure_peaks, peak_notes, peaks_budget, slow_dtype_check
 from pitstop.bench.configs import BASELINE, CLAIMS, BenchConfig, ablation, effective, why_not
 from pitstop.bench.rows import FAILED, MEASURED, SKIPPED, TIMEOUT, Row, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
@@ -87,6 +88,9 @@ TIMER_WARMUP = 1  # untimed steps Session.block runs before each timed block
 # torch.compile must have compiled (in its worker, overlapping this process's warm-up) by this share of
 # the budget, or its rows report that it did not fit.
 COMPILE_READY_SHARE = 0.5
+# Warm-up, then calibration, must end by these shares of the budget (a loaded or slow machine makes
+# every step slower than planned); DDP is not started with less than DDP_MIN_S left (two launches).
+WARMUP_SHARE, CALIBRATE_SHARE, DDP_MIN_S = 0.5, 0.6, 20.0
 OTHER_CPU_NOTE = 0.1  # competing CPU share above which the results carry a note
 COMPILE_REF = replace(BASELINE, name="baseline_compile_ref", title="baseline (compile worker)")
 
@@ -187,7 +191,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
                 f"({workload.describe()}): {type(e).__name__}: {e}"
             ) from e
         progress.advance("FLOPs")
-        res.peaks = _peaks(device)
+        peaks = measure_peaks(device, peaks_budget(opts.budget_s))
+        res.peaks = {dt: p.flops_per_s for dt, p in peaks.items()}
+        res.notes += peak_notes(peaks, device)
         progress.advance("matmul peak")
         res.phases_s["setup"] = time.monotonic() - t
 
@@ -208,9 +214,11 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             threads,
             opts.seed,
             progress=progress.advance,
-            deadline=deadline,
+            deadline=t_start + WARMUP_SHARE * opts.budget_s,
+            skip_if=slow_dtype_check(res.peaks, device, opts.warmup, opts.repeats, deadline, len(inproc)),
         )
         res.phases_s["warm-up"] = time.monotonic() - t
+        drop_slow_rows(lives, res.peaks, opts.repeats, deadline)
         worker_step_s = 0.0
         if compiler is not None:
             t = time.monotonic()
@@ -224,7 +232,9 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
 
         # Scale steps so the interleaved blocks (here and in the compile worker) fit what is left.
         if not opts.steps:
-            calibrate(lives, threads, progress=progress.advance)
+            calibrate(
+                lives, threads, progress=progress.advance, deadline=t_start + CALIBRATE_SHARE * opts.budget_s
+            )
         if compiler is not None:  # its configs cost about a baseline step each (compiled ones less)
             base_live = next((lv for lv in lives if lv.config.name == "baseline" and lv.session), None)
             worker_step_s = (1 + len(isolated)) * (base_live.estimate_s if base_live else 0.0)
@@ -272,12 +282,14 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             raise KeyboardInterrupt
         if opts.schedules and time.monotonic() < deadline:
             t = time.monotonic()
-            res.schedules = compare_schedules(seeds=opts.schedule_seeds, progress=progress.advance)
+            res.schedules = compare_schedules(
+                seeds=opts.schedule_seeds, progress=progress.advance, deadline=deadline
+            )
             res.rows.append(_schedule_row(res.schedules))
             res.phases_s["schedules"] = time.monotonic() - t
         if not ddp_n and opts.ddp_procs is None:
             res.rows.append(_ddp_unavailable(device))
-        if ddp_n:
+        if ddp_n and deadline - time.monotonic() > DDP_MIN_S:  # else its rows say the budget ran out
             t = time.monotonic()
             left = deadline - time.monotonic()
             budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if compiler is not None else left
@@ -375,19 +387,6 @@ def _ablation_budget(left: float, opts: BenchOptions, ddp: int) -> float:
     what is left, less fixed reserves for the DDP launches (each pays interpreter + torch start-up)."""
     reserve = (DDP_RESERVE_S if ddp else 0.0) + (SCHEDULES_RESERVE_S if opts.schedules else 0.0)
     return max(0.25 * left, 0.85 * (left - reserve))
-
-
-def _peaks(device: str) -> dict[str, float]:
-    from pitstop.bench.measure import matmul_peak
-
-    dtypes = ["float32", "bfloat16"] + (["float16"] if device == "cuda" else [])
-    out = {}
-    for dt in dtypes:
-        try:
-            out[dt] = matmul_peak(dt, device).flops_per_s
-        except RuntimeError:  # dtype unsupported by this build/device
-            continue
-    return out
 
 
 def _schedule_row(s: ScheduleResult) -> Row:

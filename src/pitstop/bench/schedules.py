@@ -105,11 +105,19 @@ def steps_to_target(
 
 
 def compare_schedules(
-    seeds: int = 3, target: float = 0.95, ladder: tuple[int, ...] = LADDER, progress: object = None
+    seeds: int = 3,
+    target: float = 0.95,
+    ladder: tuple[int, ...] = LADDER,
+    progress: object = None,
+    deadline: float | None = None,
 ) -> ScheduleResult:
+    """Steps to ``target`` of each schedule over ``seeds`` seeds; a seed after the first is not started
+    when, at the last seed's pace, it would end past ``deadline`` (time.monotonic())."""
     t0 = time.perf_counter()
     res = ScheduleResult(task="", target_accuracy=target, horizon=max(ladder))
     for seed in range(seeds):
+        if seed and deadline is not None and time.monotonic() + (time.perf_counter() - t0) / seed > deadline:
+            break
         for name in ("steplr", "onecycle"):
             task, n, accs = steps_to_target(name, seed, target, ladder)
             res.task = task

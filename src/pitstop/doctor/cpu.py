@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.findings import Finding, Severity
@@ -18,6 +19,7 @@ from pitstop.host.cpu import (
 )
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import SYS_CPU, Topology, numactl_path, read_topology
+from pitstop.matmul import LowPrecision, cpu_bf16_line
 
 # ISA levels torch's CPU kernels are compiled for, best first, with the /proc/cpuinfo flags each needs.
 ISA_LEVELS = (
@@ -108,16 +110,23 @@ def check_isa(flags: frozenset[str], build: TorchBuild) -> list[Finding]:
     ]
 
 
-def check_bf16(flags: frozenset[str]) -> list[Finding]:
+def check_bf16(flags: frozenset[str], check: LowPrecision | None = None) -> list[Finding]:
+    """bf16 on this CPU from its flags and, when given, a bounded bf16-vs-fp32 torch.mm measurement; the
+    evidence is the sentence bench prints about bf16 too (``pitstop.matmul.cpu_bf16_line``)."""
     fast = [f for f in FAST_BF16_FLAGS if f in flags]
-    data = {"fast_bf16_flags": fast}
-    if fast:
+    data: dict[str, Any] = {"fast_bf16_flags": fast}
+    if check is not None:
+        data.update(
+            bf16_flops_per_s=check.peak.flops_per_s, fp32_flops_per_s=check.fp32.flops_per_s, n=check.peak.n
+        )
+    evidence = cpu_bf16_line(flags, check)
+    if fast and not (check is not None and check.slower):
         return [
             Finding(
                 "cpu.bf16",
                 Severity.INFO,
                 "CPU has bf16 hardware: bf16 autocast speeds up CPU training",
-                f"/proc/cpuinfo flags: {', '.join(fast)}",
+                evidence,
                 data,
                 fix="Train on the CPU under bf16 autocast (oneDNN uses the bf16 instructions); verify the speed-up "
                 "with `pitstop bench`.",
@@ -128,10 +137,14 @@ def check_bf16(flags: frozenset[str]) -> list[Finding]:
         Finding(
             "cpu.bf16",
             Severity.INFO,
-            "No bf16 hardware on this CPU: keep fp32 on the CPU",
-            f"none of {', '.join(FAST_BF16_FLAGS)} in /proc/cpuinfo flags",
+            "No bf16 hardware on this CPU: keep fp32 on the CPU"
+            if not fast
+            else "bf16 torch.mm measured slower than fp32 on this CPU: keep fp32 on the CPU",
+            evidence,
             data,
-            fix="bf16 autocast on this CPU is emulated and usually slower than fp32.",
+            fix="bf16 autocast on this CPU is emulated and usually slower than fp32."
+            if not fast
+            else "Check that torch uses oneDNN (cpu.onednn) and ATEN_CPU_CAPABILITY is not lowered (cpu.isa).",
         )
     ]
 

@@ -22,6 +22,7 @@ from pitstop.host.cpu import cpu_flags
 from pitstop.host.memory import cgroup_memory_limit, read_meminfo
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import read_topology
+from pitstop.matmul import low_precision
 from pitstop.units import MiB, gib
 
 AREAS = ("gpu", "cuda", "cpu", "memory", "storage", "system", "python")
@@ -108,7 +109,11 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
             lambda: cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup"))),
         ),
         ("cpu", "isa", lambda: cpu.check_isa(flags(), build) if build else []),
-        ("cpu", "bf16", lambda: cpu.check_bf16(flags())),
+        (
+            "cpu",
+            "bf16",
+            lambda: cpu.check_bf16(flags(), low_precision() if build and proc == "/proc" else None),
+        ),
         ("cpu", "governor", lambda: cpu.check_governor(Path(sys_root, "devices/system/cpu"))),
         ("cpu", "numa", lambda: cpu.check_numa(topo())),
         (

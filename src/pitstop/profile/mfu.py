@@ -3,7 +3,7 @@ matmul peak of this device in the dtype the model computes in.
 
 ``measure`` runs in the script's process after the measured steps (next to the probes): one
 forward+backward of the top-level model on its last batch under ``FlopCounterMode`` (under the script's
-autocast, if any), then ``pitstop.bench.measure.matmul_peak`` with small sizes and a short run time. Both
+autocast, if any), then ``pitstop.matmul.matmul_peak`` with small sizes and a short run time. Both
 are bounded: a pass slower than ``MAX_PASS_S`` is not counted. ``section`` is pure: it takes those
 numbers and the run's median step time and gives the report's ``mfu`` section. Optimizer FLOPs are left
 out, as nanoGPT and torchtitan do.
@@ -73,7 +73,7 @@ def measure(
             "skipped": f"one counted pass took {count_s:.1f} s (> {MAX_PASS_S} s)",
             "flops_per_pass": flops,
         }
-    from pitstop.bench.measure import matmul_peak
+    from pitstop.matmul import matmul_peak
 
     try:
         peak = matmul_peak(dtype, device, sizes=PEAK_SIZES[device], min_run_time=PEAK_MIN_RUN_S)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map_only
 
+from pitstop import matmul
 from pitstop.host import precision
 from pitstop.measure import Arm, Interval, Settings, interleave
 from pitstop.profile import gpu_probes
@@ -119,6 +120,16 @@ def _inputs_to_channels_last(v: Any) -> Any:
     return v
 
 
+def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
+    """4-D floating parameters and buffers to channels_last; the rest as they are (``Module.to`` would
+    also try 5-D ones, which channels_last cannot hold)."""
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.dim() == 4 and t.is_floating_point():
+                t.data = t.data.contiguous(memory_format=torch.channels_last)
+    return model
+
+
 def run_probes(
     model: torch.nn.Module | None,
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
@@ -194,7 +205,10 @@ def _model_probes(
     # precision: only when the script runs fp32 and this hardware has a fast low-precision path
     amp_dtype = precision.preferred_amp_dtype(dev) if dev in ("cpu", "cuda") else None
     fp32 = facts.get("param_dtypes") == ["float32"] and not script_autocast
-    if fp32 and amp_dtype:
+    slow = _slow_amp(amp_dtype, dev, one) if fp32 and amp_dtype else None
+    if slow:
+        out["precision"] = {"dtype": None, "skipped": slow, "slower": True}
+    elif fp32 and amp_dtype:
 
         def amp() -> None:
             with torch.autocast(dev, dtype=getattr(torch, amp_dtype)):
@@ -205,7 +219,8 @@ def _model_probes(
             **saving(timed({"fp32": base, "amp": amp}, dev), "fp32", "amp"),
         }
     elif fp32:
-        out["precision"] = {"dtype": None, "skipped": f"no fast bf16/fp16 path on this {dev}"}
+        why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
+        out["precision"] = {"dtype": None, "skipped": why}
 
     # memory format: conv nets fed NCHW
     if (
@@ -217,7 +232,7 @@ def _model_probes(
     elif facts.get("conv2d_layers") and not facts.get("channels_last"):
         cl_args = tuple(_inputs_to_channels_last(a) for a in args)
         cl_kwargs = {k: _inputs_to_channels_last(v) for k, v in kwargs.items()}
-        cl_model = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        cl_model = _model_channels_last(copy.deepcopy(model))
 
         def cl() -> None:
             with as_script():
@@ -240,6 +255,16 @@ def _model_probes(
     if dev == "cuda":  # fp16+GradScaler, TF32, pinned/non_blocking copies (pitstop.profile.gpu_probes)
         out.update(gpu_probes.run(model, args, kwargs, facts, base))
     return out
+
+
+def _slow_amp(dtype: str, dev: str, fp32_pass_s: float) -> str | None:
+    """Why the autocast probe would not fit its bound: its matmuls measured slower than fp32 here (a
+    bounded torch.mm check first), so a pass could take up to the ratio times the fp32 pass."""
+    lp = matmul.low_precision(dtype, dev)
+    amp_pass = matmul.predicted_s(fp32_pass_s, lp.fp32.flops_per_s, lp.peak.flops_per_s)
+    if lp.slower and (amp_pass > MAX_PASS_S or 4 * (fp32_pass_s + amp_pass) > BUDGET_S / 2):
+        return f"{lp.summary()}: one {dtype} pass could take {amp_pass:.1f} s, over the probes' bound"
+    return None
 
 
 def _as_script(dev: str, facts: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:

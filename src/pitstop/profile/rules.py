@@ -15,6 +15,7 @@ from pitstop.findings import Finding, Report, Severity
 from pitstop.host import cpu, precision
 from pitstop.profile import gpu_rules
 from pitstop.profile.pass_rules import skipped_probe_passes
+from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
 from pitstop.train.host_memory import GLIBC_ENV
@@ -522,6 +523,7 @@ def findings_for(
         found += _unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
+    found += probe_failure_rules(probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):

@@ -18,6 +18,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.host.cpu import usable_cores
 from pitstop.host.precision import preferred_amp_dtype
+from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.tune.fixjudge import Measured, judge
@@ -167,6 +168,9 @@ def build_candidates(
             dtype = preferred_amp_dtype(dev)
             if dtype is None and why != "requested":
                 skipped.append(f"amp: this {dev} has no fast low-precision math")
+                continue
+            if dtype is None and (slow := slower_reason("bfloat16", dev)):  # asked for on hardware without it
+                skipped.append(f"amp: {slow}")
                 continue
             dtype = dtype or "bfloat16"
             out.append(Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why))

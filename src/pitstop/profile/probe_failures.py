@@ -1,0 +1,46 @@
+"""Findings for the exit probes that could not give a measurement: one that raised
+(``profile.probe_failed``, with the error) and an autocast probe skipped by its time bound, so a check
+the report would otherwise show is never dropped in silence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pitstop.findings import Finding, Severity
+
+
+def _failed(probe: str, error: str) -> Finding:
+    return Finding(
+        id="profile.probe_failed",
+        severity=Severity.INFO,
+        title=f"The {probe} probe failed, so its check is missing from this report",
+        evidence=error,
+        data={"probe": probe, "error": error},
+        fix="The training run itself is unaffected; `pitstop fix` measures the same changes by re-running "
+        "the script. If the error looks like a pitstop bug, please report it with this message.",
+    )
+
+
+def probe_failure_rules(probes: dict[str, Any]) -> list[Finding]:
+    out = []
+    if probes.get("error"):
+        out.append(_failed("model (autocast, channels_last, cudnn.benchmark)", str(probes["error"])))
+    for o in probes.get("optimizer") or []:
+        if o.get("error"):
+            out.append(_failed(f"optimizer ({o.get('type')} foreach)", str(o["error"])))
+    hm = probes.get("host_memory") or {}
+    if hm.get("error"):
+        out.append(_failed("host-memory", str(hm["error"])))
+    prec = probes.get("precision") or {}
+    if prec.get("slower"):
+        out.append(
+            Finding(
+                id="precision.amp",
+                severity=Severity.INFO,
+                title="Autocast was not probed: its matmuls measured slower than fp32 here",
+                evidence=str(prec["skipped"]),
+                data=prec,
+                fix="Keep fp32 on this hardware.",
+            )
+        )
+    return out
