@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pitstop.bench.bounds import drop_slow_rows, measure_peaks, peak_notes, slow_dtype_check
-from pitstop.bench.configs import BASELINE, Config
+from pitstop.bench.configs import BASELINE, BenchConfig
 from pitstop.bench.rows import MEASURED, SKIPPED
 from pitstop.bench.runner import BenchOptions, run_bench
 from pitstop.doctor.cpu import check_bf16
@@ -36,7 +36,7 @@ def _lives(estimate_s: float) -> list[SimpleNamespace]:
 
 
 def test_a_slow_dtype_row_is_skipped_when_its_predicted_time_exceeds_its_share(bf16less_cpu):
-    amp = Config("amp_bf16", "AMP bf16", amp="bfloat16")
+    amp = BenchConfig("amp_bf16", "AMP bf16", amp="bfloat16")
     peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
     check = slow_dtype_check(peaks, "cpu", warmup=2, repeats=3, deadline=time.monotonic() + 60, n_configs=3)
     reason = check(amp, _lives(0.03))  # 0.03 s x 295 = 9 s a step, 27 s to warm up; share ~17 s
@@ -82,12 +82,12 @@ class _FakeSession:
 
 
 def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_runs():
-    from pitstop.bench.measure_configs import Live, calibrate, interleave, new_row
+    from pitstop.bench.measure_configs import ConfigRun, calibrate, interleave, new_row
 
     lives = []
     for name, est in (("baseline", 100.0), ("fused", 0.001), ("checkpoint", 100.0)):
-        cfg = Config(name, name)
-        lives.append(Live(cfg, new_row(cfg), _FakeSession(est), estimate_s=est))
+        cfg = BenchConfig(name, name)
+        lives.append(ConfigRun(cfg, new_row(cfg), _FakeSession(est), estimate_s=est))
     calibrate(lives, 1, deadline=time.monotonic() + 1.0)  # 200 s blocks: warm-up estimates kept
     assert [lv.estimate_s for lv in lives] == [100.0, 0.001, 100.0]
     # The fake blocks take no real time: only the predicted ends stop the repeats.
@@ -100,12 +100,12 @@ def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_ru
 
 
 def test_a_slow_dtype_row_whose_measured_step_cannot_fit_is_closed_after_warm_up():
-    from pitstop.bench.measure_configs import Live, new_row
+    from pitstop.bench.measure_configs import ConfigRun, new_row
 
     peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
-    cfgs = [BASELINE, Config("amp_bf16", "AMP bf16", amp="bfloat16"), Config("fused", "fused")]
+    cfgs = [BASELINE, BenchConfig("amp_bf16", "AMP bf16", amp="bfloat16"), BenchConfig("fused", "fused")]
     lives = [
-        Live(c, new_row(c), _FakeSession(est), estimate_s=est)
+        ConfigRun(c, new_row(c), _FakeSession(est), estimate_s=est)
         for c, est in zip(cfgs, (0.01, 5.0, 5.0), strict=True)
     ]
     drop_slow_rows(lives, peaks, repeats=3, deadline=time.monotonic() + 60)  # share ~17 s; needs 30 s

@@ -56,7 +56,7 @@ def test_measure_uses_the_compute_dtype_and_a_small_bounded_peak(monkeypatch):
         calls.append((dtype, device, sizes, min_run_time))
         return Peak(dtype, 512, 1e11, 0.001)
 
-    monkeypatch.setattr("pitstop.bench.measure.matmul_peak", fake_peak)
+    monkeypatch.setattr("pitstop.matmul.matmul_peak", fake_peak)
     model = nn.Linear(8, 8, bias=False)
     m = mfu.measure(model, ((torch.randn(4, 8),), {}), {"autocast": True, "autocast_dtype": "bfloat16"})
     assert calls == [("bfloat16", "cpu", mfu.PEAK_SIZES["cpu"], mfu.PEAK_MIN_RUN_S)]

@@ -10,7 +10,8 @@ from pitstop.findings import Finding, Severity
 def skipped_probe_passes(probes: dict[str, Any], device: str) -> list[Finding]:
     """fp32 kept because this hardware has no fast bf16/fp16 path: the probe did not run, and why."""
     prec = probes.get("precision") or {}
-    if prec.get("dtype") is not None or not prec.get("skipped"):
+    # "slower": fast hardware by its flags whose matmuls measured slow (pitstop.profile.probe_failures)
+    if prec.get("dtype") is not None or not prec.get("skipped") or prec.get("slower"):
         return []
     hw = "AVX512_BF16 or AMX" if device == "cpu" else "tensor cores"
     return [
