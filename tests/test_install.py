@@ -67,6 +67,10 @@ def test_pip_install_dot_keeps_the_environments_torch(tmp_path):
     )
     assert f"{version} {torch_file}" == before.strip()  # the same torch, from the same place
     assert Path(pitstop_file).is_relative_to(site) and not Path(pitstop_file).is_relative_to(ROOT)
+    # data files the package runs: the report schema, and the per-rank hook torchrun workers import
+    installed = Path(pitstop_file).parent
+    assert (installed / "report" / "schema.json").is_file()
+    assert (installed / "profile" / "rankhook" / "sitecustomize.py").is_file()
     out = subprocess.run([env_dir / "bin" / "pitstop", "--version"], env=env, capture_output=True, text=True)
     assert out.returncode == 0 and "pitstop" in out.stdout
     assert sys.executable != str(py)
