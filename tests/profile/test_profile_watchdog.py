@@ -91,7 +91,7 @@ def fake_inst(tmp_path: Path) -> SimpleNamespace:
         records=[],
         counts={"batches": 0, "forwards": 0, "backwards": 0, "optimizer_steps": 0},
         clock=StepClock(),
-        _iterators=[],
+        worker_pools=[],
     )
 
 

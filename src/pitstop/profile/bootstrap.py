@@ -107,6 +107,7 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     except KeyboardInterrupt:
         status, code, error = "interrupted", 130, "interrupted (SIGINT / Ctrl-C)"
     except BaseException as e:
+        watchdog.note_error()
         status, code = "error", 1
         error = f"{type(e).__name__}: {e}"
         try:
@@ -162,9 +163,8 @@ def _dead_workers(inst: Any) -> str | None:
     """'DataLoader worker (pid N) exited with code C' for workers of the script's loaders that died."""
     dead = []
     with contextlib.suppress(Exception):
-        for ref in inst._iterators:
-            it = ref()
-            for w in getattr(it, "_workers", None) or []:
+        for _ref, workers, _loader in inst.worker_pools:
+            for w in workers:
                 if w.exitcode not in (None, 0):
                     dead.append(f"DataLoader worker (pid {w.pid}) exited with code {w.exitcode}")
     return "; ".join(dead) or None

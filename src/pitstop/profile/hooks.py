@@ -137,8 +137,9 @@ class Instrumentation:
         self.syncs.busy = value
 
     @property
-    def _iterators(self) -> list[Any]:
-        return self.loaders.refs
+    def worker_pools(self) -> list[tuple[Any, list[Any], CapturedLoader]]:
+        """(iterator ref, worker processes, loader) of every DataLoader iterator that started workers."""
+        return self.loaders.pools
 
     def start_gpu_sampler(self, device: torch.device) -> None:
         if self.gpu_sampler is None:

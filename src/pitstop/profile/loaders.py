@@ -37,12 +37,18 @@ class LoaderTables:
         self.loaders: dict[int, CapturedLoader] = {}
         self.iterators: dict[int, tuple[weakref.ref[Any], CapturedLoader, list[bool]]] = {}
         self.refs: list[weakref.ref[Any]] = []  # every iterator, for shutting down their workers
+        # (iterator, its worker processes, its loader) for each iterator that started workers: the
+        # Process objects outlive an iterator dropped by the exception a worker's death raised
+        self.pools: list[tuple[weakref.ref[Any], list[Any], CapturedLoader]] = []
         self.in_init: set[int] = set()
 
     def add_iterator(self, it: Any, cap: CapturedLoader) -> None:
         ref = weakref.ref(it, lambda _r, key=id(it): self._forget(key, _r))
         self.iterators[id(it)] = (ref, cap, [True])
         self.refs.append(ref)
+        workers = getattr(it, "_workers", None)
+        if workers:
+            self.pools.append((ref, list(workers), cap))
 
     def _forget(self, key: int, ref: weakref.ref[Any]) -> None:
         entry = self.iterators.get(key)

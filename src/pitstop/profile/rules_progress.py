@@ -257,8 +257,12 @@ def _list(items: list[Any], n: int = 6) -> str:
 
 def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str | None) -> list[Finding]:
     """A worker of the script's DataLoader exited non-zero (a crash, the OOM killer's SIGKILL)."""
-    loaders = (wd.get("end") or {}).get("loaders") or (wd.get("stop") or {}).get("loaders") or []
-    dead = [(ld, w) for ld in loaders for w in ld.get("workers") or [] if w.get("exitcode") not in (None, 0)]
+    dead: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for when in ("end", "error", "stop"):  # the first record that saw the dead worker's exit code
+        loaders = (wd.get(when) or {}).get("loaders") or []
+        dead = [(ld, w) for ld in loaders for w in ld.get("workers") or [] if w.get("exitcode") not in (None, 0)]
+        if dead:
+            break
     if not dead or status in ("completed", "stopped"):
         return []
     ld, w = dead[0]

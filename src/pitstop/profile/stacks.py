@@ -181,20 +181,18 @@ class WorkerPools:
         self.pools: list[dict[str, Any]] = []
         self._seen = 0
 
-    def track(self, iterators: list[Any]) -> None:
-        for ref in iterators[self._seen :]:
+    def track(self, pools: list[tuple[Any, list[Any], Any]]) -> None:
+        """``pools``: (iterator weakref, worker processes, CapturedLoader) as the instrumentation
+        recorded them when each iterator started its workers."""
+        for ref, workers, cap in pools[self._seen :]:
             it = ref()
-            workers = getattr(it, "_workers", None) if it is not None else None
-            if not workers:
-                continue
-            cap = getattr(it, "_pitstop_captured", None)
             try:
-                per_epoch = len(it)
+                per_epoch = len(it) if it is not None else None
             except TypeError:
                 per_epoch = None
             loc = getattr(cap, "location", None)
             self.pools.append({"ref": ref, "workers": list(workers), "location": loc, "per_epoch": per_epoch})
-        self._seen = len(iterators)
+        self._seen = len(pools)
         keep = []
         for pool in self.pools:
             it = pool["ref"]()

@@ -105,6 +105,13 @@ class Watchdog:
         self._thread.start()
         return self
 
+    def note_error(self) -> None:
+        """The script raised: record its DataLoader workers now, while a dead worker is still a zombie
+        whose exit code can be read (signal handlers and shutdown may reap it before ``stop``)."""
+        with contextlib.suppress(Exception):
+            self.pools.track(self.inst.worker_pools)
+            self.state["error"] = {"at_s": clock() - self.inst.t0, "loaders": self.pools.state(reap=False)}
+
     def stop(self) -> None:
         """Stop the thread, undo the excepthook, record the DataLoader workers as the script left them."""
         self._stopping.set()
@@ -113,7 +120,7 @@ class Watchdog:
         if threading.excepthook == self._excepthook:
             threading.excepthook = self._prev_excepthook
         with contextlib.suppress(Exception):  # nothing here may cost the script's report
-            self.pools.track(self.inst._iterators)
+            self.pools.track(self.inst.worker_pools)
             self.state["end"] = {"at_s": clock() - self.inst.t0, "loaders": self.pools.state(reap=True)}
         with contextlib.suppress(Exception):
             self._answer_request(clock())  # a stop asked for while the script was returning
@@ -168,7 +175,7 @@ class Watchdog:
         n = key[0]
         if n != self._median_n:
             self._median, self._median_n = median_step_s(inst.records), n
-        self.pools.track(inst._iterators)
+        self.pools.track(inst.worker_pools)
         self._answer_request(now)
         if self._callback_running():
             return  # a tune callback runs its own loops inside the script: not the script's progress
