@@ -93,7 +93,8 @@ def test_parse_budget_rejects_bad_input(text):
 def test_cuda_choices_with_a_faked_gpu(monkeypatch):
     import torch
 
-    from pitstop.bench.runner import BenchOptions, _ddp_procs, _ddp_unavailable
+    from pitstop.bench.runner import BenchOptions, _ddp_procs
+    from pitstop.bench.subproc_rows import _ddp_unavailable
 
     cfgs = {c.name: c for c in ablation("cuda", True, "float16")}
     assert cfgs["workers"].pin_memory is True  # the guides' claim is workers + pinned memory

@@ -6,9 +6,9 @@ import pytest
 
 from pitstop.bench.configs import BASELINE, CLAIMS, BenchConfig
 from pitstop.bench.rows import MEASURED, TIMEOUT, derive
-from pitstop.bench.runner import _ddp_rows, _finish_worker_row, _isolated_rows, _NoProgress, error_line
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.subproc import WorkerHandle, WorkerResult, run_worker
+from pitstop.bench.subproc_rows import _ddp_rows, _finish_worker_row, _isolated_rows, _NoProgress, error_line
 from pitstop.bench.workloads import WorkloadSpec
 
 SPEC = {

@@ -13,26 +13,13 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile import device_time, mfu
+from pitstop.profile.rulekit import MIN_PROBE_GAIN, ms, pct, sev
 from pitstop.profile.timeline import Breakdown, StepRecord, usable_steps
 
-WARN_SHARE = 0.05
-MIN_PROBE_GAIN = 0.05
 IDLE_SHARE = 0.30  # device idle this much of the step: worth a finding
 MEMCPY_SHARE = 0.10
 FRAGMENTED_SHARE = 0.20
 FRAGMENTED_MIN_BYTES = 256 * 2**20
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1000:.1f} ms"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def _sev(share: float | None) -> Severity:
-    return Severity.WARN if share is not None and share >= WARN_SHARE else Severity.INFO
 
 
 def _helps(p: dict[str, Any]) -> bool:
@@ -111,9 +98,9 @@ def _device_costs(found: list[Finding], dev: dict[str, Any]) -> list[Finding]:
             continue
         wall = dev["wall_s"] or 1.0
         note = (
-            f" CUDA events: the GPU was busy {_ms(dev['busy_s'])} of the {_ms(wall)} step and idle "
-            f"{_ms(dev['idle_s'])}; the idle this removes is {_ms(cap)} per step, so that is the cost counted "
-            f"(host-timed: {_ms(f.est_saving_s)})."
+            f" CUDA events: the GPU was busy {ms(dev['busy_s'])} of the {ms(wall)} step and idle "
+            f"{ms(dev['idle_s'])}; the idle this removes is {ms(cap)} per step, so that is the cost counted "
+            f"(host-timed: {ms(f.est_saving_s)})."
         )
         share = min(1.0, cap / wall)
         out.append(
@@ -122,7 +109,7 @@ def _device_costs(found: list[Finding], dev: dict[str, Any]) -> list[Finding]:
                 evidence=f.evidence + note,
                 est_saving_s=cap,
                 share=share,
-                severity=_sev(share) if f.severity is not Severity.PASS else f.severity,
+                severity=sev(share) if f.severity is not Severity.PASS else f.severity,
                 data={**f.data, "host_timed_saving_s": f.est_saving_s, "device_idle_removed_s": cap},
             )
         )
@@ -132,7 +119,7 @@ def _device_costs(found: list[Finding], dev: dict[str, Any]) -> list[Finding]:
 def _idle(title: str, evidence: str, data: dict[str, Any], share: float) -> Finding:
     return Finding(
         id="gpu.idle",
-        severity=_sev(share),
+        severity=sev(share),
         title=title,
         evidence=evidence,
         data=data,
@@ -171,12 +158,12 @@ def idle_from_events(dev: dict[str, Any]) -> list[Finding]:
     if dev.get("idle_launch_s") is not None:
         causes["launch gaps"] = dev["idle_launch_s"]
     main = max(causes, key=lambda k: causes[k])
-    text = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
+    text = ", ".join(f"{k} {ms(v)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]))
     evidence = (
-        f"CUDA events over {dev['steps']} steps: the GPU was idle {_ms(dev['idle_s'])} of the {_ms(wall)} step "
-        f"({_pct(share)}), busy {_ms(dev['busy_s'])}; idle by cause: {text}. Main cause: {main}"
+        f"CUDA events over {dev['steps']} steps: the GPU was idle {ms(dev['idle_s'])} of the {ms(wall)} step "
+        f"({pct(share)}), busy {ms(dev['busy_s'])}; idle by cause: {text}. Main cause: {main}"
     )
-    title = f"The GPU is idle {_pct(share)} of each step, mostly for {main}"
+    title = f"The GPU is idle {pct(share)} of each step, mostly for {main}"
     return [_idle(title, evidence, {"device_time": dev, "idle_causes_s": causes, "main_cause": main}, share)]
 
 
@@ -195,7 +182,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                 evidence=f"torch.profiler over {steps} steps on device {row['device']}: "
                 f"{row['kernels_per_step']:.0f} kernels per step, median kernel {row['median_kernel_us']:.1f} us, "
                 f"median gap between kernels {row['median_gap_us']:.1f} us, the device idle between kernels "
-                f"{_pct(row['gap_share'])} of the traced time ({row['gap_us_per_step'] / 1000:.1f} ms per step; "
+                f"{pct(row['gap_share'])} of the traced time ({row['gap_us_per_step'] / 1000:.1f} ms per step; "
                 "traced steps run slower than untraced ones). The saving of fusing them is not measured here",
                 data=row,
                 fix="Fuse the small kernels with torch.compile, or capture the step in a CUDA graph "
@@ -212,11 +199,11 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
             out.append(
                 Finding(
                     id="gpu.memcpy",
-                    severity=_sev(per_step / bd.total_s if bd.total_s else None),
-                    title=f"Copies take {_pct(row['memcpy_share'])} of the GPU's time",
+                    severity=sev(per_step / bd.total_s if bd.total_s else None),
+                    title=f"Copies take {pct(row['memcpy_share'])} of the GPU's time",
                     evidence=f"torch.profiler over {steps} steps on device {row['device']}: memcpy "
-                    f"{row['memcpy_us'] / 1000:.1f} ms ({_ms(per_step)} per step, {_pct(row['memcpy_share'])} of the "
-                    f"traced time), kernels {_pct(row['kernel_share'])}, idle {_pct(row['idle_share'])}",
+                    f"{row['memcpy_us'] / 1000:.1f} ms ({ms(per_step)} per step, {pct(row['memcpy_share'])} of the "
+                    f"traced time), kernels {pct(row['kernel_share'])}, idle {pct(row['idle_share'])}",
                     data=row,
                     fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute; keep "
                     "data that every step reuses on the GPU; avoid .cpu()/.to('cpu') in the step.",
@@ -233,11 +220,11 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
             f"{k} {v / 1000:.1f} ms" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0
         )
         evidence = (
-            f"torch.profiler over {steps} steps: device {row['device']} idle {_pct(share)} of the traced time "
+            f"torch.profiler over {steps} steps: device {row['device']} idle {pct(share)} of the traced time "
             f"({row['idle_us_per_step'] / 1000:.1f} ms per step); while it was idle the host was in: {text}. "
             f"Main cause: {row['main_cause']}"
         )
-        title = f"The GPU is idle {_pct(share)} of the traced time, mostly for {row['main_cause']}"
+        title = f"The GPU is idle {pct(share)} of the traced time, mostly for {row['main_cause']}"
         out.append(_idle(title, evidence, {"trace_idle": row}, share))
     return out
 
@@ -251,7 +238,7 @@ def mfu_findings(m: dict[str, Any] | None) -> list[Finding]:
             severity=Severity.INFO,
             title=f"Model FLOPs utilisation {100 * m['mfu']:.1f}% of the measured {m['dtype']} matmul peak",
             evidence=f"{m['flops_per_step'] / 1e9:.2f} GFLOP per step (FlopCounterMode, forward+backward x "
-            f"{m['passes_per_step']:.0f}) at the {_ms(m['median_step_s'])} median step = "
+            f"{m['passes_per_step']:.0f}) at the {ms(m['median_step_s'])} median step = "
             f"{m['achieved_flops_per_s'] / 1e12:.3f} TFLOP/s; this {m.get('device')}'s {m['dtype']} matmul peak "
             f"measured {m['peak_flops_per_s'] / 1e12:.3f} TFLOP/s (torch.mm {m.get('peak_size')}^2)",
             data=m,
@@ -289,7 +276,7 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
                 severity=Severity.INFO,
                 title=f"The caching allocator holds {frag / 2**20:.0f} MiB that no tensor uses",
                 evidence=f"peak reserved {res / 2**20:.0f} MiB, peak allocated {alloc / 2**20:.0f} MiB: "
-                f"{_pct(frag / res)} of the reserved memory is cached but free",
+                f"{pct(frag / res)} of the reserved memory is cached but free",
                 data={k: v for k, v in mem.items() if k.startswith("cuda_")},
                 fix="Let the allocator grow segments instead of caching many sizes (set before CUDA starts).",
                 fix_code="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
@@ -311,11 +298,11 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
         out.append(
             Finding(
                 id="precision.fp16",
-                severity=_sev(share),
+                severity=sev(share),
                 title="fp16 autocast with a GradScaler is faster here",
-                evidence=f"forward+backward on the script's last batch: fp32 {_ms(fp16['base_s'])}, fp16 with "
-                f"GradScaler {_ms(fp16['new_s'])}"
-                + (f", bf16 {_ms(bf16_new)}" if bf16_new else "")
+                evidence=f"forward+backward on the script's last batch: fp32 {ms(fp16['base_s'])}, fp16 with "
+                f"GradScaler {ms(fp16['new_s'])}"
+                + (f", bf16 {ms(bf16_new)}" if bf16_new else "")
                 + " (medians, measured after the run)",
                 data={"fp16_scaler": fp16, "bf16_s": bf16_new},
                 fix="Run forward and loss under fp16 autocast and scale the loss (fp16 needs the scaler).",
@@ -331,10 +318,10 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
         out.append(
             Finding(
                 id="precision.tf32",
-                severity=_sev(share),
+                severity=sev(share),
                 title="fp32 matmuls run at full precision; TF32 tensor cores are faster here",
-                evidence=f"forward+backward: float32_matmul_precision 'highest' {_ms(tf['base_s'])}, 'high' (TF32) "
-                f"{_ms(tf['new_s'])} (medians, measured after the run)",
+                evidence=f"forward+backward: float32_matmul_precision 'highest' {ms(tf['base_s'])}, 'high' (TF32) "
+                f"{ms(tf['new_s'])} (medians, measured after the run)",
                 data=tf,
                 fix="Allow TF32 for matmuls (10-bit mantissa inputs, fp32 accumulation).",
                 fix_code="torch.set_float32_matmul_precision('high')",
@@ -348,7 +335,7 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
                 id="precision.tf32",
                 severity=Severity.PASS,
                 title="TF32 measured no faster than full fp32 matmuls for this model",
-                evidence=f"'highest' {_ms(tf['base_s'])}, 'high' {_ms(tf['new_s'])}",
+                evidence=f"'highest' {ms(tf['base_s'])}, 'high' {ms(tf['new_s'])}",
                 data=tf,
             )
         )
@@ -361,11 +348,11 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
                 out[i] = replace(
                     f,
                     evidence=f"{f.evidence}; the batch ({h2d['bytes'] / 2**20:.1f} MiB) measured: pageable and "
-                    f"blocking {_ms(h2d['pageable_host_s'])} of host time ({_ms(h2d['pageable_device_s'])} on the "
-                    f"GPU), pinned and non_blocking {_ms(h2d['pinned_host_s'])} ({_ms(h2d['pinned_device_s'])})",
+                    f"blocking {ms(h2d['pageable_host_s'])} of host time ({ms(h2d['pageable_device_s'])} on the "
+                    f"GPU), pinned and non_blocking {ms(h2d['pinned_host_s'])} ({ms(h2d['pinned_device_s'])})",
                     data={**f.data, "probe": h2d},
                     est_saving_s=saving,
                     share=share,
-                    severity=_sev(share),
+                    severity=sev(share),
                 )
     return out

@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.profile.stacks import KINDS, describe_exit
 from pitstop.profile.watchdog import POLL_S, REQUEST_WAIT_S, STALL_FACTOR, STALL_MIN_S
 
-WARN_SHARE = 0.05  # the same bar as every per-step finding (rules.WARN_SHARE)
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
 FIXES = {

@@ -1,0 +1,298 @@
+"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last,
+cudnn.benchmark, foreach optimizers, keeping freed host memory mapped) and the setup facts (compile,
+DataParallel, GPU use). Pure functions from measurements to Findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pitstop.findings import Finding, Severity
+from pitstop.host import cpu, precision
+from pitstop.profile.rulekit import (
+    FAULTS_WORTH_A_RUN,
+    GPU_IDLE_PCT,
+    MIN_FAULTS_TO_TIME,
+    MIN_SHARE,
+    cost,
+    ms,
+    probe_helps,
+    sev,
+)
+from pitstop.profile.timeline import Breakdown
+from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.train.host_memory import SNIPPET as KEEP_SNIPPET
+
+
+def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:
+    out: list[Finding] = []
+    where = model.get("first_location")
+    prec = probes.get("precision")
+    if prec and prec.get("dtype"):
+        dtype = prec["dtype"]
+        hw = "AVX512_BF16/AMX" if device == "cpu" else "tensor cores"
+        if probe_helps(prec):
+            saving, share = cost(bd, prec["saving_s"])
+            out.append(
+                Finding(
+                    id="precision.amp",
+                    severity=sev(share),
+                    title=f"The model trains in fp32 on hardware with fast {dtype}",
+                    evidence=f"forward+backward on the script's last batch: fp32 {ms(prec['base_s'])}, "
+                    f"{dtype} autocast {ms(prec['new_s'])} (medians, measured after the run); this {device} "
+                    f"has {hw}",
+                    data=prec,
+                    fix=f"Run forward and loss under autocast({dtype})."
+                    + (" With float16 on CUDA, use a GradScaler." if dtype == "float16" else ""),
+                    fix_code=f"with torch.autocast('{device}', dtype=torch.{dtype}):\n"
+                    "    loss = criterion(model(x), y)\nloss.backward()",
+                    location=where,
+                    est_saving_s=saving,
+                    share=share,
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    id="precision.amp",
+                    severity=Severity.PASS,
+                    title=f"fp32 is as fast as {dtype} autocast for this model here",
+                    evidence=f"forward+backward: fp32 {ms(prec['base_s'])}, {dtype} {ms(prec['new_s'])}",
+                    data=prec,
+                )
+            )
+    cl = probes.get("channels_last")
+    if cl:
+        if probe_helps(cl):
+            saving, share = cost(bd, cl["saving_s"])
+            out.append(
+                Finding(
+                    id="memory_format.channels_last",
+                    severity=sev(share),
+                    title="The conv net runs in NCHW; channels_last is faster here",
+                    evidence=f"forward+backward on the script's last batch: NCHW {ms(cl['base_s'])}, channels_last "
+                    f"{ms(cl['new_s'])} (medians, measured after the run); {model.get('conv2d_layers')} Conv2d layers",
+                    data=cl,
+                    fix="Convert the model and its image batches to channels_last once.",
+                    fix_code="model = model.to(memory_format=torch.channels_last)\n"
+                    "x = x.to(device, memory_format=torch.channels_last)",
+                    location=where,
+                    est_saving_s=saving,
+                    share=share,
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    id="memory_format.channels_last",
+                    severity=Severity.PASS,
+                    title="channels_last measured no faster than NCHW for this model",
+                    evidence=f"NCHW {ms(cl['base_s'])}, channels_last {ms(cl['new_s'])}",
+                    data=cl,
+                )
+            )
+    cb = probes.get("cudnn_benchmark")
+    if cb and probe_helps(cb):
+        saving, share = cost(bd, cb["saving_s"])
+        out.append(
+            Finding(
+                id="cudnn.benchmark",
+                severity=sev(share),
+                title="cudnn.benchmark is off for a conv net with fixed input shapes",
+                evidence=f"forward+backward: benchmark off {ms(cb['base_s'])}, on {ms(cb['new_s'])}",
+                data=cb,
+                fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
+                fix_code="torch.backends.cudnn.benchmark = True",
+                est_saving_s=saving,
+                share=share,
+            )
+        )
+    return out
+
+
+def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
+    """CPU steps that page-fault their tensors in: glibc gives large freed blocks back to the kernel."""
+    hm = probes.get("host_memory")
+    if not hm:
+        return []
+    data = {**hm, "faults_per_step": bd.faults_per_step}
+    if hm.get("kept"):  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
+        return [
+            Finding(
+                id="host.page_faults",
+                severity=Severity.PASS,
+                title="Freed host memory stays mapped: steps do not page-fault their tensors in",
+                evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
+                "(median)",
+                data=data,
+            )
+        ]
+    if "saving_s" not in hm:
+        return []
+    measured = (
+        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (median); a training step on the "
+        f"script's last batch: {ms(hm['base_s'])} and {hm['base_faults']:,.0f} faults with malloc as it "
+        f"was, {ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
+        "(medians, one after the other: the change cannot be undone in the process)"
+    )
+    fix = (
+        "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
+        "mmap/trim thresholds); or, without a code change, start the script with `pitstop launch --allocator "
+        "glibc` (the same through glibc's environment variables) or `--allocator jemalloc`. Cost: the "
+        "process keeps its peak heap."
+    )
+    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
+    fix_code = (
+        f"{KEEP_SNIPPET}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
+    )
+    # The probe runs after the script, with the heap in another state, so its own fault count is not the
+    # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.
+    dropped = hm["base_faults"] - hm["new_faults"]
+    timed = dropped >= MIN_FAULTS_TO_TIME  # else the probe's heap took too few faults to time one
+    per_fault = hm["saving_s"] / dropped if timed and probe_helps(hm) else 0.0  # below noise: ~free
+    saving, share = cost(bd, per_fault * bd.faults_per_step)
+    if timed and share >= MIN_SHARE:
+        data.update(per_fault_s=per_fault, est_saving_s=saving)
+        return [
+            Finding(
+                id="host.page_faults",
+                severity=sev(share),
+                title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
+                evidence=f"{measured}; {per_fault * 1e6:.2f} us per fault x {bd.faults_per_step:,.0f} faults "
+                f"per step = {ms(saving)} per step",
+                data=data,
+                fix=fix,
+                fix_code=fix_code,
+                est_saving_s=saving,
+                share=share,
+            )
+        ]
+    if not timed and bd.faults_per_step >= FAULTS_WORTH_A_RUN:
+        # The run's faults are known but not their cost.
+        return [
+            Finding(
+                id="host.page_faults",
+                severity=Severity.INFO,
+                title=f"CPU steps page-fault {bd.faults_per_step:,.0f} pages each; the probe could not time it",
+                evidence=measured + ". `pitstop fix --candidates host_memory` times it on the whole script",
+                data=data,
+                fix=fix,
+                fix_code=fix_code,
+            )
+        ]
+    return [
+        Finding(
+            id="host.page_faults",
+            severity=Severity.PASS,
+            title="Page faults measured to cost under 1% of the step here"
+            if timed
+            else f"Steps take few page faults ({bd.faults_per_step:,.0f} per step)",
+            evidence=measured,
+            data=data,
+        )
+    ]
+
+
+def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    probed = {p.get("type"): p for p in probes.get("optimizer", []) if "saving_s" in p}
+    for opt in optimizers:
+        if opt.get("impl") != "for-loop":
+            continue
+        p = probed.get(opt.get("type"))
+        if p is not None and not probe_helps(p):
+            continue  # measured: foreach is no faster here
+        saving, share = cost(bd, p["saving_s"]) if p else (None, None)
+        evidence = f"{opt['type']} runs a Python loop over its {opt.get('params', '?')} parameter tensors"
+        if p:
+            evidence += (
+                f"; one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
+            )
+        else:
+            evidence += f"; optimizer time {ms(bd.parts['optimizer_s'])} per step (foreach not measured)"
+        out.append(
+            Finding(
+                id="optimizer.foreach",
+                severity=sev(share),
+                title=f"{opt['type']} uses neither foreach nor fused kernels",
+                evidence=evidence,
+                data={"optimizer": opt, "probe": p},
+                fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
+                fix_code=f"torch.optim.{opt['type']}(params, ..., foreach=True)",
+                location=opt.get("location"),
+                est_saving_s=saving,
+                share=share,
+            )
+        )
+    return out
+
+
+def setup_rules(
+    model: dict[str, Any], torch_facts: dict[str, Any], gpu: dict[str, Any] | None
+) -> list[Finding]:
+    out: list[Finding] = []
+    where = model.get("first_location")
+    if model and not model.get("compiled") and not torch_facts.get("dynamo_graphs"):
+        out.append(
+            Finding(
+                id="compile.none",
+                severity=Severity.INFO,
+                title="The model is not compiled",
+                evidence="torch.compile was not used; its gain depends on the model and is not measured by a "
+                "profile run (compiling takes minutes). `pitstop fix` measures it.",
+                fix="Try torch.compile; keep it if `pitstop fix` shows a gain.",
+                fix_code="model = torch.compile(model)",
+                location=where,
+            )
+        )
+    if model.get("dataparallel"):
+        out.append(
+            Finding(
+                id="parallel.dataparallel",
+                severity=Severity.WARN,
+                title="nn.DataParallel is in use",
+                evidence="DataParallel runs one Python thread per GPU, scatters the batch and gathers outputs on "
+                "GPU 0 every step; DistributedDataParallel runs one process per GPU",
+                fix="Use DistributedDataParallel, launched with torchrun (`pitstop launch`).",
+                fix_code="model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])",
+                location=where,
+            )
+        )
+    if gpu and gpu.get("mean_util_pct") is not None and gpu["mean_util_pct"] < GPU_IDLE_PCT:
+        out.append(
+            Finding(
+                id="gpu.idle",
+                severity=Severity.WARN,
+                title=f"The GPU was busy {gpu['mean_util_pct']:.0f}% of the time",
+                evidence=f"NVML utilization of GPU {gpu.get('index')} averaged {gpu['mean_util_pct']:.0f}% over "
+                f"{gpu.get('samples')} samples ({gpu.get('window')}); below {GPU_IDLE_PCT:.0f}% the GPU waits "
+                "for the host (data, syncs, Python)",
+                data=gpu,
+                fix="See the findings above for where the host time goes.",
+            )
+        )
+    return out
+
+
+def unprobed_precision(model: dict[str, Any], dev_type: str) -> list[Finding]:
+    """fp32 on fast-low-precision hardware, where the probe could not run (no inputs captured, too slow)."""
+    if model.get("param_dtypes") != ["float32"]:
+        return []
+    if dev_type == "cpu" and not cpu.cpu_has_fast_bf16():
+        return []
+    if dev_type not in ("cpu", "cuda"):
+        return []
+    dtype = precision.preferred_amp_dtype(dev_type)
+    if not dtype:
+        return []
+    return [
+        Finding(
+            id="precision.amp",
+            severity=Severity.INFO,
+            title=f"The model trains in fp32 on hardware with fast {dtype}",
+            evidence="autocast was off during forward; the gain could not be measured in this run "
+            "(`pitstop fix` measures it)",
+            fix=f"Run forward and loss under torch.autocast('{dev_type}', dtype=torch.{dtype}).",
+            fix_code=f"with torch.autocast('{dev_type}', dtype=torch.{dtype}):\n    loss = criterion(model(x), y)",
+            location=model.get("first_location"),
+        )
+    ]
