@@ -47,6 +47,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+    from pitstop.tune.verdict_cache import annotate_profile
 
     cmd = command_after_dashes(args)
     if (args.cmd or [])[:1] == ["merge"]:  # pitstop profile merge DIR: the ranks a multi-node launch left
@@ -92,6 +93,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         result = run(spec, out_dir=out_dir, progress=progress)
     report = result.report()
+    report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
     if not args.quiet and args.json != "-":
         print_breakdown(report, Console())
         print_ranks(report, Console())
