@@ -44,6 +44,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pitstop.profile.malloc_confirm import BUDGET_S, maybe_confirm, worth_confirming
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
@@ -92,6 +93,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
+    if worth_confirming(result) and spec.probes:
+        if show:
+            err.print(f"pitstop profile: timing the page-fault fix in fresh runs (at most {BUDGET_S:.0f} s)")
+        maybe_confirm(spec, result)  # the malloc probe cannot be interleaved in one process
     report = result.report()
     report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
     if not args.quiet and args.json != "-":

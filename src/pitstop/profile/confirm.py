@@ -34,12 +34,19 @@ def _self(f: Finding) -> dict[str, Any]:
     return f.data
 
 
+def _host_memory(f: Finding) -> dict[str, Any]:
+    """The two-process measurement when it ran (``pitstop.profile.malloc_confirm``), else the in-process
+    before/after probe."""
+    two = f.data.get("two_process") or {}
+    return two if "saving_s" in two else f.data
+
+
 # finding id -> the probe record its saving was predicted from
 PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
     "precision.amp": _self,
     "memory_format.channels_last": _self,
     "cudnn.benchmark": _self,
-    "host.page_faults": _self,
+    "host.page_faults": _host_memory,
     "precision.tf32": _self,
     "precision.fp16": _fp16,
     "optimizer.foreach": _optimizer,
@@ -51,11 +58,14 @@ def saving_bounds(f: Finding, probe: dict[str, Any]) -> tuple[float, float] | No
 
     A finding may scale the probe's saving (host.page_faults: seconds per fault in the probe times the
     run's faults per step) or offset it (precision.fp16 against bf16's time); the bounds move with the
-    point estimate: scaled by the same factor, or shifted by the same offset when the probe saved nothing.
+    point estimate: scaled by the same factor, or shifted by the same offset. The two-process page-fault
+    measurement times the script's whole step, so its bounds are the finding's as they are.
     """
     lo, hi, point = probe.get("saving_lo_s"), probe.get("saving_hi_s"), probe.get("saving_s")
     if lo is None or hi is None or point is None or f.est_saving_s is None:
         return None
+    if probe is f.data.get("two_process"):
+        return lo, hi  # measured on the whole step of the script: no scaling
     if f.id == "host.page_faults":
         factor = f.est_saving_s / point if point > 0 else 0.0
         return lo * factor, hi * factor
@@ -73,6 +83,17 @@ def _no_interval_reason(probe: dict[str, Any]) -> str:
     return "no interval: too few probe rounds fitted the probe's budget"
 
 
+def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:
+    """The fresh processes' saving replaces the prediction scaled from the in-process probe."""
+    saved = max(0.0, probe["saving_s"])
+    text = (
+        f"; two fresh runs of the script, plain vs glibc's env, {probe.get('rounds', 0)} rounds: median step "
+        f"{_ms(probe['base_s'])} vs {_ms(probe['new_s'])}"
+    )
+    share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
+    return replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share)
+
+
 def confirm(f: Finding, bd: Breakdown) -> Finding:
     """``f`` with its interval in ``data``, at most info unless the interval's lower bound confirms it."""
     get = PROBE_OF.get(f.id)
@@ -83,12 +104,17 @@ def confirm(f: Finding, bd: Breakdown) -> Finding:
         return f
     bounds = saving_bounds(f, probe)
     step = bd.median_total_s
+    if probe is f.data.get("two_process"):
+        f = _measured_in_two_processes(f, probe, bd)
     confirmed = bounds is not None and step > 0 and bounds[0] >= WARN_SHARE * step
     data = {**f.data, "saving_ci_s": list(bounds) if bounds else None, "confirmed": confirmed}
     if bounds is not None:
         ci = f"saving {_ms(f.est_saving_s)} (95% CI {_ms(bounds[0])}\u2013{_ms(bounds[1])})"
     else:
         ci = f"saving {_ms(f.est_saving_s)}, {_no_interval_reason(probe)}"
+        two = f.data.get("two_process")
+        if two and probe is not two:
+            ci += f"; the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
     if confirmed:
         return replace(f, evidence=f"{f.evidence}; confirmed: {ci}", data=data)
     severity = Severity.INFO if f.severity.rank > Severity.INFO.rank else f.severity
