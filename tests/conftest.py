@@ -1,10 +1,13 @@
 import os
+import tempfile
 
 import pytest
 
 # Tests must not fight over the 2 cores, nor pick up a user's thread settings.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# `pitstop fix` keeps its verdicts in the user's cache directory; tests keep theirs in a temporary one.
+os.environ.setdefault("PITSTOP_CACHE_DIR", tempfile.mkdtemp(prefix="pitstop-test-cache-"))
 
 
 # A CPU without bf16 hardware, made to order: AVX2-only flags and a torch.mm timer that reports fp32 at

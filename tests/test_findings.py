@@ -105,3 +105,19 @@ def test_written_reports_get_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert p.stat().st_mode & 0o777 == 0o644
+
+
+def test_ranking_within_a_severity_uses_the_saving_lower_bound_when_known():
+    # a: 20 ms predicted but only 2 ms sure; b: 10 ms with 8 ms sure; c: 5 ms measured, no interval.
+    a = Finding(
+        id="a.x", severity=Severity.WARN, title="", est_saving_s=0.02, data={"saving_ci_s": [0.002, 0.03]}
+    )
+    b = Finding(
+        id="b.x", severity=Severity.WARN, title="", est_saving_s=0.01, data={"saving_ci_s": [0.008, 0.012]}
+    )
+    c = Finding(id="c.x", severity=Severity.WARN, title="", est_saving_s=0.005)
+    none = Finding(id="d.x", severity=Severity.WARN, title="", est_saving_s=0.004, data={"saving_ci_s": None})
+    assert [f.id for f in rank_findings([a, c, none, b])] == ["b.x", "c.x", "d.x", "a.x"]
+    # severity still comes first
+    err = Finding(id="e.x", severity=Severity.ERROR, title="")
+    assert rank_findings([b, err])[0] is err

@@ -79,8 +79,18 @@ class Finding:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first: by severity, then by measured cost (largest first), then by id for stability."""
-    return sorted(findings, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0), f.id))
+    """Worst first: by severity, then by the cost that is sure (largest first): the lower bound of the
+    saving's interval (``data["saving_ci_s"]``) where the finding has one, else its measured cost; then by
+    id for stability."""
+    return sorted(findings, key=lambda f: (-f.severity.rank, -sure_saving(f), f.id))
+
+
+def sure_saving(f: Finding) -> float:
+    """The lower bound of the finding's saving interval when it has one, else its measured cost (or 0)."""
+    ci = f.data.get("saving_ci_s") if isinstance(f.data, dict) else None
+    if isinstance(ci, list | tuple) and ci and isinstance(ci[0], int | float):
+        return float(ci[0])
+    return f.est_saving_s or 0.0
 
 
 @dataclass

@@ -91,7 +91,13 @@ def test_probe_without_gain_is_a_pass_not_a_problem():
         "models": [{"param_dtypes": ["float32"], "conv2d_layers": 3, "compiled": True}],
         "probes": {
             "precision": {"dtype": "bfloat16", "base_s": 0.05, "new_s": 0.051, "saving_s": -0.001},
-            "channels_last": {"base_s": 0.05, "new_s": 0.03, "saving_s": 0.02},
+            "channels_last": {
+                "base_s": 0.05,
+                "new_s": 0.03,
+                "saving_s": 0.02,
+                "saving_lo_s": 0.015,
+                "saving_hi_s": 0.025,
+            },
         },
     }
     found, _ = findings_for(steps(forward_s=0.05), data, cores=2)
@@ -178,9 +184,12 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
     )
     assert bd.faults_per_step == 4000
     f = next(f for f in found if f.id == "host.page_faults")
-    # 10 ms for 3,000 faults in the probe, 4,000 faults a step in the run: 13.3 ms of the 100 ms step.
+    # 10 ms for 3,000 faults in the probe, 4,000 faults a step in the run: 13.3 ms of the 100 ms step,
+    # but measured before then after in one process, so not confirmed: info.
     assert (
-        f.severity is Severity.WARN
+        f.severity is Severity.INFO
+        and "not confirmed" in f.evidence
+        and f.data["saving_ci_s"] is None
         and abs(f.est_saving_s - 0.04 / 3) < 1e-9
         and abs(f.share - 0.4 / 3) < 1e-9
     )

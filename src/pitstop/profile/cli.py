@@ -29,6 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--trace", action="store_true", help="also record a torch.profiler Chrome trace")
     p.add_argument("--out-dir", metavar="DIR", help="keep the run's files (measurements, trace) here")
     p.add_argument("--no-probes", action="store_true", help="skip the measured what-ifs after the run")
+    p.add_argument(
+        "--verify",
+        type=float,
+        nargs="?",
+        const=120.0,
+        metavar="S",
+        help="then time the top warning's fix on the script (as pitstop fix does, S seconds, default 120) "
+        "and show the measured speed-up next to the predicted one",
+    )
     add_output_args(p)
     p.add_argument(
         "cmd",
@@ -44,9 +53,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pitstop.profile.malloc_confirm import BUDGET_S, maybe_confirm, worth_confirming
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+    from pitstop.tune.verdict_cache import annotate_profile
 
     cmd = command_after_dashes(args)
     if (args.cmd or [])[:1] == ["merge"]:  # pitstop profile merge DIR: the ranks a multi-node launch left
@@ -57,6 +68,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--steps must be >= 1 and --warmup >= 0")
     if args.timeout is not None and args.timeout <= 0:
         return usage_error("--timeout must be > 0")
+    if args.verify is not None and args.verify <= 0:
+        return usage_error("--verify needs a budget > 0 seconds")
     try:
         parse_command(cmd)
     except CommandError as e:
@@ -91,7 +104,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
+    if worth_confirming(result) and spec.probes:
+        if show:
+            err.print(f"pitstop profile: timing the page-fault fix in fresh runs (at most {BUDGET_S:.0f} s)")
+        maybe_confirm(spec, result)  # the malloc probe cannot be interleaved in one process
     report = result.report()
+    report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
+    if args.verify and result.ok:
+        from pitstop.profile.verify import verify
+
+        if show:
+            err.print(f"pitstop profile --verify: timing the top warning's fix (at most {args.verify:.0f} s)")
+        verify(report, cmd, args.verify, out_dir)
     if not args.quiet and args.json != "-":
         print_breakdown(report, Console())
         print_ranks(report, Console())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host import cpu
-from pitstop.profile import gpu_rules
+from pitstop.profile import confirm, gpu_rules
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
@@ -249,6 +249,7 @@ def findings_for(
     found += probe_failure_rules(probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
+    found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):
         unmeasured = sorted(
             {

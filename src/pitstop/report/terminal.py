@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.findings import Finding, Report, Severity
+from pitstop.findings import Finding, Report, Severity, rank_findings, sure_saving
 from pitstop.report.stacked import WIDE, cost_text, print_passes, print_stacked
 
 SEVERITY_STYLE = {
@@ -33,8 +33,8 @@ def print_report(report: Report, console: Console | None = None, show_pass: bool
     findings = [f for f in report.ranked() if show_pass or f.severity is not Severity.PASS]
     areas: dict[str, list[Finding]] = {}
     for area, group in groupby(sorted(findings, key=lambda f: f.area), key=lambda f: f.area):
-        areas[area] = sorted(group, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0), f.id))
-    order = sorted(areas, key=lambda a: (-areas[a][0].severity.rank, -(areas[a][0].est_saving_s or 0.0), a))
+        areas[area] = rank_findings(list(group))
+    order = sorted(areas, key=lambda a: (-areas[a][0].severity.rank, -sure_saving(areas[a][0]), a))
     if console.width < WIDE:
         console.print(Text(title, style="bold"))
         print_stacked([(a, areas[a]) for a in order], console, severity_text)

@@ -381,6 +381,12 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         "--apply", action="store_true", help="write the DataLoader diff into your file (asks first)"
     )
     p.add_argument("--yes", action="store_true", help="with --apply: do not ask")
+    p.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="keep the verdicts here for later `pitstop profile --out-dir DIR` runs of the same script "
+        "(default: the user's cache directory, ~/.cache/pitstop)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     add_output_args(p)
     p.set_defaults(func=cmd_fix)
@@ -429,6 +435,9 @@ def cmd_fix(ns: argparse.Namespace) -> int:
 
     with status("pitstop fix", not ns.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
+    from pitstop.tune.verdict_cache import record
+
+    record(result, ns.out_dir)  # a later profile of this script shows what its fixes measured
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
         [m.name, m.verdict, m.interval.text() if m.interval else "", m.median, m.reason]

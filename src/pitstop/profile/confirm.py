@@ -1,0 +1,122 @@
+"""Probe-based predictions are warnings only when their interval confirms them.
+
+A probe (autocast, channels_last, foreach, cudnn.benchmark, the malloc thresholds, TF32, fp16) times the
+change on the script's own model after the run, and its saving is a prediction: "fix this and save X ms
+a step". ``pitstop.measure`` gives that saving a 95% interval when the probe's variants were interleaved
+in rounds (``saving_lo_s``, ``saving_hi_s`` in the probe's record). A prediction is a warning only when
+the interval's lower bound is at least ``WARN_SHARE`` of the median step; otherwise, or when there is no
+interval (a before/after probe that cannot be interleaved in one process, or too few rounds), it is at
+most info and its evidence says it was not confirmed. Each probe-based finding carries
+``saving_ci_s: [lo, hi]`` (None where there is no interval) and ``confirmed`` in its ``data``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pitstop.findings import Finding, Severity
+from pitstop.profile.rulekit import WARN_SHARE, ms
+from pitstop.profile.timeline import Breakdown
+
+
+def _fp16(f: Finding) -> dict[str, Any] | None:
+    return f.data.get("fp16_scaler")
+
+
+def _optimizer(f: Finding) -> dict[str, Any] | None:
+    return f.data.get("probe")
+
+
+def _self(f: Finding) -> dict[str, Any]:
+    return f.data
+
+
+def _host_memory(f: Finding) -> dict[str, Any]:
+    """The two-process measurement when it ran (``pitstop.profile.malloc_confirm``), else the in-process
+    before/after probe."""
+    two = f.data.get("two_process") or {}
+    return two if "saving_s" in two else f.data
+
+
+# finding id -> the probe record its saving was predicted from
+PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
+    "precision.amp": _self,
+    "memory_format.channels_last": _self,
+    "cudnn.benchmark": _self,
+    "host.page_faults": _host_memory,
+    "precision.tf32": _self,
+    "precision.fp16": _fp16,
+    "optimizer.foreach": _optimizer,
+}
+
+
+def saving_bounds(f: Finding, probe: dict[str, Any]) -> tuple[float, float] | None:
+    """The finding's per-step saving interval, or None when its probe has none.
+
+    A finding may scale the probe's saving (host.page_faults: seconds per fault in the probe times the
+    run's faults per step) or offset it (precision.fp16 against bf16's time); the bounds move with the
+    point estimate: scaled by the same factor, or shifted by the same offset. The two-process page-fault
+    measurement times the script's whole step, so its bounds are the finding's as they are.
+    """
+    lo, hi, point = probe.get("saving_lo_s"), probe.get("saving_hi_s"), probe.get("saving_s")
+    if lo is None or hi is None or point is None or f.est_saving_s is None:
+        return None
+    if probe is f.data.get("two_process"):
+        return lo, hi  # measured on the whole step of the script: no scaling
+    if f.id == "host.page_faults":
+        factor = f.est_saving_s / point if point > 0 else 0.0
+        return lo * factor, hi * factor
+    shift = f.est_saving_s - point  # 0 where the finding's saving is the probe's own
+    return lo + shift, hi + shift
+
+
+def _no_interval_reason(probe: dict[str, Any]) -> str:
+    if probe.get("confirmed") is False:
+        return "no interval: the probe ran before then after in one process, which cannot be interleaved"
+    return "no interval: too few probe rounds fitted the probe's budget"
+
+
+def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:
+    """The fresh processes' saving replaces the prediction scaled from the in-process probe."""
+    saved = max(0.0, probe["saving_s"])
+    text = (
+        f"; two fresh runs of the script, plain vs glibc's env, {probe.get('rounds', 0)} rounds: median step "
+        f"{ms(probe['base_s'])} vs {ms(probe['new_s'])}"
+    )
+    share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
+    return replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share)
+
+
+def confirm(f: Finding, bd: Breakdown) -> Finding:
+    """``f`` with its interval in ``data``, at most info unless the interval's lower bound confirms it."""
+    get = PROBE_OF.get(f.id)
+    if get is None or f.severity is Severity.PASS or f.est_saving_s is None:
+        return f
+    probe = get(f)
+    if not probe or "saving_s" not in probe:
+        return f
+    bounds = saving_bounds(f, probe)
+    step = bd.median_total_s
+    if probe is f.data.get("two_process"):
+        f = _measured_in_two_processes(f, probe, bd)
+    confirmed = bounds is not None and step > 0 and bounds[0] >= WARN_SHARE * step
+    data = {**f.data, "saving_ci_s": list(bounds) if bounds else None, "confirmed": confirmed}
+    if bounds is not None:
+        ci = f"saving {ms(f.est_saving_s)} (95% CI {ms(bounds[0])}\u2013{ms(bounds[1])})"
+    else:
+        ci = f"saving {ms(f.est_saving_s)}, {_no_interval_reason(probe)}"
+        two = f.data.get("two_process")
+        if two and probe is not two:
+            ci += f"; the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
+    if confirmed:
+        return replace(f, evidence=f"{f.evidence}; confirmed: {ci}", data=data)
+    severity = Severity.INFO if f.severity.rank > Severity.INFO.rank else f.severity
+    bar = f"; a warning needs the lower bound at {WARN_SHARE:.0%} of the {ms(step)} median step"
+    return replace(f, severity=severity, evidence=f"{f.evidence}; not confirmed: {ci}{bar}", data=data)
+
+
+def apply(found: list[Finding], bd: Breakdown) -> list[Finding]:
+    """Every probe-based finding in ``found`` confirmed by its interval, or demoted to info."""
+    return [confirm(f, bd) for f in found]

@@ -1,0 +1,110 @@
+"""``pitstop profile --verify``: the top warning's fix, measured on the script, next to its prediction.
+
+The top-ranked warning that has a fix ``pitstop fix`` can inject (``tune.fix.FINDING_KINDS``) is timed
+as ``pitstop fix --candidates KIND`` would: interleaved rounds of the script as it is and with the fix,
+judged by ``pitstop.measure`` within the budget. The result is one ``profile.verify`` finding that sets
+the measured speed-up and its interval next to the speed-up the warning predicted (median step over
+median step minus the saving, with the saving's interval where it has one). A fix measured as no
+change or hurt demotes the warning to info, as a later profile would from the verdict cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pitstop.findings import Finding, Report, Severity
+
+DEFAULT_BUDGET_S = 120.0
+
+
+def top_warning(report: Report) -> tuple[Finding, str] | None:
+    """The first-ranked warning (or error) with an injectable fix, and that fix's kind."""
+    from pitstop.tune.fix import FINDING_KINDS
+
+    for f in report.ranked():
+        if f.severity.rank >= Severity.WARN.rank and f.id in FINDING_KINDS:
+            return f, FINDING_KINDS[f.id]
+    return None
+
+
+def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[float] | None]:
+    """step / (step - saving): the point, and the bounds from the saving's interval (None: none)."""
+
+    def speedup(saving: float) -> float | None:
+        left = step_s - saving
+        return step_s / left if left > 0 else None
+
+    point = speedup(f.est_saving_s) if f.est_saving_s is not None and step_s > 0 else None
+    ci = f.data.get("saving_ci_s")
+    bounds = [speedup(ci[0]), speedup(ci[1])] if ci and step_s > 0 else None
+    return point, bounds if bounds and None not in bounds else None
+
+
+def verdict_finding(f: Finding, kind: str, result: Any, step_s: float) -> Finding:
+    """``profile.verify`` from a ``FixResult`` of the one candidate ``kind``."""
+    point, bounds = predicted_speedup(f, step_s)
+    pred = f"{point:.2f}x" if point else "no speed-up figure"
+    if bounds:
+        pred += f" (95% CI {bounds[0]:.2f}\u2013{bounds[1]:.2f})"
+    m = next((c for c in result.candidates if c.kind == kind), None)
+    data: dict[str, Any] = {"finding": f.id, "kind": kind, "predicted_speedup": point, "predicted_ci": bounds}
+    if m is None or m.interval is None:
+        why = "; ".join(result.skipped_candidates) or result.baseline_error or (m.reason if m else "")
+        return Finding(
+            id="profile.verify",
+            severity=Severity.INFO,
+            title=f"The fix for {f.id} could not be measured",
+            evidence=f"predicted {pred}; {why or 'no run of it measured a step'}",
+            data=data,
+        )
+    data.update(verdict=m.verdict, measured=m.interval.to_dict(), measured_text=m.interval.text())
+    inside = bounds is not None and bounds[0] <= m.interval.estimate <= bounds[1]
+    data["inside_prediction"] = inside
+    return Finding(
+        id="profile.verify",
+        severity=Severity.INFO,
+        title=f"{f.id}: predicted {pred}, measured {m.interval.text()} ({m.verdict})",
+        evidence=f"{m.name} timed against the script as it is in interleaved runs: {m.verdict}, "
+        f"{m.interval.text()}; the profile predicted {pred}"
+        + ("; the measured speed-up lies inside the predicted interval" if inside else ""),
+        data=data,
+    )
+
+
+def verify(
+    report: Report,
+    command: list[str],
+    budget_s: float = DEFAULT_BUDGET_S,
+    out_dir: Any = None,
+    run_fix: Callable[..., Any] | None = None,
+) -> Finding:
+    """Measure the top warning's fix, record the verdict for later profiles, and add ``profile.verify``
+    to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding."""
+    from pitstop.tune import verdict_cache
+    from pitstop.tune.fix import FixConfig
+    from pitstop.tune.fix import run_fix as real_run_fix
+
+    top = top_warning(report)
+    if top is None:
+        found = Finding(
+            id="profile.verify",
+            severity=Severity.INFO,
+            title="No warning with a fix to verify",
+            evidence="--verify measures the top warning's fix; this run has no warning that pitstop fix can inject",
+        )
+        report.add(found)
+        return found
+    f, kind = top
+    step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
+    result = (run_fix or real_run_fix)(list(command), FixConfig(candidates=(kind,), budget=budget_s))
+    verdict_cache.record(result, out_dir)
+    found = verdict_finding(f, kind, result, step_s)
+    report.findings = verdict_cache.annotate(
+        report.findings, {k: v for k, v in verdict_cache.entries(result).items() if k == kind}
+    )
+    report.add(found)
+    return found
+
+
+__all__ = ["DEFAULT_BUDGET_S", "predicted_speedup", "top_warning", "verdict_finding", "verify"]

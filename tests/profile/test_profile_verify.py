@@ -1,0 +1,90 @@
+"""`pitstop profile --verify`: the top warning's fix measured next to its prediction (fake fix runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pitstop.findings import Finding, Report, Severity
+from pitstop.measure import Interval
+from pitstop.profile import verify as vf
+from pitstop.tune import verdict_cache as vc
+from pitstop.tune.fix import FixResult
+from pitstop.tune.fixjudge import Measured
+
+
+def report_with(*findings):
+    return Report(tool="profile", findings=list(findings), sections={"breakdown": {"median_step_s": 0.1}})
+
+
+def amp_warning():
+    return Finding(
+        id="precision.amp",
+        severity=Severity.WARN,
+        title="fp32",
+        est_saving_s=0.02,
+        share=0.2,
+        data={"saving_ci_s": [0.01, 0.03]},
+    )
+
+
+def fake_run_fix(verdict, est, lo, hi, calls):
+    def run_fix(command, cfg):
+        calls.append((command, cfg))
+        base = Measured("baseline", "baseline", {}, verdict="baseline")
+        m = Measured("autocast(bfloat16)", "amp", {}, verdict=verdict)
+        m.interval = Interval(estimate=est, lo=lo, hi=hi, rounds=4, steps_base=80, steps_cand=80)
+        return FixResult(command=list(command), baseline=base, candidates=[m])
+
+    return run_fix
+
+
+def test_prediction_from_the_saving_and_its_interval():
+    point, bounds = vf.predicted_speedup(amp_warning(), 0.1)
+    assert point == pytest.approx(1.25) and bounds == pytest.approx([0.1 / 0.09, 0.1 / 0.07])
+    assert vf.predicted_speedup(replace_data(amp_warning(), None), 0.1)[1] is None
+
+
+def replace_data(f, ci):
+    from dataclasses import replace
+
+    return replace(f, data={"saving_ci_s": ci})
+
+
+def test_a_fix_that_helps_as_predicted_is_shown_next_to_the_prediction(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    calls = []
+    sync = Finding(id="sync.item", severity=Severity.WARN, title="sync", est_saving_s=0.001)
+    report = report_with(amp_warning(), sync)
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("helped", 1.2, 1.15, 1.26, calls)
+    )
+    ((cmd, cfg),) = calls
+    assert cmd == ["python", str(script)]
+    assert cfg.candidates == ("amp",) and cfg.budget == 60.0
+    assert f.id == "profile.verify" and f.data["verdict"] == "helped" and f.data["inside_prediction"] is True
+    assert "predicted 1.25x (95% CI 1.11\u20131.43), measured 1.20x (95% CI 1.15\u20131.26" in f.title
+    assert report.by_id("precision.amp").severity is Severity.WARN
+    saved = json.loads((tmp_path / vc.CACHE_NAME).read_text())
+    assert saved[str(script.resolve())]["amp"][0]["verdict"] == "helped"
+
+
+def test_a_fix_measured_as_no_change_demotes_the_warning(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    report = report_with(amp_warning())
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("no change", 1.0, 0.97, 1.03, [])
+    )
+    assert f.data["inside_prediction"] is False
+    amp = report.by_id("precision.amp")
+    assert amp.severity is Severity.INFO and "pitstop fix measured 1.00x" in amp.evidence
+
+
+def test_no_warning_with_a_fix_means_nothing_is_run(tmp_path):
+    calls = []
+    report = report_with(Finding(id="sync.item", severity=Severity.WARN, title="sync", est_saving_s=0.01))
+    f = vf.verify(report, ["python", "t.py"], 60.0, tmp_path, fake_run_fix("helped", 1.2, 1.1, 1.3, calls))
+    assert calls == [] and f.title == "No warning with a fix to verify"
