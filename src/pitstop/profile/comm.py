@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from pitstop.profile.comm_hook import spans_of
+from pitstop.profile.patches import Patches
 from pitstop.profile.where import user_location
 
 clock = time.perf_counter
@@ -106,7 +107,7 @@ class CommRecorder:
         self._local = threading.local()
         self._pending: dict[int, dict[str, Any]] = {}  # id(Work) of async calls -> their record
         self._round: dict[str, Any] | None = None
-        self._undo: list[Any] = []
+        self._patches = Patches()
         self._cuda = False
         self._ddp_state: dict[int, dict[str, Any]] = {}
         self._register: Any = None
@@ -129,19 +130,10 @@ class CommRecorder:
         self._patch(DDP, "_post_forward", self._wrap_post_forward(DDP._post_forward))
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
-        old = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-        had = name in owner.__dict__
-        setattr(owner, name, new)
-        self._undo.append((owner, name, had, old))
+        self._patches.patch(owner, name, new)
 
     def uninstall(self) -> None:
-        for owner, name, had, old in reversed(self._undo):
-            if had:
-                setattr(owner, name, old)
-            else:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, name)
-        self._undo.clear()
+        self._patches.undo()
 
     # ------------------------------------------------------------------------------ records
     def step(self) -> int:
