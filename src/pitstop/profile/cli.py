@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pitstop.cliutil import add_output_args, command_after_dashes, finish, usage_error
+from pitstop.cliutil import (
+    EXIT_INTERRUPTED,
+    add_output_args,
+    command_after_dashes,
+    finish,
+    progress_bar,
+    usage_error,
+)
 
-EXIT_SCRIPT_FAILED, EXIT_INTERRUPTED = 1, 130
+EXIT_SCRIPT_FAILED = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,7 +58,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pitstop.profile.malloc_confirm import BUDGET_S, maybe_confirm, worth_confirming
     from pitstop.profile.render import html_blocks, print_breakdown
@@ -89,15 +95,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
     err = Console(stderr=True)
     show = err.is_terminal and not args.quiet
-    with Progress(
-        TextColumn("[bold]pitstop profile[/bold] steps"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not show,
-    ) as bar:
+    with progress_bar("[bold]pitstop profile[/bold]", show) as bar:
         task = bar.add_task("steps", total=spec.warmup + spec.steps)
 
         def progress(done: int, total: int) -> None:
