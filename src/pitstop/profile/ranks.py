@@ -30,7 +30,7 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.profile import rank_worker as rw
-from pitstop.profile.runner import GRACE_S, RunResult, RunSpec, supervise
+from pitstop.profile.runner import RunResult, RunSpec, supervise, wait_or_kill
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
@@ -144,12 +144,7 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     period or at a second Ctrl-C."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    wait_or_kill(proc)
 
 
 def read_states(out: Path) -> dict[int, dict[str, Any]]:

@@ -266,6 +266,11 @@ def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
         request_stacks(out, reason, alive=lambda: proc.poll() is None)
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
+    wait_or_kill(proc)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
+    """Wait ``GRACE_S`` for ``proc`` to end; then, or at a second Ctrl-C, SIGKILL its process group."""
     try:
         proc.wait(timeout=GRACE_S)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
