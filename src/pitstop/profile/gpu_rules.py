@@ -15,6 +15,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.profile import device_time, mfu
 from pitstop.profile.rulekit import MIN_PROBE_GAIN, ProbeRule, ms, pct, probe_finding, probe_helps, sev
 from pitstop.profile.timeline import Breakdown, StepRecord, usable_steps
+from pitstop.recipes import recipe
 
 IDLE_SHARE = 0.30  # device idle this much of the step: worth a finding
 MEMCPY_SHARE = 0.10
@@ -214,7 +215,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                     data=row,
                     fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute; keep "
                     "data that every step reuses on the GPU; avoid .cpu()/.to('cpu') in the step.",
-                    fix_code="DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
+                    fix_code=recipe("pin_memory").snippet,
                 )
             )
     for row in analysis.get("idle") or []:

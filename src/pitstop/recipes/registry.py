@@ -164,7 +164,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "tf32",
         "TF32 matmuls and convolutions",
-        "torch.set_float32_matmul_precision('high')\ntorch.backends.cudnn.allow_tf32 = True",
+        'torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.allow_tf32 = True',
         finding="precision.tf32",
         train="TrainConfig.tf32",
         probe="tf32",
