@@ -91,7 +91,7 @@ OTHER_CPU_NOTE = 0.1  # competing CPU share above which the results carry a note
 
 
 def bench_device(device: str) -> str:
-    """"cpu" or "cuda" for ``--device`` (cpu, cuda, auto), resolved as ``pitstop.train`` resolves it."""
+    """``cpu`` or ``cuda`` for ``--device`` (cpu, cuda, auto), resolved as ``pitstop.train`` resolves it."""
     import torch
 
     from pitstop.train.distributed import resolve_device

@@ -6,7 +6,8 @@ from pitstop.host.cpu import cpu_has_fast_bf16
 
 
 def device_type(device: object) -> str:
-    """"cuda" for ``cuda``/``cuda:1``/a CUDA torch.device, likewise "cpu", "mps"; None or "" -> "cpu"."""
+    """The device kind: ``cuda`` for "cuda", "cuda:1" or a CUDA torch.device, likewise cpu and mps;
+    None or "" -> cpu."""
     return str(device or "cpu").split(":", 1)[0]
 
 
