@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import string
 
 import pytest
@@ -75,9 +76,82 @@ def test_fix_candidates_agree_with_the_registry():
 def test_probe_keys_are_results_the_probes_write():
     import inspect
 
+    import pitstop.profile.gpu_probes as gpu_probes
     import pitstop.profile.probes as probes
 
-    source = inspect.getsource(probes)
+    # run_probes writes its own keys and, on CUDA, gpu_probes.run's
+    source = inspect.getsource(probes) + inspect.getsource(gpu_probes)
     for r in RECIPES:
         if r.probe:
             assert f'"{r.probe}"' in source, r.probe
+
+
+def _profile_source() -> str:
+    import pathlib
+
+    import pitstop.profile as profile
+
+    return "\n".join(p.read_text() for p in sorted(pathlib.Path(profile.__file__).parent.glob("*.py")))
+
+
+@pytest.mark.parametrize("r", [r for r in RECIPES if r.finding], ids=lambda r: r.name)
+def test_every_finding_id_is_emitted_by_a_profile_rule(r):
+    """A rule names the id as a literal, through its recipe, or through a ProbeRule of the recipe."""
+    source = _profile_source()
+    assert (
+        f'id="{r.finding}"' in source
+        or f'recipe("{r.name}").finding' in source
+        or re.search(rf'ProbeRule\(\s*"{r.name}"', source)
+    ), r.finding
+
+
+def test_probe_rules_name_recipes_that_probe():
+    from pitstop.profile.gpu_rules import TF32
+    from pitstop.profile.rules_compute import PROBE_RULES
+
+    for rule in (*PROBE_RULES, TF32):
+        assert recipe(rule.recipe).probe and recipe(rule.recipe).finding, rule.recipe
+
+
+def test_a_new_entry_is_a_fix_candidate_picked_by_its_finding(monkeypatch):
+    """Adding an optimization is one entry: fix's kinds, finding map, parsing and candidates follow."""
+    from pitstop.findings import Finding, Severity
+    from pitstop.recipes import Recipe, registry
+    from pitstop.tune.fix import FixConfig, build_candidates, kinds_from_findings, parse_candidates
+
+    fake = Recipe("fake", "fake switch", "fake()", finding="fake.slow", override="compile")
+    monkeypatch.setattr(registry, "RECIPES", (*registry.RECIPES, fake))
+    assert "fake" in registry.fix_kinds() and registry.finding_kinds()["fake.slow"] == "fake"
+    assert parse_candidates("fake") == ("fake",) and "fake" in parse_candidates("all")
+    found = [Finding(id="fake.slow", severity=Severity.WARN, title="t", est_saving_s=0.1)]
+    assert kinds_from_findings(found) == [("fake", "fake.slow")]
+    built, skipped = build_candidates([("fake", "fake.slow")], {}, FixConfig())
+    assert skipped == [] and [(c.name, c.kind, c.overrides) for c in built] == [
+        ("fake switch", "fake", Overrides(compile=True))
+    ]
+    untimed = Finding(id="fake.slow", severity=Severity.INFO, title="t")
+    assert kinds_from_findings([untimed]) == []
+    monkeypatch.setattr(
+        registry, "RECIPES", (*registry.RECIPES[:-1], dataclasses.replace(fake, untimed=True))
+    )
+    assert kinds_from_findings([untimed]) == [("fake", "fake.slow")]
+
+
+def test_overrides_setting_names_a_field_or_a_loader_keyword():
+    assert Overrides.setting("dataloader.pin_memory", True) == Overrides(dataloader={"pin_memory": True})
+    assert Overrides.setting("keep_host_memory", True) == Overrides(keep_host_memory=True)
+    with pytest.raises(ValueError):
+        Overrides.setting("nope", True)
+    values = {"autocast": "bfloat16", "optimizer_impl": "foreach", "num_threads": 2}
+    for r in RECIPES:
+        if r.override:
+            assert not Overrides.setting(r.override, values.get(r.override, True)).is_empty()
+
+
+def test_dataloader_overrides_are_real_dataloader_keywords():
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    params = inspect.signature(DataLoader).parameters
+    assert set(params) >= DATALOADER_KEYS

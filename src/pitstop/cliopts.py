@@ -34,10 +34,13 @@ def opt(
     choices: tuple[Any, ...] | None = None,
     group: str | None = None,
     remainder: bool = False,
+    nargs: str | None = None,
+    const: Any = None,
 ) -> Any:
-    """A dataclass field that is also a command-line option."""
+    """A dataclass field that is also a command-line option (``nargs="?"`` with ``const``: the value
+    given, ``const`` for the bare flag, the default without it)."""
     meta = {"help": help, "flags": flags, "metavar": metavar, "choices": choices, "group": group}
-    meta["remainder"] = remainder
+    meta.update(remainder=remainder, nargs=nargs, const=const)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -78,7 +81,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 kw["required"] = True
             else:
                 kw["default"] = default
-        for key in ("metavar", "choices"):
+        for key in ("metavar", "choices", "nargs", "const"):
             if m.get(key) is not None:
                 kw[key] = m[key]
         target.add_argument(*flags, **kw)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 
+from pitstop.cliopts import add_options, opt, options_from
 from pitstop.cliutil import add_output_args, comma_list, finish, progress_bar, shows_tables, usage_error
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -18,6 +20,32 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
+@dataclass
+class BenchArgs:
+    workload: str = opt("vision", choices=("vision", "language", "tabular"))
+    size: str = opt("small", choices=("tiny", "small", "medium", "large"))
+    model: str | None = opt(
+        None, "your own model (a factory returning an nn.Module)", metavar="PKG.MOD:FACTORY"
+    )
+    batch_size: int | None = opt(None, "override the size preset's batch size")
+    budget: str = opt("5m", "time budget; steps are scaled to fit (default 5m)")
+    repeats: int = opt(3, "interleaved timed blocks per config (default 3)")
+    warmup: int = opt(2, "warm-up steps per config (default 2)")
+    steps: int | None = opt(None, "steps per timed block (default: scaled to the budget)")
+    device: str = opt("auto", choices=("auto", "cpu", "cuda"))
+    threads: int | None = opt(None, "torch threads (default: torch's choice)")
+    workers: int = opt(2, "num_workers for the workers row (default 2)")
+    only: str | None = opt(None, "comma-separated configs to run (the baseline always runs)")
+    skip: str | None = opt(None, "comma-separated configs to leave out")
+    no_peers: bool = opt(False, "leave out the Lightning and Accelerate rows")
+    no_compile: bool = opt(False, "leave out the torch.compile rows")
+    no_schedules: bool = opt(False, "leave out OneCycle vs StepLR")
+    ddp: int | None = opt(None, "DDP processes (default 2 on CPU, all GPUs; 0: none)", metavar="N")
+    data_dir: str | None = opt(None, "where to write the generated JPEG folder (default: a temp dir)")
+    png: str | None = opt(None, "write a PNG chart of speed-ups and memory ratios", metavar="FILE")
+    markdown: str | None = opt(None, "write the table as Markdown", metavar="FILE")
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "bench",
@@ -25,42 +53,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Ablation benchmark: baseline, each optimization alone and all together, plus Lightning, "
         "Accelerate, OneCycle vs StepLR and DDP 1 vs N processes. Every number is measured in this run.",
     )
-    p.add_argument("--workload", choices=("vision", "language", "tabular"), default="vision")
-    p.add_argument("--size", choices=("tiny", "small", "medium", "large"), default="small")
-    p.add_argument(
-        "--model", metavar="PKG.MOD:FACTORY", help="your own model (a factory returning an nn.Module)"
-    )
-    p.add_argument("--batch-size", type=int, help="override the size preset's batch size")
-    p.add_argument("--budget", default="5m", help="time budget; steps are scaled to fit (default 5m)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved timed blocks per config (default 3)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per config (default 2)")
-    p.add_argument("--steps", type=int, help="steps per timed block (default: scaled to the budget)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    p.add_argument("--workers", type=int, default=2, help="num_workers for the workers row (default 2)")
-    p.add_argument("--only", help="comma-separated configs to run (the baseline always runs)")
-    p.add_argument("--skip", help="comma-separated configs to leave out")
-    p.add_argument("--no-peers", action="store_true", help="leave out the Lightning and Accelerate rows")
-    p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
-    p.add_argument("--no-schedules", action="store_true", help="leave out OneCycle vs StepLR")
-    p.add_argument("--ddp", type=int, metavar="N", help="DDP processes (default 2 on CPU, all GPUs; 0: none)")
-    p.add_argument("--data-dir", help="where to write the generated JPEG folder (default: a temp dir)")
-    p.add_argument("--png", metavar="FILE", help="write a PNG chart of speed-ups and memory ratios")
-    p.add_argument("--markdown", metavar="FILE", help="write the table as Markdown")
+    add_options(p, BenchArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    o = options_from(BenchArgs, args)
     try:
-        budget = parse_budget(args.budget)
+        budget = parse_budget(o.budget)
     except ValueError as e:
         return usage_error(str(e))
     for flag in ("repeats", "warmup", "steps", "threads", "batch_size"):
-        v = getattr(args, flag)
+        v = getattr(o, flag)
         if v is not None and v < 1:
             return usage_error(f"--{flag.replace('_', '-')} must be at least 1")
-    if args.workers < 1:
+    if o.workers < 1:
         return usage_error("--workers must be at least 1")
 
     import torch
@@ -72,33 +80,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pitstop.factory import FactoryError
     from pitstop.plotting import unavailable
 
-    if args.png and (missing := unavailable("--png")):
+    if o.png and (missing := unavailable("--png")):
         return usage_error(missing)
     known = set(CLAIMS) | {"baseline", "all_compiled"}
-    unknown = [n for n in comma_list(args.only) + comma_list(args.skip) if n not in known]
+    unknown = [n for n in comma_list(o.only) + comma_list(o.skip) if n not in known]
     if unknown:
         return usage_error(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if o.device == "cuda" and not torch.cuda.is_available():
         return usage_error("--device cuda: torch sees no CUDA device here")
     opts = BenchOptions(
-        workload=args.workload,
-        size=args.size,
-        model=args.model,
-        batch_size=args.batch_size,
+        workload=o.workload,
+        size=o.size,
+        model=o.model,
+        batch_size=o.batch_size,
         budget_s=budget,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        steps=args.steps,
-        device=args.device,
-        workers=args.workers,
-        threads=args.threads,
-        only=comma_list(args.only),
-        skip=comma_list(args.skip),
-        peers=not args.no_peers,
-        compile=not args.no_compile,
-        ddp_procs=args.ddp,
-        schedules=not args.no_schedules,
-        data_dir=args.data_dir,
+        repeats=o.repeats,
+        warmup=o.warmup,
+        steps=o.steps,
+        device=o.device,
+        workers=o.workers,
+        threads=o.threads,
+        only=comma_list(o.only),
+        skip=comma_list(o.skip),
+        peers=not o.no_peers,
+        compile=not o.no_compile,
+        ddp_procs=o.ddp,
+        schedules=not o.no_schedules,
+        data_dir=o.data_dir,
     )
     err = Console(stderr=True)
     with progress_bar("[bold]bench[/bold]", not args.quiet) as bar:
@@ -121,14 +129,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             err.print(f"pitstop bench: {e}")
             return 1
     report = to_report(result)
-    if args.png:
-        write_png(result, args.png)
-        err.print(f"PNG chart: {args.png}")
-    if args.markdown:
+    if o.png:
+        write_png(result, o.png)
+        err.print(f"PNG chart: {o.png}")
+    if o.markdown:
         from pitstop.report.jsonfmt import atomic_write_text
 
-        atomic_write_text(__import__("pathlib").Path(args.markdown), markdown(result))
-        err.print(f"Markdown table: {args.markdown}")
+        atomic_write_text(__import__("pathlib").Path(o.markdown), markdown(result))
+        err.print(f"Markdown table: {o.markdown}")
     if shows_tables(args):
         print_table(result, Console())
         for note in result.notes:

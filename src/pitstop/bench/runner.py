@@ -90,16 +90,17 @@ WARMUP_SHARE, CALIBRATE_SHARE, DDP_MIN_S = 0.5, 0.6, 20.0
 OTHER_CPU_NOTE = 0.1  # competing CPU share above which the results carry a note
 
 
-def resolve_device(device: str) -> str:
+def bench_device(device: str) -> str:
+    """``cpu`` or ``cuda`` for ``--device`` (cpu, cuda, auto), resolved as ``pitstop.train`` resolves it."""
     import torch
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    from pitstop.train.distributed import resolve_device
+
+    if device not in ("cpu", "cuda", "auto"):
+        raise ValueError(f"unknown device {device!r} (cpu, cuda, auto)")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {device!r} (cpu, cuda, auto)")
-    return device
+    return resolve_device(device).type
 
 
 def amp_dtype_for(device: str) -> str | None:
@@ -133,7 +134,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     progress = progress or _NoProgress()
     t_start = time.monotonic()
     deadline = t_start + opts.budget_s
-    device = resolve_device(opts.device)
+    device = bench_device(opts.device)
     threads = opts.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     spec = WorkloadSpec(opts.workload, opts.size, opts.model, opts.data_dir, opts.batch_size)

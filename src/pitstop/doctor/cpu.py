@@ -20,6 +20,7 @@ from pitstop.host.cpu import (
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import SYS_CPU, Topology, numactl_path, read_topology
 from pitstop.matmul import LowPrecision, cpu_bf16_line
+from pitstop.recipes import recipe
 
 # ISA levels torch's CPU kernels are compiled for, best first, with the /proc/cpuinfo flags each needs.
 ISA_LEVELS = (
@@ -130,7 +131,7 @@ def check_bf16(flags: frozenset[str], check: LowPrecision | None = None) -> list
                 data,
                 fix="Train on the CPU under bf16 autocast (oneDNN uses the bf16 instructions); verify the speed-up "
                 "with `pitstop bench`.",
-                fix_code='with torch.autocast("cpu", dtype=torch.bfloat16):\n    loss = model(x).loss',
+                fix_code=recipe("amp").code(device="cpu", dtype="bfloat16"),
             )
         ]
     return [

@@ -14,6 +14,7 @@ from pitstop.doctor.torchinfo import TorchBuild
 from pitstop.doctor.wheels import cpu_install_command, parse_version, pick_cuda_wheel
 from pitstop.findings import Finding, Severity
 from pitstop.host.precision import gpu_supports_bf16
+from pitstop.recipes import recipe
 from pitstop.units import GiB
 
 
@@ -303,7 +304,7 @@ def check_precision_hints(inv: GpuInventory, build: TorchBuild) -> list[Finding]
                 f"float32 matmul precision is {build.matmul_precision!r}",
                 {"capabilities": caps, "matmul_precision": build.matmul_precision},
                 fix="At the top of the training script (TF32 keeps a 10-bit mantissa, fine for training):",
-                fix_code='torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.allow_tf32 = True',
+                fix_code=recipe("tf32").snippet,
             )
         )
     out.append(
@@ -314,7 +315,7 @@ def check_precision_hints(inv: GpuInventory, build: TorchBuild) -> list[Finding]
             f"torch.backends.cudnn.benchmark={build.cudnn_benchmark} (default off)",
             {"cudnn_benchmark": build.cudnn_benchmark},
             fix="For conv nets with fixed input sizes set it in the script; leave it off if shapes vary every step.",
-            fix_code="torch.backends.cudnn.benchmark = True",
+            fix_code=recipe("cudnn_benchmark").snippet,
         )
     )
     return out

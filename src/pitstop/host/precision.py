@@ -5,6 +5,12 @@ from __future__ import annotations
 from pitstop.host.cpu import cpu_has_fast_bf16
 
 
+def device_type(device: object) -> str:
+    """The device kind: ``cuda`` for "cuda", "cuda:1" or a CUDA torch.device, likewise cpu and mps;
+    None or "" -> cpu."""
+    return str(device or "cpu").split(":", 1)[0]
+
+
 def gpu_has_tensor_cores(capability: tuple[int, int]) -> bool:
     """Volta (7.0) and later have tensor cores for fp16; Ampere (8.0) and later also for bf16/tf32."""
     return capability >= (7, 0)

@@ -19,6 +19,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.profile.rulekit import WARN_SHARE, ms
 from pitstop.profile.timeline import Breakdown
+from pitstop.recipes import recipe
 
 
 def _fp16(f: Finding) -> dict[str, Any] | None:
@@ -42,13 +43,13 @@ def _host_memory(f: Finding) -> dict[str, Any]:
 
 # finding id -> the probe record its saving was predicted from
 PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
-    "precision.amp": _self,
-    "memory_format.channels_last": _self,
-    "cudnn.benchmark": _self,
-    "host.page_faults": _host_memory,
-    "precision.tf32": _self,
+    recipe("amp").finding: _self,
+    recipe("channels_last").finding: _self,
+    recipe("cudnn_benchmark").finding: _self,
+    recipe("host_memory").finding: _host_memory,
+    recipe("tf32").finding: _self,
     "precision.fp16": _fp16,
-    "optimizer.foreach": _optimizer,
+    recipe("foreach").finding: _optimizer,
 }
 
 
@@ -65,7 +66,7 @@ def saving_bounds(f: Finding, probe: dict[str, Any]) -> tuple[float, float] | No
         return None
     if probe is f.data.get("two_process"):
         return lo, hi  # measured on the whole step of the script: no scaling
-    if f.id == "host.page_faults":
+    if f.id == recipe("host_memory").finding:
         factor = f.est_saving_s / point if point > 0 else 0.0
         return lo * factor, hi * factor
     shift = f.est_saving_s - point  # 0 where the finding's saving is the probe's own

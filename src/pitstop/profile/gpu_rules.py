@@ -13,8 +13,9 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile import device_time, mfu
-from pitstop.profile.rulekit import MIN_PROBE_GAIN, ms, pct, sev
+from pitstop.profile.rulekit import MIN_PROBE_GAIN, ProbeRule, ms, pct, probe_finding, probe_helps, sev
 from pitstop.profile.timeline import Breakdown, StepRecord, usable_steps
+from pitstop.recipes import recipe
 
 IDLE_SHARE = 0.30  # device idle this much of the step: worth a finding
 MEMCPY_SHARE = 0.10
@@ -22,8 +23,15 @@ FRAGMENTED_SHARE = 0.20
 FRAGMENTED_MIN_BYTES = 256 * 2**20
 
 
-def _helps(p: dict[str, Any]) -> bool:
-    return p.get("saving_s", 0.0) > MIN_PROBE_GAIN * p.get("base_s", 0.0) and p.get("saving_s", 0.0) > 0
+TF32 = ProbeRule(
+    "tf32",
+    title="fp32 matmuls run at full precision; TF32 tensor cores are faster here",
+    evidence="forward+backward: float32_matmul_precision 'highest' {base}, 'high' (TF32) {new} (medians, "
+    "measured after the run)",
+    fix="Allow TF32 for matmuls (10-bit mantissa inputs, fp32 accumulation).",
+    pass_title="TF32 measured no faster than full fp32 matmuls for this model",
+    pass_evidence="'highest' {base}, 'high' {new}",
+)
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -207,7 +215,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                     data=row,
                     fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute; keep "
                     "data that every step reuses on the GPU; avoid .cpu()/.to('cpu') in the step.",
-                    fix_code="DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
+                    fix_code=recipe("pin_memory").snippet,
                 )
             )
     for row in analysis.get("idle") or []:
@@ -291,8 +299,8 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
     out = list(found)
     fp16 = probes.get("fp16_scaler")
     prec = probes.get("precision") or {}
-    bf16_new = prec.get("new_s") if prec.get("dtype") == "bfloat16" and _helps(prec) else None
-    if fp16 and _helps(fp16) and (bf16_new is None or fp16["new_s"] < (1 - MIN_PROBE_GAIN) * bf16_new):
+    bf16_new = prec.get("new_s") if prec.get("dtype") == "bfloat16" and probe_helps(prec) else None
+    if fp16 and probe_helps(fp16) and (bf16_new is None or fp16["new_s"] < (1 - MIN_PROBE_GAIN) * bf16_new):
         saving = max(0.0, fp16["saving_s"] if bf16_new is None else bf16_new - fp16["new_s"])
         share = min(1.0, saving / bd.total_s) if bd.total_s else 0.0
         out.append(
@@ -312,33 +320,7 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
                 share=share,
             )
         )
-    tf = probes.get("tf32")
-    if tf and _helps(tf):
-        share = min(1.0, tf["saving_s"] / bd.total_s) if bd.total_s else 0.0
-        out.append(
-            Finding(
-                id="precision.tf32",
-                severity=sev(share),
-                title="fp32 matmuls run at full precision; TF32 tensor cores are faster here",
-                evidence=f"forward+backward: float32_matmul_precision 'highest' {ms(tf['base_s'])}, 'high' (TF32) "
-                f"{ms(tf['new_s'])} (medians, measured after the run)",
-                data=tf,
-                fix="Allow TF32 for matmuls (10-bit mantissa inputs, fp32 accumulation).",
-                fix_code="torch.set_float32_matmul_precision('high')",
-                est_saving_s=tf["saving_s"],
-                share=share,
-            )
-        )
-    elif tf:
-        out.append(
-            Finding(
-                id="precision.tf32",
-                severity=Severity.PASS,
-                title="TF32 measured no faster than full fp32 matmuls for this model",
-                evidence=f"'highest' {ms(tf['base_s'])}, 'high' {ms(tf['new_s'])}",
-                data=tf,
-            )
-        )
+    out += probe_finding(TF32, bd, probes)
     h2d = probes.get("h2d")
     if h2d:
         for i, f in enumerate(out):

@@ -19,6 +19,7 @@ import torch
 from torch.nn.modules import module as _module
 
 from pitstop.profile.where import user_location
+from pitstop.train.memory_format import channels_last_input
 
 if TYPE_CHECKING:
     from pitstop.profile.hooks import Instrumentation
@@ -139,10 +140,10 @@ class ModelHooks:
         ov = self.inst.cfg.overrides
         new = None
         if ov.channels_last:
-            new = tuple(_to_channels_last(a) for a in args)
+            new = channels_last_input(args)
             kwargs = _call_kwargs()
             for k, v in list(kwargs.items()):
-                kwargs[k] = _to_channels_last(v)
+                kwargs[k] = channels_last_input(v)
         if ov.autocast:
             ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
             ctx.__enter__()
@@ -171,12 +172,6 @@ def _call_kwargs() -> dict[str, Any]:
 def module_device_type(module: torch.nn.Module) -> str:
     p = next(module.parameters(), None)
     return p.device.type if p is not None else "cpu"
-
-
-def _to_channels_last(v: Any) -> Any:
-    if isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point():
-        return v.contiguous(memory_format=torch.channels_last)
-    return v
 
 
 def _float_outputs(out: Any) -> Any:

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-# DataLoader keyword arguments an override may force; anything else is rejected up front.
-DATALOADER_KEYS = frozenset(
-    {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size"}
-)
+from pitstop.recipes import RECIPES
+
+# DataLoader keyword arguments an override may force (the recipes' ``dataloader.<key>`` overrides, and
+# the two the loader tuner sets); anything else is rejected up front.
+DATALOADER_KEYS = frozenset({"prefetch_factor", "batch_size"}) | {
+    r.override.partition(".")[2] for r in RECIPES if r.override and r.override.startswith("dataloader.")
+}
 AUTOCAST_DTYPES = frozenset({"bfloat16", "float16"})
 OPTIMIZER_IMPLS = frozenset({"foreach", "fused"})
 
@@ -52,6 +55,19 @@ class Overrides:
             raise ValueError(
                 f"optimizer_impl must be one of {sorted(OPTIMIZER_IMPLS)}, got {self.optimizer_impl!r}"
             )
+
+    @classmethod
+    def setting(cls, override: str | None, value: Any) -> Overrides:
+        """One override as a recipe names it (``pitstop.recipes``): a field (``"compile"``) or a DataLoader
+        keyword (``"dataloader.pin_memory"``), set to ``value``."""
+        if not override:
+            raise ValueError("no override named")
+        head, _, key = override.partition(".")
+        if head == "dataloader" and key:
+            return cls(dataloader={key: value})
+        if head not in {f.name for f in fields(cls)} or key:
+            raise ValueError(f"Overrides has no field {override!r}")
+        return cls(**{head: value})
 
     def is_empty(self) -> bool:
         return self == Overrides()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.recipes import recipe
 
 
 def _failed(probe: str, error: str) -> Finding:
@@ -35,7 +36,7 @@ def probe_failure_rules(probes: dict[str, Any]) -> list[Finding]:
     if prec.get("slower"):
         out.append(
             Finding(
-                id="precision.amp",
+                id=recipe("amp").finding,
                 severity=Severity.INFO,
                 title="Autocast was not probed: its matmuls measured slower than fp32 here",
                 evidence=str(prec["skipped"]),

@@ -26,6 +26,7 @@ from pitstop import matmul
 from pitstop.host import precision
 from pitstop.measure import Arm, Interval, Settings, interleave
 from pitstop.profile import gpu_probes
+from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together
@@ -112,12 +113,6 @@ def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
         out["interval"] = iv.to_dict()
         out["interval_text"] = iv.text()
     return out
-
-
-def _inputs_to_channels_last(v: Any) -> Any:
-    if isinstance(v, torch.Tensor) and v.dim() == 4 and v.is_floating_point():
-        return v.contiguous(memory_format=torch.channels_last)
-    return v
 
 
 def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
@@ -230,8 +225,8 @@ def _model_probes(
     ):
         out.setdefault("skipped", []).append("channels_last: model too large to copy for the probe")
     elif facts.get("conv2d_layers") and not facts.get("channels_last"):
-        cl_args = tuple(_inputs_to_channels_last(a) for a in args)
-        cl_kwargs = {k: _inputs_to_channels_last(v) for k, v in kwargs.items()}
+        cl_args = channels_last_input(args)
+        cl_kwargs = channels_last_input(kwargs)
         cl_model = _model_channels_last(copy.deepcopy(model))
 
         def cl() -> None:

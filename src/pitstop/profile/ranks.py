@@ -30,7 +30,7 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.profile import rank_worker as rw
-from pitstop.profile.runner import GRACE_S, POLL_S, RunResult, RunSpec
+from pitstop.profile.runner import RunResult, RunSpec, supervise, wait_or_kill
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
@@ -70,7 +70,6 @@ def run_ranks(
 ) -> RanksResult:
     """Run the launcher with every worker instrumented; never raises for the script's failures."""
     from pitstop.profile.merge import collect_ranks
-    from pitstop.profile.runner import _UNSET, _on_sigterm_interrupt
 
     start = time.perf_counter()
     out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
@@ -102,41 +101,30 @@ def run_ranks(
             fh.close()
         return RanksResult(2, f"could not start {launcher}: {e}", [], [], {}, None, 0.0, "not_started",
                            command=list(spec.command), spec=spec, launcher=launcher)  # fmt: skip
-    status: str | None = None
     hang: str | None = None
-    old_term = _on_sigterm_interrupt()
-    deadline = None if spec.timeout is None else time.monotonic() + spec.timeout
     total = spec.warmup + spec.steps
     seen = -1
-    try:
-        while True:
-            try:
-                proc.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            states = read_states(out)
-            if progress is not None and states:
-                done = min(s.get("step", 0) for s in states.values())
-                if done != seen:
-                    seen = done
-                    progress(done, total)
-            hang = stuck(states)
-            if hang is not None:
-                status = "hung"
-                stop_group(proc)
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                status = "timeout"
-                hang = waiting(read_states(out))
-                stop_group(proc)
-                break
-    except KeyboardInterrupt:
-        status = "interrupted"
+
+    def tick() -> str | None:
+        nonlocal seen, hang
+        states = read_states(out)
+        if progress is not None and states:
+            done = min(s.get("step", 0) for s in states.values())
+            if done != seen:
+                seen = done
+                progress(done, total)
+        hang = stuck(states)
+        return "hung" if hang is not None else None
+
+    def stop(status: str) -> None:
+        nonlocal hang
+        if status == "timeout":
+            hang = waiting(read_states(out))
         stop_group(proc)
+
+    try:
+        status = supervise(proc, tick, spec.timeout, stop)
     finally:
-        if old_term is not _UNSET:
-            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
         for fh in files:
             fh.close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -156,12 +144,7 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     period or at a second Ctrl-C."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=GRACE_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    wait_or_kill(proc)
 
 
 def read_states(out: Path) -> dict[int, dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pitstop.cliutil import finish, usage_error
+from pitstop.cliutil import finish, shows_tables, usage_error
 
 
 def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
@@ -24,7 +24,7 @@ def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
         )
     result = merge_dir(out)
     report = result.report()
-    if not args.quiet and args.json != "-":
+    if shows_tables(args):
         print_breakdown(report, Console())
         print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))

@@ -3,9 +3,11 @@ for the numbers findings quote."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pitstop.findings import Severity
+from pitstop.findings import Finding, Severity
+from pitstop.recipes import recipe
 
 if TYPE_CHECKING:
     from pitstop.profile.timeline import Breakdown
@@ -21,7 +23,8 @@ MEASURES = ("compute.mfu",)  # info findings that report a measurement, not an u
 
 def probe_helps(probe: dict[str, Any]) -> bool:
     """A probed change counts only when it saves more than MIN_PROBE_GAIN of the probed pass."""
-    return probe["saving_s"] > MIN_PROBE_GAIN * probe["base_s"]
+    saving = probe.get("saving_s", 0.0)
+    return saving > MIN_PROBE_GAIN * probe.get("base_s", 0.0) and saving > 0
 
 
 def sev(share: float | None) -> Severity:
@@ -29,7 +32,8 @@ def sev(share: float | None) -> Severity:
 
 
 def ms(s: float) -> str:
-    return f"{s * 1000:.1f} ms"
+    """A duration in ms with one decimal; under 0.1 ms in whole us (``0.5 ms``, ``42 us``)."""
+    return f"{s * 1e3:.1f} ms" if abs(s) >= 1e-4 or s == 0 else f"{s * 1e6:.0f} us"
 
 
 def pct(x: float) -> str:
@@ -39,3 +43,60 @@ def pct(x: float) -> str:
 def cost(bd: Breakdown, saving: float) -> tuple[float, float]:
     saving = max(0.0, saving)
     return saving, min(1.0, saving / bd.total_s) if bd.total_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ProbeRule:
+    """The finding for one recipe whose ``probe`` times the change on the script's model after the run.
+
+    Texts are ``str.format`` templates over ``{base}`` and ``{new}`` (the probe's medians, formatted),
+    the probe's own keys and the fields the caller passes. ``pass_title`` None: no finding when the
+    change measured no faster.
+    """
+
+    recipe: str
+    title: str
+    evidence: str
+    fix: str
+    pass_title: str | None = None
+    pass_evidence: str = ""
+    at_model: bool = False  # the finding points at the model's first forward call
+
+
+def probe_finding(
+    rule: ProbeRule, bd: Breakdown, probes: dict[str, Any], where: str | None = None, **fields: Any
+) -> list[Finding]:
+    """``rule``'s finding from its recipe's probe result in ``probes`` (none when the probe did not run)."""
+    r = recipe(rule.recipe)
+    p = probes.get(r.probe or "")
+    if not p or "saving_s" not in p or "base_s" not in p:
+        return []
+    text = {**p, **fields, "base": ms(p["base_s"]), "new": ms(p["new_s"])}
+    location = where if rule.at_model else None
+    if probe_helps(p):
+        saving, share = cost(bd, p["saving_s"])
+        return [
+            Finding(
+                id=r.finding or r.name,
+                severity=sev(share),
+                title=rule.title.format(**text),
+                evidence=rule.evidence.format(**text),
+                data=p,
+                fix=rule.fix.format(**text),
+                fix_code=r.code(**text),
+                location=location,
+                est_saving_s=saving,
+                share=share,
+            )
+        ]
+    if rule.pass_title is None:
+        return []
+    return [
+        Finding(
+            id=r.finding or r.name,
+            severity=Severity.PASS,
+            title=rule.pass_title.format(**text),
+            evidence=rule.pass_evidence.format(**text),
+            data=p,
+        )
+    ]

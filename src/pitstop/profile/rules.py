@@ -26,6 +26,7 @@ from pitstop.profile.rules_compute import (
 )
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
+from pitstop.recipes import recipe
 
 if TYPE_CHECKING:
     from pitstop.profile.runner import RunResult
@@ -54,7 +55,7 @@ def dataloader_rules(
         suggest = max(1, min(cores, 8))
         out.append(
             Finding(
-                id="dataloader.workers",
+                id=recipe("workers").finding,
                 severity=sev(share),
                 title="Training waits for data: the DataLoader has fewer workers than cores",
                 evidence=evidence,
@@ -89,14 +90,14 @@ def dataloader_rules(
         saving, sh = cost(bd, h2d)
         out.append(
             Finding(
-                id="dataloader.pin_memory",
+                id=recipe("pin_memory").finding,
                 severity=sev(sh),
                 title="Batches are copied to the GPU from pageable memory",
                 evidence=f"host-to-device copies block {ms(h2d)} per step ({pct(sh)}); the loader has "
                 "pin_memory=False",
                 data={"h2d_s": h2d},
                 fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute.",
-                fix_code="DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
+                fix_code=recipe("pin_memory").snippet,
                 location=where,
                 est_saving_s=saving,
                 share=sh,
@@ -113,7 +114,7 @@ def dataloader_rules(
                 continue  # long epochs amortise the restart: not worth a line
             out.append(
                 Finding(
-                    id="dataloader.persistent_workers",
+                    id=recipe("persistent_workers").finding,
                     severity=sev(sh),
                     title="DataLoader workers are started again every epoch",
                     evidence=f"the first batch of a fresh worker pool waited {ms(spawn)} more than an average "
@@ -125,7 +126,7 @@ def dataloader_rules(
                         "epochs_seen": ld.get("iterators"),
                     },
                     fix="Keep the workers alive between epochs.",
-                    fix_code="DataLoader(..., persistent_workers=True)",
+                    fix_code=recipe("persistent_workers").snippet,
                     location=ld.get("location"),
                     est_saving_s=saving,
                     share=sh,

@@ -13,100 +13,65 @@ from pitstop.profile.rulekit import (
     GPU_IDLE_PCT,
     MIN_FAULTS_TO_TIME,
     MIN_SHARE,
+    ProbeRule,
     cost,
     ms,
+    probe_finding,
     probe_helps,
     sev,
 )
 from pitstop.profile.timeline import Breakdown
+from pitstop.recipes import recipe
 from pitstop.train.host_memory import GLIBC_ENV
-from pitstop.train.host_memory import SNIPPET as KEEP_SNIPPET
+
+PROBE_RULES = (
+    ProbeRule(
+        "amp",
+        title="The model trains in fp32 on hardware with fast {dtype}",
+        evidence="forward+backward on the script's last batch: fp32 {base}, {dtype} autocast {new} (medians, "
+        "measured after the run); this {device} has {hw}",
+        fix="Run forward and loss under autocast({dtype}).{scaler}",
+        pass_title="fp32 is as fast as {dtype} autocast for this model here",
+        pass_evidence="forward+backward: fp32 {base}, {dtype} {new}",
+        at_model=True,
+    ),
+    ProbeRule(
+        "channels_last",
+        title="The conv net runs in NCHW; channels_last is faster here",
+        evidence="forward+backward on the script's last batch: NCHW {base}, channels_last {new} (medians, "
+        "measured after the run); {conv2d_layers} Conv2d layers",
+        fix="Convert the model and its image batches to channels_last once.",
+        pass_title="channels_last measured no faster than NCHW for this model",
+        pass_evidence="NCHW {base}, channels_last {new}",
+        at_model=True,
+    ),
+    ProbeRule(
+        "cudnn_benchmark",
+        title="cudnn.benchmark is off for a conv net with fixed input shapes",
+        evidence="forward+backward: benchmark off {base}, on {new}",
+        fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
+    ),
+)
 
 
 def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:
+    """The findings of the model probes (``PROBE_RULES``), each from its recipe's probe result."""
+    dtype = (probes.get(recipe("amp").probe or "") or {}).get("dtype")
+    fields = {
+        "device": device,
+        "hw": "AVX512_BF16/AMX" if device == "cpu" else "tensor cores",
+        "scaler": " With float16 on CUDA, use a GradScaler." if dtype == "float16" else "",
+        "conv2d_layers": model.get("conv2d_layers"),
+    }
     out: list[Finding] = []
-    where = model.get("first_location")
-    prec = probes.get("precision")
-    if prec and prec.get("dtype"):
-        dtype = prec["dtype"]
-        hw = "AVX512_BF16/AMX" if device == "cpu" else "tensor cores"
-        if probe_helps(prec):
-            saving, share = cost(bd, prec["saving_s"])
-            out.append(
-                Finding(
-                    id="precision.amp",
-                    severity=sev(share),
-                    title=f"The model trains in fp32 on hardware with fast {dtype}",
-                    evidence=f"forward+backward on the script's last batch: fp32 {ms(prec['base_s'])}, "
-                    f"{dtype} autocast {ms(prec['new_s'])} (medians, measured after the run); this {device} "
-                    f"has {hw}",
-                    data=prec,
-                    fix=f"Run forward and loss under autocast({dtype})."
-                    + (" With float16 on CUDA, use a GradScaler." if dtype == "float16" else ""),
-                    fix_code=f"with torch.autocast('{device}', dtype=torch.{dtype}):\n"
-                    "    loss = criterion(model(x), y)\nloss.backward()",
-                    location=where,
-                    est_saving_s=saving,
-                    share=share,
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    id="precision.amp",
-                    severity=Severity.PASS,
-                    title=f"fp32 is as fast as {dtype} autocast for this model here",
-                    evidence=f"forward+backward: fp32 {ms(prec['base_s'])}, {dtype} {ms(prec['new_s'])}",
-                    data=prec,
-                )
-            )
-    cl = probes.get("channels_last")
-    if cl:
-        if probe_helps(cl):
-            saving, share = cost(bd, cl["saving_s"])
-            out.append(
-                Finding(
-                    id="memory_format.channels_last",
-                    severity=sev(share),
-                    title="The conv net runs in NCHW; channels_last is faster here",
-                    evidence=f"forward+backward on the script's last batch: NCHW {ms(cl['base_s'])}, channels_last "
-                    f"{ms(cl['new_s'])} (medians, measured after the run); {model.get('conv2d_layers')} Conv2d layers",
-                    data=cl,
-                    fix="Convert the model and its image batches to channels_last once.",
-                    fix_code="model = model.to(memory_format=torch.channels_last)\n"
-                    "x = x.to(device, memory_format=torch.channels_last)",
-                    location=where,
-                    est_saving_s=saving,
-                    share=share,
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    id="memory_format.channels_last",
-                    severity=Severity.PASS,
-                    title="channels_last measured no faster than NCHW for this model",
-                    evidence=f"NCHW {ms(cl['base_s'])}, channels_last {ms(cl['new_s'])}",
-                    data=cl,
-                )
-            )
-    cb = probes.get("cudnn_benchmark")
-    if cb and probe_helps(cb):
-        saving, share = cost(bd, cb["saving_s"])
-        out.append(
-            Finding(
-                id="cudnn.benchmark",
-                severity=sev(share),
-                title="cudnn.benchmark is off for a conv net with fixed input shapes",
-                evidence=f"forward+backward: benchmark off {ms(cb['base_s'])}, on {ms(cb['new_s'])}",
-                data=cb,
-                fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
-                fix_code="torch.backends.cudnn.benchmark = True",
-                est_saving_s=saving,
-                share=share,
-            )
-        )
+    for rule in PROBE_RULES:
+        if rule.recipe == "amp" and not dtype:
+            continue  # not probed: this hardware has no fast low-precision path
+        out += probe_finding(rule, bd, probes, model.get("first_location"), **fields)
     return out
+
+
+PAGE_FAULTS = recipe("host_memory").finding
 
 
 def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
@@ -118,7 +83,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
     if hm.get("kept"):  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
         return [
             Finding(
-                id="host.page_faults",
+                id=PAGE_FAULTS,
                 severity=Severity.PASS,
                 title="Freed host memory stays mapped: steps do not page-fault their tensors in",
                 evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
@@ -141,9 +106,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
         "process keeps its peak heap."
     )
     env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
-    fix_code = (
-        f"{KEEP_SNIPPET}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
-    )
+    fix_code = f"{recipe('host_memory').snippet}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
     # The probe runs after the script, with the heap in another state, so its own fault count is not the
     # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.
     dropped = hm["base_faults"] - hm["new_faults"]
@@ -154,7 +117,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
         data.update(per_fault_s=per_fault, est_saving_s=saving)
         return [
             Finding(
-                id="host.page_faults",
+                id=PAGE_FAULTS,
                 severity=sev(share),
                 title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
                 evidence=f"{measured}; {per_fault * 1e6:.2f} us per fault x {bd.faults_per_step:,.0f} faults "
@@ -170,7 +133,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
         # The run's faults are known but not their cost.
         return [
             Finding(
-                id="host.page_faults",
+                id=PAGE_FAULTS,
                 severity=Severity.INFO,
                 title=f"CPU steps page-fault {bd.faults_per_step:,.0f} pages each; the probe could not time it",
                 evidence=measured + ". `pitstop fix --candidates host_memory` times it on the whole script",
@@ -181,7 +144,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
         ]
     return [
         Finding(
-            id="host.page_faults",
+            id=PAGE_FAULTS,
             severity=Severity.PASS,
             title="Page faults measured to cost under 1% of the step here"
             if timed
@@ -211,13 +174,13 @@ def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dic
             evidence += f"; optimizer time {ms(bd.parts['optimizer_s'])} per step (foreach not measured)"
         out.append(
             Finding(
-                id="optimizer.foreach",
+                id=recipe("foreach").finding,
                 severity=sev(share),
                 title=f"{opt['type']} uses neither foreach nor fused kernels",
                 evidence=evidence,
                 data={"optimizer": opt, "probe": p},
                 fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
-                fix_code=f"torch.optim.{opt['type']}(params, ..., foreach=True)",
+                fix_code=recipe("foreach").code(optimizer=opt["type"], impl="foreach"),
                 location=opt.get("location"),
                 est_saving_s=saving,
                 share=share,
@@ -234,13 +197,13 @@ def setup_rules(
     if model and not model.get("compiled") and not torch_facts.get("dynamo_graphs"):
         out.append(
             Finding(
-                id="compile.none",
+                id=recipe("compile").finding,
                 severity=Severity.INFO,
                 title="The model is not compiled",
                 evidence="torch.compile was not used; its gain depends on the model and is not measured by a "
                 "profile run (compiling takes minutes). `pitstop fix` measures it.",
                 fix="Try torch.compile; keep it if `pitstop fix` shows a gain.",
-                fix_code="model = torch.compile(model)",
+                fix_code=recipe("compile").snippet,
                 location=where,
             )
         )
@@ -286,13 +249,13 @@ def unprobed_precision(model: dict[str, Any], dev_type: str) -> list[Finding]:
         return []
     return [
         Finding(
-            id="precision.amp",
+            id=recipe("amp").finding,
             severity=Severity.INFO,
             title=f"The model trains in fp32 on hardware with fast {dtype}",
             evidence="autocast was off during forward; the gain could not be measured in this run "
             "(`pitstop fix` measures it)",
             fix=f"Run forward and loss under torch.autocast('{dev_type}', dtype=torch.{dtype}).",
-            fix_code=f"with torch.autocast('{dev_type}', dtype=torch.{dtype}):\n    loss = criterion(model(x), y)",
+            fix_code=recipe("amp").code(device=dev_type, dtype=dtype),
             location=model.get("first_location"),
         )
     ]

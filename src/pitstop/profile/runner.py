@@ -1,16 +1,18 @@
 """Run a user's training script, unmodified, in a child process with pitstop's instrumentation.
 
-Interface agreed with ``pitstop tune`` / ``pitstop fix`` (issue 3). Additions to it (all optional, with
-defaults, so code written to the agreed interface keeps working):
+``run(spec, out_dir=None, progress=None)`` starts ``python -m pitstop.profile.bootstrap`` in its own
+session with the ``RunSpec`` as JSON, waits for it (``supervise``: progress, ``--timeout``, Ctrl-C and
+SIGTERM stop the child cleanly, SIGKILL after ``GRACE_S``) and returns a ``RunResult``. ``profile``,
+``tune`` and ``fix`` all run scripts through it.
 
 - ``RunSpec.probes`` (default True): after the script stops, time fp32 vs autocast, NCHW vs
   channels_last, for-loop vs foreach optimizer on the script's own model and last batch, so rules can
   state measured savings. Skipped automatically when ``overrides`` or ``callback`` are set.
-- ``RunSpec.quiet`` (default False): the script's stdout/stderr go to ``stdout.txt``/``stderr.txt`` in
-  the run folder instead of the terminal. ``RunSpec.stdout_to_stderr``: the script's stdout goes to our
-  stderr (``--json -`` keeps stdout for the report).
-- ``run(spec, out_dir, progress=None)``: ``progress(steps_so_far, warmup + steps)`` is called each time
-  the child's periodic record changes (about once a second); steps_so_far includes warm-up steps.
+- ``RunSpec.quiet``: the script's stdout/stderr go to ``stdout.txt``/``stderr.txt`` in the run folder
+  instead of the terminal. ``RunSpec.stdout_to_stderr``: the script's stdout goes to our stderr
+  (``--json -`` keeps stdout for the report).
+- ``progress(steps_so_far, warmup + steps)`` is called each time the child's periodic record changes
+  (about once a second); steps_so_far includes warm-up steps.
 - ``RunResult.status``: "completed" | "stopped" | "exited" | "error" | "interrupted" | "timeout" |
   "killed" | "not_started"; ``stopped`` is the clean stop after ``steps`` (or after the callback).
 - ``RunResult.warmup_steps``, ``RunResult.data`` (the raw measurements), ``RunResult.out_dir``,
@@ -215,7 +217,6 @@ def run(
     if spec.quiet:
         stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
-    status_override: str | None = None
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
@@ -228,33 +229,20 @@ def run(
     except OSError as e:
         return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
     total_steps = spec.warmup + spec.steps
-    old_term = _on_sigterm_interrupt()
+    seen_mtime = 0.0
+
+    def tick() -> None:
+        nonlocal seen_mtime
+        if progress is not None:
+            with contextlib.suppress(OSError):
+                mtime = measurements.stat().st_mtime
+                if mtime != seen_mtime:
+                    seen_mtime = mtime
+                    progress(_steps_so_far(measurements), total_steps)
+
     try:
-        deadline = None if spec.timeout is None else time.monotonic() + spec.timeout
-        seen_mtime = 0.0
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if progress is not None:
-                    with contextlib.suppress(OSError):
-                        mtime = measurements.stat().st_mtime
-                        if mtime != seen_mtime:
-                            seen_mtime = mtime
-                            progress(_steps_so_far(measurements), total_steps)
-                if deadline is not None and time.monotonic() > deadline:
-                    status_override = "timeout"
-                    _stop(proc, out, "timeout")
-                    break
-        except KeyboardInterrupt:
-            status_override = "interrupted"
-            _stop(proc, out, "interrupted")
+        status_override = supervise(proc, tick, spec.timeout, lambda reason: _stop(proc, out, reason))
     finally:
-        if old_term is not _UNSET:
-            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
         for fh in (stdout, stderr):
             if fh is not None and not isinstance(fh, int):
                 fh.close()
@@ -278,12 +266,52 @@ def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
         request_stacks(out, reason, alive=lambda: proc.poll() is None)
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
+    wait_or_kill(proc)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
+    """Wait ``GRACE_S`` for ``proc`` to end; then, or at a second Ctrl-C, SIGKILL its process group."""
     try:
         proc.wait(timeout=GRACE_S)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def supervise(
+    proc: subprocess.Popen[bytes],
+    tick: Callable[[], str | None],
+    timeout: float | None,
+    stop: Callable[[str], None],
+) -> str | None:
+    """Wait for ``proc``, calling ``tick`` every ``POLL_S`` (progress; a status it returns stops the run);
+    ``stop(status)`` ends it at ``timeout`` ("timeout"), at Ctrl-C or SIGTERM ("interrupted") or at the
+    status ``tick`` gave. The status that stopped it, or None when it ended by itself."""
+    old_term = _on_sigterm_interrupt()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    status: str | None = None
+    try:
+        while True:
+            try:
+                proc.wait(timeout=POLL_S)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            status = tick()
+            if status is None and deadline is not None and time.monotonic() > deadline:
+                status = "timeout"
+            if status is not None:
+                stop(status)
+                return status
+    except KeyboardInterrupt:
+        if status is None:  # a second Ctrl-C while stopping keeps the first status
+            status = "interrupted"
+            stop(status)
+        return status
+    finally:
+        if old_term is not _UNSET:
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
 
 
 def _on_sigterm_interrupt() -> Any:

@@ -29,6 +29,10 @@ class Recipe:
     bench_knob: the ``BenchConfig`` field those rows set.
     probe:    key of ``pitstop.profile.probes.run_probes``' result that measures it in the user's process.
     apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
+    fix:      whether ``pitstop fix`` times it as a candidate (it needs an ``override``).
+    untimed:  its info finding means "the profile could not time this; ``pitstop fix`` measures it".
+    site:     where its code change goes: "model" (after the model is built), "optimizer" (its
+              constructor), "loader" (the DataLoader call); None: the top of the script.
     """
 
     name: str
@@ -41,6 +45,9 @@ class Recipe:
     bench_knob: str | None = None
     probe: str | None = None
     apply: str | None = None
+    fix: bool = True
+    untimed: bool = False
+    site: str | None = None
 
     def code(self, **fields: object) -> str:
         """The snippet with its fields filled in."""
@@ -57,6 +64,7 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("workers", "DataLoader workers"),),
         bench_knob="workers",
         apply=DATALOADER_PATCH,
+        site="loader",
     ),
     Recipe(
         "persistent_workers",
@@ -65,6 +73,7 @@ RECIPES: tuple[Recipe, ...] = (
         finding="dataloader.persistent_workers",
         override="dataloader.persistent_workers",
         apply=DATALOADER_PATCH,
+        site="loader",
     ),
     Recipe(
         "pin_memory",
@@ -76,6 +85,8 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("pin_memory", "pinned memory"),),
         bench_knob="pin_memory",
         apply=DATALOADER_PATCH,
+        fix=False,
+        site="loader",
     ),
     Recipe(
         "amp",
@@ -87,6 +98,8 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
         bench_knob="amp",
         probe="precision",
+        apply="pitstop.tune.apply.apply_autocast",
+        site="model",
     ),
     Recipe(
         "channels_last",
@@ -98,6 +111,8 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("channels_last", "channels_last"),),
         bench_knob="channels_last",
         probe="channels_last",
+        apply="pitstop.tune.apply.apply_channels_last",
+        site="model",
     ),
     Recipe(
         "foreach",
@@ -109,6 +124,8 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("fused", "fused optimizer"),),
         bench_knob="fused",
         probe="optimizer",
+        apply="pitstop.tune.apply.apply_optimizer_impl",
+        site="optimizer",
     ),
     Recipe(
         "compile",
@@ -119,6 +136,9 @@ RECIPES: tuple[Recipe, ...] = (
         train="TrainConfig.compile",
         bench=(("compile", "torch.compile"),),
         bench_knob="compile",
+        apply="pitstop.tune.apply.apply_compile",
+        untimed=True,
+        site="model",
     ),
     Recipe(
         "cudnn_benchmark",
@@ -128,6 +148,7 @@ RECIPES: tuple[Recipe, ...] = (
         override="cudnn_benchmark",
         train="TrainConfig.cudnn_benchmark",
         probe="cudnn_benchmark",
+        apply="pitstop.tune.apply.apply_cudnn_benchmark",
     ),
     Recipe(
         "host_memory",
@@ -137,12 +158,16 @@ RECIPES: tuple[Recipe, ...] = (
         override="keep_host_memory",
         train="TrainConfig.keep_host_memory",
         probe="host_memory",
+        apply="pitstop.tune.apply.apply_keep_host_memory",
+        untimed=True,
     ),
     Recipe(
         "tf32",
         "TF32 matmuls and convolutions",
-        "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True",
+        'torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.allow_tf32 = True',
+        finding="precision.tf32",
         train="TrainConfig.tf32",
+        probe="tf32",
     ),
     Recipe(
         "activation_checkpointing",
@@ -152,6 +177,7 @@ RECIPES: tuple[Recipe, ...] = (
         train="TrainConfig.activation_checkpointing",
         bench=(("checkpoint", "activation checkpointing"),),
         bench_knob="checkpoint",
+        site="model",
     ),
     Recipe(
         "accumulation",
@@ -183,10 +209,25 @@ BY_FINDING = {r.finding: r for r in RECIPES if r.finding}
 
 def recipe(name: str) -> Recipe:
     """The entry called ``name``; KeyError names the known ones."""
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"no recipe {name!r}; known: {', '.join(BY_NAME)}") from None
+    for r in RECIPES:
+        if r.name == name:
+            return r
+    raise KeyError(f"no recipe {name!r}; known: {', '.join(r.name for r in RECIPES)}")
+
+
+def fix_kinds() -> tuple[str, ...]:
+    """The candidate kinds ``pitstop fix`` can time, in registry order."""
+    return tuple(r.name for r in RECIPES if r.fix and r.override)
+
+
+def finding_kinds() -> dict[str, str]:
+    """Finding id -> the fix candidate kind that acts on it."""
+    return {r.finding: r.name for r in RECIPES if r.finding and r.fix and r.override}
+
+
+def by_finding(finding_id: str) -> Recipe | None:
+    """The entry whose finding is ``finding_id``, if any."""
+    return next((r for r in RECIPES if r.finding == finding_id), None)
 
 
 def bench_title(row: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pitstop.cliutil import add_output_args, finish, usage_error
+from pitstop.cliutil import add_output_args, finish, shows_tables, usage_error
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         result = compare(reports, _labels(args.reports))
     except CompareError as e:
         return usage_error(str(e))
-    if not args.quiet and args.json != "-":
+    if shows_tables(args):
         print_compare(result, Console())
     return finish(result, args, html_blocks(result))
 

@@ -13,14 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pitstop.host.precision import preferred_amp_dtype
+from pitstop.host.precision import device_type, preferred_amp_dtype
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 _NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-
-
-def device_type(device: torch.device | str) -> str:
-    return torch.device(device).type
 
 
 def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype | None:

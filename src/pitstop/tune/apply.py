@@ -1,6 +1,7 @@
 """`pitstop fix --apply`: the code change of every fix that helped, as one unified diff per file.
 
-Each kind is placed with ``ast`` at the locations the profile hooks recorded (the model's first forward
+Each kind's edit is the function its ``pitstop.recipes`` entry names in ``apply`` (a ``Site`` in,
+edits on the file out), placed with ``ast`` at the locations the profile hooks recorded (the model's first forward
 call, the optimizer's constructor, the DataLoader call), and everything else in the file is left byte for
 byte:
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib
 import os
 import statistics
 from collections.abc import Callable
@@ -29,9 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitstop.host.precision import device_type
 from pitstop.measure import clean
 from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
-from pitstop.tune.fix import FixConfig, FixResult, device_type, loader_of
+from pitstop.recipes import recipe
+from pitstop.recipes.registry import DATALOADER_PATCH
+from pitstop.tune.fix import FixConfig, FixResult, loader_of
 from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
@@ -232,6 +237,14 @@ def _need_torch(fe: FileEdits) -> None:
 # ----------------------------------------------------------------------------------------------- plan
 
 
+def _loader_kind(kind: str) -> bool:
+    """A fix written as DataLoader keywords (merged into one edit of the call)."""
+    try:
+        return recipe(kind).apply == DATALOADER_PATCH
+    except KeyError:
+        return False
+
+
 @dataclass
 class Plan:
     patches: list[Patch] = field(default_factory=list)
@@ -276,10 +289,11 @@ def plan(result: FixResult, cwd: str | os.PathLike[str] | None = None) -> Plan:
     for m in chosen:
         kinds = {m.kind} | ({"foreach"} if m.overrides.get("optimizer_impl") else set())
         for kind in kinds:
-            edits.append((kind, _kind_edit(kind, m.overrides, config, model_at, file_at, result, cwd)))
+            site = Site(kind, m.overrides, config, model_at, file_at, result, cwd)
+            edits.append((kind, _kind_edit(site)))
     done: set[str] = set()
     for kind, edit in edits:
-        if kind in done or kind in ("workers", "persistent_workers", "combined"):
+        if kind in done or kind == "combined" or _loader_kind(kind):
             continue
         done.add(kind)
         try:
@@ -312,54 +326,84 @@ def plan(result: FixResult, cwd: str | os.PathLike[str] | None = None) -> Plan:
     return out
 
 
-def _kind_edit(
-    kind: str,
-    ov: dict[str, Any],
-    config: dict[str, Any],
-    model_at: str | None,
-    file_at: Callable[[str | None, str], tuple[FileEdits, int]],
-    result: FixResult,
-    cwd: str | os.PathLike[str] | None,
-) -> Callable[[], None]:
+@dataclass
+class Site:
+    """What one fix's edit needs: its overrides, the baseline run's config and where its code goes."""
+
+    kind: str
+    overrides: dict[str, Any]
+    config: dict[str, Any]
+    model_at: str | None
+    file_at: Callable[[str | None, str], tuple[FileEdits, int]]
+    result: FixResult
+    cwd: str | os.PathLike[str] | None
+
+
+def apply_optimizer_impl(site: Site) -> None:
+    opts = site.config.get("optimizers") or []
+    if not opts:
+        raise Unplaced("foreach: no optimizer was recorded")
+    impl = site.overrides.get("optimizer_impl") or "foreach"
+    for o in opts:
+        fe, line = site.file_at(o.get("location"), "optimizer")
+        fe.text = keyword_edit(fe.text, line, {impl: True}, o.get("type"))
+    fe.changes["optimizer"] = {impl: True}
+
+
+def apply_channels_last(site: Site) -> None:
+    fe, line = site.file_at(site.model_at, "channels_last")
+    edit_channels_last(fe, line)
+    fe.changes["channels_last"] = True
+
+
+def apply_compile(site: Site) -> None:
+    fe, line = site.file_at(site.model_at, "compile")
+    edit_compile(fe, line)
+    fe.changes["compile"] = True
+
+
+def apply_autocast(site: Site) -> None:
+    fe, line = site.file_at(site.model_at, "autocast")
+    dtype = site.overrides.get("autocast")
+    edit_autocast(fe, line, device_type(site.config.get("device")), dtype or "bfloat16")
+    fe.changes["autocast"] = dtype
+
+
+def _script_file(site: Site) -> FileEdits:
+    try:
+        what, script, _ = parse_command(site.result.command, str(site.cwd) if site.cwd else None)
+    except CommandError as e:
+        raise Unplaced(f"{site.kind}: {e}") from e
+    if what != "script":
+        raise Unplaced(f"{site.kind}: the command runs a module, not a script file")
+    return site.file_at(f"{script}:1", site.kind)[0]
+
+
+def apply_keep_host_memory(site: Site) -> None:
+    fe = _script_file(site)
+    _first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
+    fe.changes["keep_host_memory"] = True
+
+
+def apply_cudnn_benchmark(site: Site) -> None:
+    fe = _script_file(site)
+    _first_line(fe, recipe("cudnn_benchmark").snippet)
+    _need_torch(fe)
+    fe.changes["cudnn_benchmark"] = True
+
+
+def _kind_edit(site: Site) -> Callable[[], None]:
+    """The edit the kind's recipe names in its ``apply`` field."""
+
     def edit() -> None:
-        if kind == "foreach":
-            opts = config.get("optimizers") or []
-            if not opts:
-                raise Unplaced("foreach: no optimizer was recorded")
-            impl = ov.get("optimizer_impl") or "foreach"
-            for o in opts:
-                fe, line = file_at(o.get("location"), "optimizer")
-                fe.text = keyword_edit(fe.text, line, {impl: True}, o.get("type"))
-            fe.changes["optimizer"] = {impl: True}
-        elif kind == "channels_last":
-            fe, line = file_at(model_at, "channels_last")
-            edit_channels_last(fe, line)
-            fe.changes["channels_last"] = True
-        elif kind == "compile":
-            fe, line = file_at(model_at, "compile")
-            edit_compile(fe, line)
-            fe.changes["compile"] = True
-        elif kind == "amp":
-            fe, line = file_at(model_at, "autocast")
-            edit_autocast(fe, line, device_type(config), ov.get("autocast") or "bfloat16")
-            fe.changes["autocast"] = ov.get("autocast")
-        elif kind in ("host_memory", "cudnn_benchmark"):
-            try:
-                what, script, _ = parse_command(result.command, str(cwd) if cwd else None)
-            except CommandError as e:
-                raise Unplaced(f"{kind}: {e}") from e
-            if what != "script":
-                raise Unplaced(f"{kind}: the command runs a module, not a script file")
-            fe, _ = file_at(f"{script}:1", kind)
-            if kind == "host_memory":
-                _first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
-                fe.changes["keep_host_memory"] = True
-            else:
-                _first_line(fe, "torch.backends.cudnn.benchmark = True")
-                _need_torch(fe)
-                fe.changes["cudnn_benchmark"] = True
-        else:
-            raise Unplaced(f"{kind}: no code change is known for it")
+        try:
+            dotted = recipe(site.kind).apply
+        except KeyError:
+            dotted = None
+        if not dotted:
+            raise Unplaced(f"{site.kind}: no code change is known for it")
+        module, _, name = dotted.rpartition(".")
+        getattr(importlib.import_module(module), name)(site)
 
     return edit
 

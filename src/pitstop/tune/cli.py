@@ -11,10 +11,17 @@ import argparse
 import sys
 from typing import Any
 
-from pitstop.cliopts import add_options
-from pitstop.cliutil import add_output_args, comma_list, command_after_dashes, print_table, status
+from pitstop.cliopts import add_options, options_from
+from pitstop.cliutil import (
+    add_output_args,
+    comma_list,
+    command_after_dashes,
+    print_table,
+    shows_tables,
+    status,
+)
 from pitstop.factory import load_dataset, load_loss, load_model, optimizer_from_spec
-from pitstop.tune.cli_options import BatchSizeArgs, LoaderArgs, LRArgs
+from pitstop.tune.cli_options import BatchSizeArgs, FixArgs, LoaderArgs, LRArgs
 from pitstop.units import MiB
 
 
@@ -357,54 +364,25 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
             "(a unified diff for DataLoader arguments). Example: pitstop fix -- python train.py"
         ),
     )
-    p.add_argument("--steps", type=int, default=20, help="measured steps per run (default 20)")
-    p.add_argument("--warmup", type=int, default=5, help="warm-up steps per run (default 5)")
-    p.add_argument(
-        "--budget",
-        type=float,
-        default=300.0,
-        help="seconds for the whole measurement; candidates still open then are 'undecided' (default 300)",
-    )
-    p.add_argument("--min-rounds", type=int, default=3, help="rounds before any verdict (default 3)")
-    p.add_argument("--max-rounds", type=int, default=10, help="rounds at most per stage (default 10)")
-    p.add_argument(
-        "--candidates",
-        default="auto",
-        help="auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
-        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory",
-    )
-    p.add_argument("--skip", default="", help="candidates never to try, e.g. compile (same names)")
-    p.add_argument("--min-gain", type=float, default=0.05, help="speed-up needed to count as helped (0.05)")
-    p.add_argument("--loss-rtol", type=float, default=0.1, help="allowed relative change of the mean loss")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is stopped")
-    p.add_argument(
-        "--apply", action="store_true", help="write the DataLoader diff into your file (asks first)"
-    )
-    p.add_argument("--yes", action="store_true", help="with --apply: do not ask")
-    p.add_argument(
-        "--out-dir",
-        metavar="DIR",
-        help="keep the verdicts here for later `pitstop profile --out-dir DIR` runs of the same script "
-        "(default: the user's cache directory, ~/.cache/pitstop)",
-    )
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
+    add_options(p, FixArgs)
     add_output_args(p)
     p.set_defaults(func=cmd_fix)
 
 
-def cmd_fix(ns: argparse.Namespace) -> int:
+def cmd_fix(args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish, usage_error
 
-    cmd = command_after_dashes(ns)
+    o = options_from(FixArgs, args)
+    cmd = command_after_dashes(args)
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
     if (
-        ns.steps <= 0
-        or ns.warmup < 0
-        or ns.budget <= 0
-        or not 2 <= ns.min_rounds <= ns.max_rounds
-        or ns.min_gain < 0
-        or ns.loss_rtol <= 0
+        o.steps <= 0
+        or o.warmup < 0
+        or o.budget <= 0
+        or not 2 <= o.min_rounds <= o.max_rounds
+        or o.min_gain < 0
+        or o.loss_rtol <= 0
     ):
         return usage_error(
             "need --steps > 0, --warmup >= 0, --budget > 0, 2 <= --min-rounds <= --max-rounds, "
@@ -415,50 +393,50 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     except ImportError as e:
         return usage_error(f"pitstop fix needs the profile runner, which is not available: {e}")
     try:
-        names = parse_candidates(ns.candidates)
-        skip = parse_candidates(ns.skip) or () if ns.skip.strip() else ()
+        names = parse_candidates(o.candidates)
+        skip = parse_candidates(o.skip) or () if o.skip.strip() else ()
     except ValueError as e:
         return usage_error(str(e))
     cfg = FixConfig(
-        steps=ns.steps,
-        warmup=ns.warmup,
-        budget=ns.budget,
-        min_rounds=ns.min_rounds,
-        max_rounds=ns.max_rounds,
+        steps=o.steps,
+        warmup=o.warmup,
+        budget=o.budget,
+        min_rounds=o.min_rounds,
+        max_rounds=o.max_rounds,
         candidates=names,
         skip=tuple(skip),
-        min_gain=ns.min_gain,
-        loss_rtol=ns.loss_rtol,
-        timeout=ns.timeout,
+        min_gain=o.min_gain,
+        loss_rtol=o.loss_rtol,
+        timeout=o.timeout,
     )
     from pitstop.tune.fix import fix_report
 
-    with status("pitstop fix", not ns.quiet) as update:
+    with status("pitstop fix", not args.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
     from pitstop.tune.verdict_cache import record
 
-    record(result, ns.out_dir)  # a later profile of this script shows what its fixes measured
+    record(result, o.out_dir)  # a later profile of this script shows what its fixes measured
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
         [m.name, m.verdict, m.interval.text() if m.interval else "", m.median, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
     ]
     print_table(
-        ns,
+        args,
         "pitstop fix: verdicts",
         ["configuration", "verdict", "speed-up (95% interval)", "median steps/s", "note"],
         rows,
     )
-    code = finish(report, ns, blocks)
-    if result.patches and not ns.quiet and ns.json != "-":
+    code = finish(report, args, blocks)
+    if result.patches and shows_tables(args):
         print("".join(p.diff for p in result.patches))
-    if ns.apply:
+    if o.apply:
         from pitstop.tune.apply import apply_all, verify
 
         if not result.patches:
             print("pitstop fix: nothing to apply (no fix with a code location helped)", file=sys.stderr)
         else:
-            if not ns.yes:
+            if not o.yes:
                 if not sys.stdin.isatty():
                     return usage_error("--apply needs confirmation; pass --yes to apply without asking")
                 names = ", ".join(str(p.path) for p in result.patches)

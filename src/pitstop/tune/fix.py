@@ -1,10 +1,10 @@
 """`pitstop fix`: prove each suggested fix by re-running the user's script with it injected.
 
-This module holds the candidates: the profile's actionable findings pick them (dataloader.workers ->
-num_workers values + persistent_workers, precision.amp -> autocast, memory_format.channels_last,
-optimizer.foreach, compile.none -> torch.compile, cudnn.benchmark, host.page_faults ->
-pitstop.train.keep_host_memory), or ``--candidates`` names them; ``build_candidates`` turns them into
-Overrides for this script and machine. The rest of fix lives beside it: ``fixrun`` (profile, rounds of
+This module holds the candidates: each ``pitstop.recipes`` entry with an ``Overrides`` field is a
+candidate kind, picked by the profile finding the entry names (dataloader.workers -> num_workers values
++ persistent_workers, precision.amp -> autocast, compile.none -> torch.compile, ...) or by
+``--candidates``; ``build_candidates`` turns them into Overrides for this script and machine (the
+``BUILDERS`` entry of a kind, or one switch that turns the entry's override on). The rest of fix lives beside it: ``fixrun`` (profile, rounds of
 child runs, second round, combination), ``fixjudge`` (runs -> verdicts through ``pitstop.measure``),
 ``fixreport`` (findings, report, HTML) and ``apply`` (patches for every fix with a code location).
 """
@@ -15,40 +15,19 @@ import importlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pitstop.cliutil import comma_list
 from pitstop.findings import Finding, Severity
 from pitstop.host.cpu import usable_cores
-from pitstop.host.precision import preferred_amp_dtype
+from pitstop.host.precision import device_type, preferred_amp_dtype
 from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
+from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
 from pitstop.tune.fixjudge import Measured, judge
 from pitstop.tune.patch import Patch
 
-KINDS = (
-    "workers",
-    "persistent_workers",
-    "amp",
-    "channels_last",
-    "foreach",
-    "compile",
-    "cudnn_benchmark",
-    "host_memory",
-    "threads",
-)
-# finding id from profile -> candidate kind
-FINDING_KINDS = {
-    "dataloader.workers": "workers",
-    "dataloader.persistent_workers": "persistent_workers",
-    "precision.amp": "amp",
-    "memory_format.channels_last": "channels_last",
-    "optimizer.foreach": "foreach",
-    "compile.none": "compile",
-    "cudnn.benchmark": "cudnn_benchmark",
-    "host.page_faults": "host_memory",
-    "distributed.threads": "threads",
-}
-# info findings that say "not timed here, `pitstop fix` measures it"
-UNTIMED_INFO = frozenset({"compile.none", "host.page_faults"})
+KINDS = fix_kinds()  # every candidate kind, in registry order
+FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
 LOADER_KINDS = frozenset({"workers", "persistent_workers"})
 
 
@@ -57,12 +36,13 @@ def parse_candidates(text: str) -> tuple[str, ...] | None:
     t = text.strip().lower()
     if t in ("", "auto"):
         return None
+    kinds = fix_kinds()
     if t == "all":
-        return KINDS
-    names = tuple(n.strip() for n in t.split(",") if n.strip())
-    bad = [n for n in names if n not in KINDS]
+        return kinds
+    names = comma_list(t)
+    bad = [n for n in names if n not in kinds]
     if bad:
-        raise ValueError(f"unknown candidate(s) {', '.join(bad)}; choose from {', '.join(KINDS)}")
+        raise ValueError(f"unknown candidate(s) {', '.join(bad)}; choose from {', '.join(kinds)}")
     return names
 
 
@@ -121,11 +101,6 @@ class FixResult:
 # ------------------------------------------------------------------------------------------ candidates
 
 
-def device_type(config: dict[str, Any]) -> str:
-    dev = str(config.get("device") or "cpu")
-    return "cuda" if dev.startswith("cuda") else "cpu"
-
-
 def loader_of(config: dict[str, Any]) -> dict[str, Any]:
     loaders = (
         [ld for ld in config.get("loaders") or [] if ld.get("batches_seen")] or config.get("loaders") or []
@@ -133,87 +108,136 @@ def loader_of(config: dict[str, Any]) -> dict[str, Any]:
     return max(loaders, key=lambda ld: ld.get("wait_s") or 0.0) if loaders else {}
 
 
+@dataclass
+class _Script:
+    """What the baseline run recorded that the candidates are built from."""
+
+    config: dict[str, Any]
+    cfg: FixConfig
+    dev: str
+    loader: dict[str, Any]
+    models: list[dict[str, Any]]
+    workers_now: int
+
+
+Built = list[Candidate] | str  # the candidates, or why the kind was skipped
+
+
+def _workers(s: _Script, kind: str, why: str) -> Built:
+    if not s.loader:
+        return "workers: the script built no DataLoader"
+    cores = usable_cores()
+    values = s.cfg.workers_values or tuple(sorted({min(8, cores), min(8, 2 * cores)}))
+    return [
+        Candidate(
+            f"num_workers={w}",
+            kind,
+            Overrides(dataloader={"num_workers": w, "persistent_workers": True}),
+            why,
+        )
+        for w in values
+        if w != s.workers_now and w > 0
+    ]
+
+
+def _persistent_workers(s: _Script, kind: str, why: str) -> Built:
+    if s.workers_now == 0 or s.loader.get("persistent_workers"):
+        return "persistent_workers: needs a loader with workers that are not persistent yet"
+    return [Candidate("persistent_workers", kind, Overrides.setting(recipe(kind).override, True), why)]
+
+
+def _amp(s: _Script, kind: str, why: str) -> Built:
+    if any(md.get("autocast") for md in s.models):
+        return "amp: the script already runs its forward under autocast"
+    dtype = preferred_amp_dtype(s.dev)
+    if dtype is None and why != "requested":
+        return f"amp: this {s.dev} has no fast low-precision math"
+    if dtype is None and (slow := slower_reason("bfloat16", s.dev)):  # asked for on hardware without it
+        return f"amp: {slow}"
+    dtype = dtype or "bfloat16"
+    return [Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why)]
+
+
+def _channels_last(s: _Script, kind: str, why: str) -> Built:
+    known = [md for md in s.models if "conv2d_layers" in md and "input_shapes" in md]
+    no_4d = bool(known) and not any(
+        md["conv2d_layers"] or any(len(sh) == 4 for sh in md["input_shapes"] or []) for md in known
+    )
+    why_not = (
+        "the model has no Conv2d layer and no 4-D input, so channels_last has nothing to change"
+        if no_4d
+        else None
+    )
+    return [Candidate("channels_last", kind, Overrides(channels_last=True), why, why_not)]
+
+
+def _foreach(s: _Script, kind: str, why: str) -> Built:
+    opts = s.config.get("optimizers") or []
+    if opts and all(o.get("impl") in ("foreach", "fused") for o in opts):
+        return "foreach: every optimizer already uses a foreach/fused implementation"
+    impl = "fused" if s.dev == "cuda" else "foreach"
+    return [Candidate(f"optimizer {impl}", kind, Overrides(optimizer_impl=impl), why)]
+
+
+def _cudnn_benchmark(s: _Script, kind: str, why: str) -> Built:
+    if s.dev != "cuda" and why != "requested":
+        return "cudnn_benchmark: no CUDA device in this run"
+    return [Candidate("cudnn.benchmark", kind, Overrides(cudnn_benchmark=True), why)]
+
+
+def _host_memory(s: _Script, kind: str, why: str) -> Built:
+    if s.config.get("host_memory"):
+        return f"host_memory: the script already called keep_host_memory ({s.config['host_memory']})"
+    if s.dev != "cpu" and why != "requested":
+        return f"host_memory: the model trains on {s.dev}; host page faults matter for CPU steps"
+    return [Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why)]
+
+
+def _threads(s: _Script, kind: str, why: str) -> Built:  # ranks of a launcher sharing the cores
+    n = max(1, usable_cores() // int(s.config.get("local_world_size") or 1))
+    return [Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why)]
+
+
+def _switch(s: _Script, kind: str, why: str) -> Built:
+    """A recipe whose override is a plain switch: one candidate that turns it on."""
+    r = recipe(kind)
+    return [Candidate(r.title, kind, Overrides.setting(r.override, True), why)]
+
+
+# candidate kind -> how its candidates are built; a recipe without an entry here is a plain switch
+BUILDERS = {
+    "workers": _workers,
+    "persistent_workers": _persistent_workers,
+    "amp": _amp,
+    "channels_last": _channels_last,
+    "foreach": _foreach,
+    "cudnn_benchmark": _cudnn_benchmark,
+    "host_memory": _host_memory,
+    "threads": _threads,
+}
+
+
 def build_candidates(
     kinds: list[tuple[str, str]], config: dict[str, Any], cfg: FixConfig
 ) -> tuple[list[Candidate], list[str]]:
     """(kind, why) pairs -> concrete Overrides for this script and machine; plus kinds skipped and why."""
+    loader = loader_of(config)
+    script = _Script(
+        config,
+        cfg,
+        device_type(config.get("device")),
+        loader,
+        config.get("models") or [],
+        int(loader.get("num_workers") or 0),
+    )
     out: list[Candidate] = []
     skipped: list[str] = []
-    dev = device_type(config)
-    loader = loader_of(config)
-    models = config.get("models") or []
-    workers_now = int(loader.get("num_workers") or 0)
     for kind, why in kinds:
-        if kind == "workers":
-            if not loader:
-                skipped.append("workers: the script built no DataLoader")
-                continue
-            cores = usable_cores()
-            values = cfg.workers_values or tuple(sorted({min(8, cores), min(8, 2 * cores)}))
-            for w in values:
-                if w != workers_now and w > 0:
-                    ov = Overrides(dataloader={"num_workers": w, "persistent_workers": True})
-                    out.append(Candidate(f"num_workers={w}", kind, ov, why))
-        elif kind == "persistent_workers":
-            if workers_now == 0 or loader.get("persistent_workers"):
-                skipped.append("persistent_workers: needs a loader with workers that are not persistent yet")
-                continue
-            out.append(
-                Candidate("persistent_workers", kind, Overrides(dataloader={"persistent_workers": True}), why)
-            )
-        elif kind == "amp":
-            if any(md.get("autocast") for md in models):
-                skipped.append("amp: the script already runs its forward under autocast")
-                continue
-            dtype = preferred_amp_dtype(dev)
-            if dtype is None and why != "requested":
-                skipped.append(f"amp: this {dev} has no fast low-precision math")
-                continue
-            if dtype is None and (slow := slower_reason("bfloat16", dev)):  # asked for on hardware without it
-                skipped.append(f"amp: {slow}")
-                continue
-            dtype = dtype or "bfloat16"
-            out.append(Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why))
-        elif kind == "channels_last":
-            known = [md for md in models if "conv2d_layers" in md and "input_shapes" in md]
-            no_4d = bool(known) and not any(
-                md["conv2d_layers"] or any(len(sh) == 4 for sh in md["input_shapes"] or []) for md in known
-            )
-            why_not = (
-                "the model has no Conv2d layer and no 4-D input, so channels_last has nothing to change"
-                if no_4d
-                else None
-            )
-            out.append(Candidate("channels_last", kind, Overrides(channels_last=True), why, why_not))
-        elif kind == "foreach":
-            opts = config.get("optimizers") or []
-            if opts and all(o.get("impl") in ("foreach", "fused") for o in opts):
-                skipped.append("foreach: every optimizer already uses a foreach/fused implementation")
-                continue
-            impl = "fused" if dev == "cuda" else "foreach"
-            out.append(Candidate(f"optimizer {impl}", kind, Overrides(optimizer_impl=impl), why))
-        elif kind == "compile":
-            out.append(Candidate("torch.compile", kind, Overrides(compile=True), why))
-        elif kind == "cudnn_benchmark":
-            if dev != "cuda" and why != "requested":
-                skipped.append("cudnn_benchmark: no CUDA device in this run")
-                continue
-            out.append(Candidate("cudnn.benchmark", kind, Overrides(cudnn_benchmark=True), why))
-        elif kind == "host_memory":
-            if config.get("host_memory"):
-                skipped.append(
-                    f"host_memory: the script already called keep_host_memory ({config['host_memory']})"
-                )
-                continue
-            if dev != "cpu" and why != "requested":
-                skipped.append(
-                    f"host_memory: the model trains on {dev}; host page faults matter for CPU steps"
-                )
-                continue
-            out.append(Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why))
-        elif kind == "threads":  # ranks of a launcher sharing the cores: each gets its share
-            n = max(1, usable_cores() // int(config.get("local_world_size") or 1))
-            out.append(Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why))
+        built = BUILDERS.get(kind, _switch)(script, kind, why)
+        if isinstance(built, str):
+            skipped.append(built)
+        else:
+            out += built
     return out, skipped
 
 
@@ -221,12 +245,14 @@ def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
     """Actionable findings -> candidate kinds, in rank order: warnings and errors, and the info findings
     whose gain the profile could not time (compile.none always; host.page_faults when unprobed)."""
     seen: dict[str, str] = {}
+    kinds = finding_kinds()
     for f in sorted(findings, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0))):
-        kind = FINDING_KINDS.get(f.id)
+        kind = kinds.get(f.id)
         if kind is None or kind in seen:
             continue
+        untimed = (r := by_finding(f.id)) is not None and r.untimed
         if f.severity in (Severity.WARN, Severity.ERROR) or (
-            f.id in UNTIMED_INFO and f.severity is Severity.INFO and f.est_saving_s is None
+            untimed and f.severity is Severity.INFO and f.est_saving_s is None
         ):
             seen[kind] = f.id
     if "workers" in seen:
@@ -238,8 +264,9 @@ def hidden_kinds(findings: list[Finding], taken: list[str]) -> list[tuple[str, s
     """Compute fixes the profile measured a gain for (a probe's saving) that was too small a share of the
     step to try first: candidates for the second round, once a loader fix removed the data wait."""
     out: dict[str, str] = {}
+    kinds = finding_kinds()
     for f in findings:
-        kind = FINDING_KINDS.get(f.id)
+        kind = kinds.get(f.id)
         if (
             kind
             and kind not in taken

@@ -7,46 +7,44 @@ import statistics
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.host.precision import device_type
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
+from pitstop.recipes import recipe
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
-from pitstop.train import host_memory
-from pitstop.tune.fix import FixResult, device_type, loader_of
+from pitstop.tune.fix import FixResult, loader_of
 from pitstop.tune.fixjudge import Measured
 
 
 def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
-    """(code, file:line) for a fix that is not a DataLoader keyword."""
-    models = config.get("models") or []
-    model_at = models[0].get("first_location") if models else None
-    opts = config.get("optimizers") or []
-    dev = device_type(config)
+    """(code, file:line) for the fix: its recipe's snippet at the site the recipe names; the DataLoader
+    keywords it set at the DataLoader call."""
     ov = m.overrides
-    if m.kind == "amp":
-        return (
-            f"with torch.autocast('{dev}', dtype=torch.{ov.get('autocast')}):\n    loss = criterion(model(x), y)",
-            model_at,
-        )
-    if m.kind == "channels_last":
-        return (
-            "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",
-            model_at,
-        )
-    if m.kind == "foreach":
-        name = opts[0].get("type", "SGD") if opts else "SGD"
-        return f"torch.optim.{name}(params, ..., {ov.get('optimizer_impl')}=True)", opts[0].get(
-            "location"
-        ) if opts else None
-    if m.kind == "compile":
-        return "model = torch.compile(model)", model_at
-    if m.kind == "cudnn_benchmark":
-        return "torch.backends.cudnn.benchmark = True", None
-    if m.kind == "host_memory":
-        return host_memory.SNIPPET, None
-    dl = ov.get("dataloader") or {}
-    return "DataLoader(..., " + ", ".join(f"{k}={v!r}" for k, v in dl.items()) + ")", loader_of(config).get(
-        "location"
+    opts = config.get("optimizers") or []
+    models = config.get("models") or []
+    try:
+        r = recipe(m.kind)
+    except KeyError:  # the combination
+        r = None
+    site = r.site if r else "loader"
+    if site == "loader":
+        dl = ov.get("dataloader") or {}
+        return "DataLoader(..., " + ", ".join(f"{k}={v!r}" for k, v in dl.items()) + ")", loader_of(
+            config
+        ).get("location")
+    assert r is not None
+    where = {
+        "model": models[0].get("first_location") if models else None,
+        "optimizer": opts[0].get("location") if opts else None,
+    }.get(site or "")
+    code = r.code(
+        device=device_type(config.get("device")),
+        dtype=ov.get("autocast"),
+        impl=ov.get("optimizer_impl"),
+        optimizer=opts[0].get("type", "SGD") if opts else "SGD",
+        value=ov.get(r.override) if r.override else None,
     )
+    return code, where
 
 
 def _runs_text(runs: list[float]) -> str:
