@@ -9,6 +9,7 @@ says so (gzip size shows what the zeros are worth in storage).
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,32 +38,6 @@ def prunable_layers(model: nn.Module, skip_output: bool = False) -> list[tuple[s
     (structured pruning of the output layer would delete classes)."""
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, PRUNABLE) and m.weight is not None]
     return layers[:-1] if skip_output and len(layers) > 1 else layers
-
-
-def prune(
-    model: nn.Module,
-    amount: float = 0.5,
-    structured: bool = False,
-    n: int | float = 2,
-    finetune_loader: Iterable[Any] | None = None,
-    finetune_steps: int = 0,
-    lr: float = 1e-3,
-    seed: int | None = 0,
-    inplace: bool = False,
-    remove_channels: bool = False,
-) -> nn.Module:
-    """Prune ``model``'s Linear/Conv weights and return it with the zeros made permanent.
-
-    unstructured (default): the ``amount`` fraction of smallest-magnitude weights across all layers at
-    once (global L1). structured: in each layer but the output layer, the ``amount`` fraction of output
-    channels (rows) with the smallest L_n norm. With ``finetune_loader`` and ``finetune_steps`` > 0,
-    trains that many steps with the masks on before making them permanent. ``remove_channels`` (with
-    ``structured``): delete the zeroed channels from the layers where that is exact (see
-    ``pitstop.compress.shrink``), so the model gets smaller and faster; its state_dict shapes change.
-    """
-    return prune_detailed(
-        model, amount, structured, n, finetune_loader, finetune_steps, lr, seed, inplace, remove_channels
-    ).model
 
 
 def prune_detailed(
@@ -99,3 +74,21 @@ def prune_detailed(
     model.eval()
     shrunk = remove_dead_channels(model) if structured and remove_channels else None
     return Pruned(model, amount, structured, len(layers), sparsity(model), ft, shrunk)
+
+
+def prune(model: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
+    """Prune ``model``'s Linear/Conv weights and return it with the zeros made permanent.
+
+    unstructured (default): the ``amount`` fraction of smallest-magnitude weights across all layers at
+    once (global L1). structured: in each layer but the output layer, the ``amount`` fraction of output
+    channels (rows) with the smallest L_n norm. With ``finetune_loader`` and ``finetune_steps`` > 0,
+    trains that many steps with the masks on before making them permanent. ``remove_channels`` (with
+    ``structured``): delete the zeroed channels from the layers where that is exact (see
+    ``pitstop.compress.shrink``), so the model gets smaller and faster; its state_dict shapes change.
+
+    Takes the arguments of ``prune_detailed``; returns only its model.
+    """
+    return prune_detailed(model, *args, **kwargs).model
+
+
+prune.__signature__ = inspect.signature(prune_detailed).replace(return_annotation=nn.Module)  # type: ignore[attr-defined]
