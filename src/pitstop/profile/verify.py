@@ -41,6 +41,16 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
     return point, bounds if bounds and None not in bounds else None
 
 
+def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
+    """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
+    the finding suggests (its usable cores, at most 8) rather than every value ``fix`` would try."""
+    from pitstop.tune.fix import FixConfig
+
+    if kind == "workers" and f.data.get("usable_cores"):
+        kw.setdefault("workers_values", (max(1, min(8, int(f.data["usable_cores"]))),))
+    return FixConfig(candidates=(kind,), budget=budget_s, **kw)
+
+
 def verdict_finding(f: Finding, kind: str, result: Any, step_s: float) -> Finding:
     """``profile.verify`` from a ``FixResult`` of the one candidate ``kind``."""
     point, bounds = predicted_speedup(f, step_s)
@@ -82,7 +92,6 @@ def verify(
     """Measure the top warning's fix, record the verdict for later profiles, and add ``profile.verify``
     to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding."""
     from pitstop.tune import verdict_cache
-    from pitstop.tune.fix import FixConfig
     from pitstop.tune.fix import run_fix as real_run_fix
 
     top = top_warning(report)
@@ -97,7 +106,7 @@ def verify(
         return found
     f, kind = top
     step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
-    result = (run_fix or real_run_fix)(list(command), FixConfig(candidates=(kind,), budget=budget_s))
+    result = (run_fix or real_run_fix)(list(command), fix_config(f, kind, budget_s))
     verdict_cache.record(result, out_dir)
     found = verdict_finding(f, kind, result, step_s)
     report.findings = verdict_cache.annotate(
@@ -107,4 +116,4 @@ def verify(
     return found
 
 
-__all__ = ["DEFAULT_BUDGET_S", "predicted_speedup", "top_warning", "verdict_finding", "verify"]
+__all__ = ["DEFAULT_BUDGET_S", "fix_config", "predicted_speedup", "top_warning", "verdict_finding", "verify"]
