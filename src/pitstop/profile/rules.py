@@ -250,7 +250,7 @@ def findings_for(
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
-    found = wait_confirm.apply(found, usable_steps(steps), bd)  # the data wait's interval over the run
+    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type)  # the data wait's interval
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):
         unmeasured = sorted(
             {

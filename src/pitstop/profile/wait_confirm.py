@@ -10,6 +10,12 @@ because neighbouring steps are correlated (an epoch boundary, a slow stretch of 
 are in ``pitstop.measure``. The finding is then judged as every prediction is
 (``pitstop.profile.confirm.judged``): a warning only when the lower bound is at least ``WARN_SHARE`` of
 the median step, else info, not confirmed, with ``saving_ci_s`` in its data either way.
+
+On a CPU-only run the workers' loading competes with the compute for the same cores, so the lower
+bound also allows for the worst case: the compute keeps all ``usable_cores`` busy, the loader's work
+(the wait, done in the main process now) is spread over them, and ``1 / cores`` of it stays on the
+step's critical path: the sure saving is the wait's lower bound x (1 - 1 / cores). The upper bound
+(every second of the wait gone) is the best case, where the compute leaves cores idle.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ MAX_BLOCKS = 8
 
 # finding id -> the part of the step its fix removes
 PART_OF: dict[str, str] = {"dataloader.workers": "data_wait_s"}
+# findings whose fix moves the work to other processes on the same cores
+SHARES_CORES = frozenset({"dataloader.workers"})
 
 
 def blocks(steps: list[StepRecord]) -> list[list[StepRecord]]:
@@ -55,9 +63,9 @@ def saving_bounds(iv: Interval | None, step_s: float) -> tuple[float, float] | N
     return step_s * (1 - 1 / iv.lo), step_s * (1 - 1 / iv.hi)
 
 
-def confirm(f: Finding, steps: list[StepRecord], bd: Breakdown) -> Finding:
+def confirm(f: Finding, steps: list[StepRecord], bd: Breakdown, device: str = "cpu") -> Finding:
     """``f`` judged by the interval of the part of the step its fix removes (findings not in
-    ``PART_OF`` are returned as they are)."""
+    ``PART_OF`` are returned as they are); on a CPU-only ``device`` the lower bound shares the cores."""
     part = PART_OF.get(f.id)
     if part is None or f.severity is Severity.PASS or f.est_saving_s is None:
         return f
@@ -65,6 +73,9 @@ def confirm(f: Finding, steps: list[StepRecord], bd: Breakdown) -> Finding:
     bounds = saving_bounds(iv, bd.median_total_s)
     if bounds is not None:
         bounds = (min(bounds[0], f.est_saving_s), max(bounds[1], f.est_saving_s))
+        cores = int(f.data.get("usable_cores") or 0)
+        if f.id in SHARES_CORES and device.split(":")[0] == "cpu" and cores > 0:
+            bounds = (max(0.0, bounds[0]) * (1 - 1 / cores), bounds[1])
     why = (
         f"no interval: {len(steps)} measured steps make fewer than 2 blocks of {MIN_PER_BLOCK}"
         if bounds is None
@@ -76,6 +87,6 @@ def confirm(f: Finding, steps: list[StepRecord], bd: Breakdown) -> Finding:
     return out
 
 
-def apply(found: list[Finding], steps: list[StepRecord], bd: Breakdown) -> list[Finding]:
+def apply(found: list[Finding], steps: list[StepRecord], bd: Breakdown, device: str = "cpu") -> list[Finding]:
     """Every finding in ``PART_OF`` confirmed by its interval over ``steps``, or demoted to info."""
-    return [confirm(f, steps, bd) for f in found]
+    return [confirm(f, steps, bd, device) for f in found]
