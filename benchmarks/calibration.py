@@ -56,6 +56,7 @@ OPTIONAL: dict[str, list[str]] = {
 }
 TOPS: dict[str, str] = {}  # script -> its first-ranked findings, for scripts without a row
 POINT_WARN = 1.05  # an info row's point speed-up that would have been a warning without its interval
+PROFILE_S = 45.0  # what one script's profile (probes, the two-process page-fault timing) takes, at most
 
 
 def wanted(f: Any, point: float | None, all_info: bool) -> bool:
@@ -90,7 +91,11 @@ def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | 
     return prof.report(), cmd, None
 
 
-def rows_for(name: str, args: argparse.Namespace, deadline: float) -> tuple[list[dict[str, Any]], str | None]:
+def rows_for(
+    name: str, args: argparse.Namespace, deadline: float, reserve_s: float = 0.0
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The script's rows; a fix starts only when it ends ``reserve_s`` (the later profiles) before the
+    deadline."""
     from pitstop.profile.verify import fix_config, predicted_speedup
     from pitstop.tune import verdict_cache
     from pitstop.tune.fix import FINDING_KINDS
@@ -124,7 +129,7 @@ def rows_for(name: str, args: argparse.Namespace, deadline: float) -> tuple[list
             "after": str(f.severity),
         }
         rows.append(row)
-        if time.monotonic() + args.budget > deadline:
+        if time.monotonic() + args.budget + reserve_s > deadline:
             row["measured_text"] = f"not measured: past --max-minutes {args.max_minutes:g}"
             continue
         print(f"{name}: fix --candidates {kind} ({f.id}, {f.severity})", file=sys.stderr, flush=True)
@@ -193,7 +198,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
     for i, name in enumerate(names):
-        got, err = rows_for(name, args, deadline)
+        got, err = rows_for(name, args, deadline, PROFILE_S * (len(names) - i - 1))
         rows += got
         if err:
             failed[name] = err
