@@ -20,6 +20,8 @@ step's critical path: the sure saving is the wait's lower bound x (1 - 1 / cores
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pitstop.findings import Finding, Severity
 from pitstop.measure import Interval, speedup_interval
 from pitstop.profile.confirm import judged
@@ -71,11 +73,14 @@ def confirm(f: Finding, steps: list[StepRecord], bd: Breakdown, device: str = "c
         return f
     iv = without_part(steps, part)
     bounds = saving_bounds(iv, bd.median_total_s)
-    if bounds is not None:
+    if iv is not None and bounds is not None:
         bounds = (min(bounds[0], f.est_saving_s), max(bounds[1], f.est_saving_s))
+        note = f"; the saving's interval from {iv.rounds} blocks of the run's steps"
         cores = int(f.data.get("usable_cores") or 0)
         if f.id in SHARES_CORES and device.split(":")[0] == "cpu" and cores > 0:
             bounds = (max(0.0, bounds[0]) * (1 - 1 / cores), bounds[1])
+            note += f", its lower bound leaving 1/{cores} of the wait (the workers share the cores)"
+        f = replace(f, evidence=f.evidence + note)
     why = (
         f"no interval: {len(steps)} measured steps make fewer than 2 blocks of {MIN_PER_BLOCK}"
         if bounds is None
