@@ -12,7 +12,8 @@ For each script:
      child runs of `--steps` measured steps each, judged by `pitstop.measure` within `--budget`.
   3. The verdict goes to a per-script verdict cache (`tune.verdict_cache`, in a temporary folder) and
      the finding is read back through it as a later `pitstop profile` would show it: a warning whose
-     fix measured no change or hurt becomes info with the measurement ("demoted").
+     fix measured no change or hurt becomes info with the measurement ("demoted"), as does one whose
+     whole measured interval lies below the predicted one (`profile --verify`'s rule).
 
 A row's outcome: *confirmed* (a warning whose fix helped), *demoted* (the product shows it as info,
 with the measurement), or *open* (undecided within the budget). Targets (issue: findings you can bank
@@ -96,7 +97,7 @@ def rows_for(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The script's rows; a fix starts only when it ends ``reserve_s`` (the later profiles) before the
     deadline."""
-    from pitstop.profile.verify import fix_config, predicted_speedup
+    from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
     from pitstop.tune import verdict_cache
     from pitstop.tune.fix import FINDING_KINDS
     from pitstop.tune.fix import run_fix as real_run_fix
@@ -158,6 +159,9 @@ def rows_for(
             (later,) = verdict_cache.annotate(
                 [f], verdict_cache.load(cache).get(verdict_cache.script_key(cmd, str(ROOT)) or "", {})
             )
+        verdict = verdict_finding(f, kind, result, step_s)  # what `profile --verify` makes of it
+        if verdict.data.get("below_prediction"):
+            later = below_prediction(later, verdict)
         row["after"] = str(later.severity)
     for r in rows:
         b, v = r["predicted_ci"], r["measured"]

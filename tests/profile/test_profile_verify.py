@@ -152,3 +152,21 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
         and "pitstop fix measured 1.01x (95% CI 0.98\u20131.04" in (workers["evidence"])
     )
     assert "no change (num_workers=2)" in workers["evidence"] and len(calls) == 1
+
+
+def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_the_warning(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    report = report_with(amp_warning())  # predicted 1.25x (95% CI 1.11-1.43)
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.02, 0.95, 1.08, [])
+    )
+    assert f.data["below_prediction"] is True and "lies below the predicted one" in f.evidence
+    amp = report.by_id("precision.amp")
+    assert amp.severity is Severity.INFO and "--verify measured 1.02x (95% CI 0.95\u20131.08" in amp.evidence
+    # overlapping the prediction: still open, the warning stands
+    report = report_with(amp_warning())
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.1, 1.0, 1.2, [])
+    )
+    assert f.data["below_prediction"] is False and report.by_id("precision.amp").severity is Severity.WARN

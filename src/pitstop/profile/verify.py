@@ -11,9 +11,11 @@ change or hurt demotes the warning to info, as a later profile would from the ve
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.measure import HELPED
 
 DEFAULT_BUDGET_S = 120.0
 
@@ -70,16 +72,27 @@ def verdict_finding(f: Finding, kind: str, result: Any, step_s: float) -> Findin
         )
     data.update(verdict=m.verdict, measured=m.interval.to_dict(), measured_text=m.interval.text())
     inside = bounds is not None and bounds[0] <= m.interval.estimate <= bounds[1]
-    data["inside_prediction"] = inside
+    # the whole measured interval under the predicted one: the prediction did not come true, decided or not
+    below = bounds is not None and m.verdict != HELPED and m.interval.hi < bounds[0]
+    data.update(inside_prediction=inside, below_prediction=below)
     return Finding(
         id="profile.verify",
         severity=Severity.INFO,
         title=f"{f.id}: predicted {pred}, measured {m.interval.text()} ({m.verdict})",
         evidence=f"{m.name} timed against the script as it is in interleaved runs: {m.verdict}, "
         f"{m.interval.text()}; the profile predicted {pred}"
-        + ("; the measured speed-up lies inside the predicted interval" if inside else ""),
+        + ("; the measured speed-up lies inside the predicted interval" if inside else "")
+        + ("; the measured interval lies below the predicted one" if below else ""),
         data=data,
     )
+
+
+def below_prediction(f: Finding, verdict: Finding) -> Finding:
+    """``f`` at most info: its fix measured under the whole predicted interval (``verdict``)."""
+    if f.severity.rank <= Severity.INFO.rank:
+        return f
+    note = f"; --verify measured {verdict.data['measured_text']}, below the predicted interval"
+    return replace(f, severity=Severity.INFO, evidence=f.evidence + note)
 
 
 def verify(
@@ -112,6 +125,8 @@ def verify(
     report.findings = verdict_cache.annotate(
         report.findings, {k: v for k, v in verdict_cache.entries(result).items() if k == kind}
     )
+    if found.data.get("below_prediction"):
+        report.findings = [below_prediction(g, found) if g.id == f.id else g for g in report.findings]
     report.add(found)
     return found
 
