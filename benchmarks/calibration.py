@@ -2,19 +2,28 @@
 
 For each script:
   1. `pitstop profile` (probes on, and the two-process page-fault timing where its prediction would
-     warn) gives its findings. Every finding that has a fix `fix` can inject (`tune.fix.FINDING_KINDS`)
-     and a predicted saving, warning or info, is a row: predicted speed-up = median step / (median step -
-     saving), with the saving's 95% interval where it has one (`data.saving_ci_s`).
-  2. `pitstop fix --candidates KIND` times that fix against the script as it is (interleaved child runs,
-     `pitstop.measure`): measured speed-up with its 95% interval and verdict.
-  3. The row says whether the measured speed-up lies inside the predicted interval, and whether the
-     fix measured below 1.0x (the upper bound under 1).
+     warn) gives its findings. A row is every finding that has a fix `fix` can inject
+     (`tune.fix.FINDING_KINDS`) and a predicted saving, and is either a warning or an info whose point
+     estimate alone would have warned (>= 5% of the step: a prediction profile demoted for want of a
+     confirming interval); `--all-info` adds the smaller ones. Predicted speed-up = median step /
+     (median step - saving), with the saving's 95% interval (`data.saving_ci_s`).
+  2. `pitstop fix --candidates KIND` times that fix against the script as it is, as `profile --verify`
+     would (`profile.verify.fix_config`: for workers, the one count the finding suggests): interleaved
+     child runs of `--steps` measured steps each, judged by `pitstop.measure` within `--budget`.
+  3. The verdict goes to a per-script verdict cache (`tune.verdict_cache`, in a temporary folder) and
+     the finding is read back through it as a later `pitstop profile` would show it: a warning whose
+     fix measured no change or hurt becomes info with the measurement ("demoted"), as does one whose
+     whole measured interval lies below the predicted one (`profile --verify`'s rule).
 
-Targets (issue: findings you can bank on): every warning's measured speed-up inside its predicted
-interval, and no warning's fix below 1.0x. Writes benchmarks/results/calibration.md with the machine's
-load (other processes' CPU share) measured over the run.
+A row's outcome: *confirmed* (a warning whose fix helped), *demoted* (the product shows it as info,
+with the measurement), or *open* (undecided within the budget). Targets (issue: findings you can bank
+on): every warning confirmed or demoted, every warning's measured speed-up inside its predicted
+interval, and no warning's fix below 1.0x. Writes benchmarks/results/calibration.md with the
+machine's load (other processes' CPU share) over the run; the table is rewritten after every script,
+so a stopped run keeps what it measured. `--max-minutes` bounds the whole run: fixes that would
+start past it are left unmeasured, and say so.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/calibration.py [--scripts mnist_style,conv_fp32]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/calibration.py [--scripts nanogpt_style,slow_loader]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,62 +39,135 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "calibration.md"
 
-# script -> arguments that keep one run short and let it run past the measured steps
+# script -> arguments that let one run go on past the measured steps (the runner stops it there)
 SCRIPTS: dict[str, list[str]] = {
+    "nanogpt_style": ["--iters", "100000"],
     "mnist_style": ["--epochs", "50"],
-    "conv_fp32": ["--batch-size", "16", "--size", "32", "--steps", "100000"],
+    "imagenet_style": ["--dummy", "--epochs", "50"],
+    "word_lm": ["--epochs", "50"],
     "slow_loader": ["--batch-size", "8", "--images", "48", "--steps", "100000"],
     "item_sync": ["--steps", "100000"],
-    "word_lm": ["--epochs", "50"],
-    "imagenet_style": ["--dummy", "--epochs", "50"],
+    "conv_fp32": ["--batch-size", "16", "--size", "32", "--steps", "100000"],
     "healthy": ["--steps", "100000"],
 }
+# framework loops: a child run imports Lightning / transformers (seconds each); asked for by name only
+OPTIONAL: dict[str, list[str]] = {
+    "lightning_loop": ["--epochs", "1000"],
+    "hf_trainer": ["--max-steps", "100000"],
+}
+TOPS: dict[str, str] = {}  # script -> its first-ranked findings, for scripts without a row
+POINT_WARN = 1.05  # an info row's point speed-up that would have been a warning without its interval
+PROFILE_S = 45.0  # what one script's profile (probes, the two-process page-fault timing) takes, at most
 
 
-def rows_for(name: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], str | None]:
+def wanted(f: Any, point: float | None, all_info: bool) -> bool:
+    from pitstop.findings import Severity
+
+    if f.severity.rank >= Severity.WARN.rank:
+        return True
+    return f.severity is Severity.INFO and (all_info or (point or 0.0) >= POINT_WARN)
+
+
+def outcome(severity: str, verdict: str, after: str) -> str:
+    if verdict == "helped":
+        return "confirmed" if severity == "warn" else "helped (was info)"
+    if after != severity:
+        return "demoted"
+    if verdict in ("no change", "hurt"):
+        return "info, fix no faster" if severity == "info" else "demoted"
+    return "open"
+
+
+def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | None]:
     from pitstop.profile.malloc_confirm import maybe_confirm
     from pitstop.profile.runner import RunSpec, run
-    from pitstop.profile.verify import predicted_speedup
-    from pitstop.tune.fix import FINDING_KINDS, FixConfig, run_fix
 
-    cmd = [sys.executable, f"examples/{name}.py", *SCRIPTS[name]]
-    spec = RunSpec(cmd, steps=args.steps, warmup=args.warmup, timeout=600, cwd=str(ROOT), quiet=True)
+    cmd = [sys.executable, f"examples/{name}.py", *({**SCRIPTS, **OPTIONAL}[name])]
+    spec = RunSpec(cmd, steps=args.profile_steps, warmup=args.warmup, timeout=600, cwd=str(ROOT), quiet=True)
     print(f"{name}: profile", file=sys.stderr, flush=True)
     prof = run(spec)
     if not prof.ok:
-        return [], prof.error or prof.status
+        return None, cmd, prof.error or prof.status
     maybe_confirm(spec, prof)
-    report = prof.report()
+    return prof.report(), cmd, None
+
+
+def rows_for(
+    name: str, args: argparse.Namespace, deadline: float, reserve_s: float = 0.0
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The script's rows; a fix starts only when it ends ``reserve_s`` (the later profiles) before the
+    deadline."""
+    from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
+    from pitstop.tune import verdict_cache
+    from pitstop.tune.fix import FINDING_KINDS
+    from pitstop.tune.fix import run_fix as real_run_fix
+
+    report, cmd, err = profile(name, args)
+    if report is None:
+        return [], err
     step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
+    ranked = report.ranked()
+    TOPS[name] = ", ".join(f"`{f.id}` {f.severity}" for f in ranked[:2]) or "no finding"
     rows = []
-    for f in report.ranked():
+    for f in ranked:
         kind = FINDING_KINDS.get(f.id)
-        if kind is None or f.severity.rank < 1 or not f.est_saving_s:
+        if kind is None or not f.est_saving_s:
             continue
         point, bounds = predicted_speedup(f, step_s)
+        if not wanted(f, point, args.all_info):
+            continue
+        row: dict[str, Any] = {
+            "script": name,
+            "finding": f.id,
+            "severity": str(f.severity),
+            "predicted": point,
+            "predicted_ci": bounds,
+            "confirmed": f.data.get("confirmed"),
+            "measured": None,
+            "measured_ci": None,
+            "measured_text": "",
+            "verdict": "not measured",
+            "after": str(f.severity),
+        }
+        rows.append(row)
+        if time.monotonic() + args.budget + reserve_s > deadline:
+            row["measured_text"] = f"not measured: past --max-minutes {args.max_minutes:g}"
+            continue
         print(f"{name}: fix --candidates {kind} ({f.id}, {f.severity})", file=sys.stderr, flush=True)
-        cfg = FixConfig(
-            candidates=(kind,), budget=args.budget, steps=args.steps, warmup=args.warmup, cwd=str(ROOT)
+        cfg = fix_config(
+            f,
+            kind,
+            args.budget,
+            steps=args.steps,
+            warmup=args.warmup,
+            max_rounds=args.max_rounds,
+            cwd=str(ROOT),
         )
-        result = run_fix(cmd, cfg)
-        m = next((c for c in result.candidates if c.kind == kind), None)
+        result = real_run_fix(cmd, cfg)
+        m = next((c for c in result.candidates if c.kind == kind and not c.on_top_of), None)
         iv = m.interval if m else None
-        rows.append(
-            {
-                "script": name,
-                "finding": f.id,
-                "severity": str(f.severity),
-                "predicted": point,
-                "predicted_ci": bounds,
-                "measured": iv.estimate if iv else None,
-                "measured_text": iv.text()
-                if iv
-                else (m.reason if m else "; ".join(result.skipped_candidates)),
-                "verdict": m.verdict if m else "not measured",
-                "inside": bool(iv and bounds and bounds[0] <= iv.estimate <= bounds[1]),
-                "below_one": bool(iv and iv.hi < 1.0),
-            }
+        row.update(
+            measured=iv.estimate if iv else None,
+            measured_ci=[iv.lo, iv.hi] if iv else None,
+            measured_text=iv.text()
+            if iv
+            else (m.reason if m else "; ".join(result.skipped_candidates) or (result.baseline_error or "")),
+            verdict=m.verdict if m else "not measured",
         )
+        with tempfile.TemporaryDirectory(prefix="calib-verdicts-") as cache:  # as a later profile shows it
+            verdict_cache.record(result, cache, cwd=str(ROOT))
+            (later,) = verdict_cache.annotate(
+                [f], verdict_cache.load(cache).get(verdict_cache.script_key(cmd, str(ROOT)) or "", {})
+            )
+        verdict = verdict_finding(f, kind, result, step_s)  # what `profile --verify` makes of it
+        if verdict.data.get("below_prediction"):
+            later = below_prediction(later, verdict)
+        row["after"] = str(later.severity)
+    for r in rows:
+        b, v = r["predicted_ci"], r["measured"]
+        r["inside"] = bool(b and v is not None and b[0] <= v <= b[1])
+        r["below_one"] = bool(r["measured_ci"] and r["measured_ci"][1] < 1.0)
+        r["outcome"] = outcome(r["severity"], r["verdict"], r["after"])
     return rows, None
 
 
@@ -92,7 +175,8 @@ def fmt_pred(r: dict[str, Any]) -> str:
     if r["predicted"] is None:
         return "—"
     ci = r["predicted_ci"]
-    return f"{r['predicted']:.2f}x" + (f" (95% CI {ci[0]:.2f}–{ci[1]:.2f})" if ci else " (no interval)")
+    text = f"{r['predicted']:.2f}x" + (f" (95% CI {ci[0]:.2f}–{ci[1]:.2f})" if ci else " (no interval)")
+    return text + ("" if r["confirmed"] is None else (", confirmed" if r["confirmed"] else ", not confirmed"))
 
 
 def main() -> int:
@@ -100,16 +184,25 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of examples/ scripts")
-    ap.add_argument("--budget", type=float, default=150.0, help="seconds per fix measurement")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--budget", type=float, default=75.0, help="seconds per fix measurement (one row)")
+    ap.add_argument("--steps", type=int, default=10, help="measured steps per fix run")
+    ap.add_argument("--profile-steps", type=int, default=20, help="measured steps of the profile run")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--max-rounds", type=int, default=12)
+    ap.add_argument("--max-minutes", type=float, default=14.0, help="no fix starts past this")
+    ap.add_argument("--all-info", action="store_true", help="also rows for info findings under 5%%")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the results file (a smoke run: elsewhere)")
     args = ap.parse_args()
     names = [n for n in args.scripts.split(",") if n]
+    unknown = [n for n in names if n not in SCRIPTS and n not in OPTIONAL]
+    if unknown:
+        ap.error(f"unknown script(s) {', '.join(unknown)}; choose from {', '.join([*SCRIPTS, *OPTIONAL])}")
     start, other, t0 = load_average(), OtherCpu(), time.perf_counter()
+    deadline = time.monotonic() + 60 * args.max_minutes
     rows: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
     for i, name in enumerate(names):
-        got, err = rows_for(name, args)
+        got, err = rows_for(name, args, deadline, PROFILE_S * (len(names) - i - 1))
         rows += got
         if err:
             failed[name] = err
@@ -126,36 +219,48 @@ def write(
     other: Any,
     t0: float,
 ) -> None:
+    from pitstop.host.cpu import usable_cores
     from pitstop.host.load import load_line
 
     lines = [
         "## Calibration: predicted saving vs measured speed-up (`benchmarks/calibration.py`)",
         "",
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {load_line(start)}; other processes used "
-        f"{other.share():.0%} of the CPUs over the {time.perf_counter() - t0:.0f} s run. Scripts: "
-        f"{', '.join(names)}; fix budget {args.budget:.0f} s per row, {args.steps} steps per run.",
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {usable_cores()} usable cores; {load_line(start)}; "
+        f"other processes used {other.share():.0%} of the CPUs over the {time.perf_counter() - t0:.0f} s run. "
+        f"Scripts: {', '.join(names)}; profile {args.profile_steps} steps; fix budget {args.budget:.0f} s "
+        f"per row, {args.steps} measured steps per run (+{args.warmup} warm-up), at most "
+        f"{args.max_rounds} rounds.",
         "",
-        "| script | finding | severity | predicted speed-up | measured by fix | verdict | inside | < 1.0x |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| script | finding | severity | predicted speed-up | measured by fix | verdict | inside | < 1.0x "
+        "| shown after the fix | outcome |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r['script']} | `{r['finding']}` | {r['severity']} | {fmt_pred(r)} | {r['measured_text']} | "
-            f"{r['verdict']} | {'yes' if r['inside'] else 'no'} | {'yes' if r['below_one'] else 'no'} |"
+            f"{r['verdict']} | {'yes' if r['inside'] else 'no'} | {'yes' if r['below_one'] else 'no'} | "
+            f"{r['after']} | {r['outcome']} |"
         )
-    if not rows:
-        lines.append("| — | no finding with an injectable fix and a predicted saving | | | | | | |")
+    quiet = [n for n in names if n not in failed and not any(r["script"] == n for r in rows)]
+    for n in quiet:
+        lines.append(
+            f"| {n} | — (no finding with an injectable fix predicted >= 5%; first ranked: "
+            f"{TOPS.get(n, '?')}) | | | | | | | | |"
+        )
     warns = [r for r in rows if r["severity"] == "warn"]
+    by = {k: sum(r["outcome"] == k for r in warns) for k in ("confirmed", "demoted", "open")}
     lines += [
         "",
-        f"Warnings: {len(warns)}; measured inside the predicted interval: {sum(r['inside'] for r in warns)}; "
-        f"measured below 1.0x: {sum(r['below_one'] for r in warns)}.",
+        f"Warnings: {len(warns)}: confirmed {by['confirmed']}, demoted {by['demoted']}, open {by['open']}; "
+        f"measured inside the predicted interval: {sum(r['inside'] for r in warns)}; "
+        f"measured below 1.0x: {sum(r['below_one'] for r in warns)}. Info rows (predictions profile did "
+        f"not confirm): {len(rows) - len(warns)}.",
     ]
     for name, err in failed.items():
         lines.append(f"- {name}: the profile run failed: {err}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,85 @@ def test_no_warning_with_a_fix_means_nothing_is_run(tmp_path):
     report = report_with(Finding(id="sync.item", severity=Severity.WARN, title="sync", est_saving_s=0.01))
     f = vf.verify(report, ["python", "t.py"], 60.0, tmp_path, fake_run_fix("helped", 1.2, 1.1, 1.3, calls))
     assert calls == [] and f.title == "No warning with a fix to verify"
+
+
+def test_fix_config_times_the_one_worker_count_the_warning_suggests():
+    f = Finding(id="dataloader.workers", severity=Severity.WARN, title="", data={"usable_cores": 2})
+    cfg = vf.fix_config(f, "workers", 60.0, steps=10)
+    assert cfg.candidates == ("workers",) and cfg.workers_values == (2,) and cfg.steps == 10
+    assert vf.fix_config(amp_warning(), "amp", 60.0).workers_values is None
+
+
+def loader_bound_run(spec, **_):
+    from pitstop.profile.runner import RunResult
+    from pitstop.profile.timeline import StepRecord
+
+    steps = [
+        StepRecord(index=i, start_s=0.1 * i, total_s=0.1, data_wait_s=0.06, forward_s=0.02) for i in range(12)
+    ]
+    loader = {"location": "train.py:3", "num_workers": 0, "batches_seen": 12, "wait_s": 0.72, "iterators": 1}
+    return RunResult(0, None, steps, [], {}, None, 2.0, status="stopped", data={"loaders": [loader]})
+
+
+def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_the_no_change(
+    tmp_path, monkeypatch, capsys
+):
+    import pitstop.profile.runner as runner_mod
+    import pitstop.tune.fix as fixmod
+    from pitstop.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    out = tmp_path / "out"
+    calls = []
+
+    def run_fix(command, cfg):
+        calls.append(cfg)
+        base = Measured("baseline", "baseline", {}, verdict="baseline")
+        m = Measured("num_workers=2", "workers", {}, verdict="no change")
+        m.interval = Interval(estimate=1.01, lo=0.98, hi=1.04, rounds=6, steps_base=60, steps_cand=60)
+        return FixResult(command=list(command), baseline=base, candidates=[m])
+
+    monkeypatch.setattr(runner_mod, "run", loader_bound_run)
+    monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
+    monkeypatch.setattr(fixmod, "run_fix", run_fix)
+    first = tmp_path / "first.json"
+    argv = ["profile", "--out-dir", str(out), "--json", str(first), "--", "python", str(script)]
+    main([*argv[:1], "--verify", "30", *argv[1:]])
+    printed = " ".join(capsys.readouterr().out.split())
+    (cfg,) = calls
+    assert cfg.candidates == ("workers",) and cfg.budget == 30.0
+    doc = json.loads(first.read_text())
+    by = {f["id"]: f for f in doc["findings"]}
+    title = by["profile.verify"]["title"]
+    assert title.startswith("dataloader.workers: predicted 2.50x (95% CI 1.82\u20132.50)"), title
+    assert "measured 1.01x (95% CI 0.98\u20131.04, 6 rounds, 60 steps each side) (no change)" in title
+    assert "measured 1.01x" in printed and "predicted 2.50x" in printed
+    assert by["dataloader.workers"]["severity"] == "info"
+    # a later profile of the same script, without --verify: the no-change verdict from the cache
+    later = tmp_path / "later.json"
+    main(["profile", "--out-dir", str(out), "--json", str(later), "-q", "--", "python", str(script)])
+    workers = next(f for f in json.loads(later.read_text())["findings"] if f["id"] == "dataloader.workers")
+    assert (
+        workers["severity"] == "info"
+        and "pitstop fix measured 1.01x (95% CI 0.98\u20131.04" in (workers["evidence"])
+    )
+    assert "no change (num_workers=2)" in workers["evidence"] and len(calls) == 1
+
+
+def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_the_warning(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    report = report_with(amp_warning())  # predicted 1.25x (95% CI 1.11-1.43)
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.02, 0.95, 1.08, [])
+    )
+    assert f.data["below_prediction"] is True and "lies below the predicted one" in f.evidence
+    amp = report.by_id("precision.amp")
+    assert amp.severity is Severity.INFO and "--verify measured 1.02x (95% CI 0.95\u20131.08" in amp.evidence
+    # overlapping the prediction: still open, the warning stands
+    report = report_with(amp_warning())
+    f = vf.verify(
+        report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.1, 1.0, 1.2, [])
+    )
+    assert f.data["below_prediction"] is False and report.by_id("precision.amp").severity is Severity.WARN

@@ -102,15 +102,23 @@ def confirm(f: Finding, bd: Breakdown) -> Finding:
     step = bd.median_total_s
     if probe is f.data.get("two_process"):
         f = _measured_in_two_processes(f, probe, bd)
+    why_none = _no_interval_reason(probe)
+    two = f.data.get("two_process")
+    if bounds is None and two and probe is not two:
+        why_none += f"; the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
+    return judged(f, bounds, step, why_none)
+
+
+def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none: str) -> Finding:
+    """``f`` with ``saving_ci_s`` and ``confirmed`` in its data: kept as it is when the interval's lower
+    bound is at least ``WARN_SHARE`` of the median ``step``, else at most info, saying why (``why_none``
+    where there is no interval)."""
     confirmed = bounds is not None and step > 0 and bounds[0] >= WARN_SHARE * step
     data = {**f.data, "saving_ci_s": list(bounds) if bounds else None, "confirmed": confirmed}
     if bounds is not None:
-        ci = f"saving {ms(f.est_saving_s)} (95% CI {ms(bounds[0])}\u2013{ms(bounds[1])})"
+        ci = f"saving {ms(f.est_saving_s or 0.0)} (95% CI {ms(bounds[0])}\u2013{ms(bounds[1])})"
     else:
-        ci = f"saving {ms(f.est_saving_s)}, {_no_interval_reason(probe)}"
-        two = f.data.get("two_process")
-        if two and probe is not two:
-            ci += f"; the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
+        ci = f"saving {ms(f.est_saving_s or 0.0)}, {why_none}"
     if confirmed:
         return replace(f, evidence=f"{f.evidence}; confirmed: {ci}", data=data)
     severity = Severity.INFO if f.severity.rank > Severity.INFO.rank else f.severity

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host import cpu
-from pitstop.profile import confirm, gpu_rules
+from pitstop.profile import confirm, gpu_rules, wait_confirm
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
@@ -25,7 +25,7 @@ from pitstop.profile.rules_compute import (
     unprobed_precision,
 )
 from pitstop.profile.rules_progress import progress_rules
-from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown
+from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown, usable_steps
 from pitstop.recipes import recipe
 
 if TYPE_CHECKING:
@@ -251,6 +251,7 @@ def findings_for(
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
+    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type)  # the data wait's interval
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):
         unmeasured = sorted(
             {

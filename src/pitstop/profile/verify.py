@@ -11,9 +11,11 @@ change or hurt demotes the warning to info, as a later profile would from the ve
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.measure import HELPED
 
 DEFAULT_BUDGET_S = 120.0
 
@@ -41,6 +43,16 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
     return point, bounds if bounds and None not in bounds else None
 
 
+def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
+    """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
+    the finding suggests (its usable cores, at most 8) rather than every value ``fix`` would try."""
+    from pitstop.tune.fix import FixConfig
+
+    if kind == "workers" and f.data.get("usable_cores"):
+        kw.setdefault("workers_values", (max(1, min(8, int(f.data["usable_cores"]))),))
+    return FixConfig(candidates=(kind,), budget=budget_s, **kw)
+
+
 def verdict_finding(f: Finding, kind: str, result: Any, step_s: float) -> Finding:
     """``profile.verify`` from a ``FixResult`` of the one candidate ``kind``."""
     point, bounds = predicted_speedup(f, step_s)
@@ -60,16 +72,27 @@ def verdict_finding(f: Finding, kind: str, result: Any, step_s: float) -> Findin
         )
     data.update(verdict=m.verdict, measured=m.interval.to_dict(), measured_text=m.interval.text())
     inside = bounds is not None and bounds[0] <= m.interval.estimate <= bounds[1]
-    data["inside_prediction"] = inside
+    # the whole measured interval under the predicted one: the prediction did not come true, decided or not
+    below = bounds is not None and m.verdict != HELPED and m.interval.hi < bounds[0]
+    data.update(inside_prediction=inside, below_prediction=below)
     return Finding(
         id="profile.verify",
         severity=Severity.INFO,
         title=f"{f.id}: predicted {pred}, measured {m.interval.text()} ({m.verdict})",
         evidence=f"{m.name} timed against the script as it is in interleaved runs: {m.verdict}, "
         f"{m.interval.text()}; the profile predicted {pred}"
-        + ("; the measured speed-up lies inside the predicted interval" if inside else ""),
+        + ("; the measured speed-up lies inside the predicted interval" if inside else "")
+        + ("; the measured interval lies below the predicted one" if below else ""),
         data=data,
     )
+
+
+def below_prediction(f: Finding, verdict: Finding) -> Finding:
+    """``f`` at most info: its fix measured under the whole predicted interval (``verdict``)."""
+    if f.severity.rank <= Severity.INFO.rank:
+        return f
+    note = f"; --verify measured {verdict.data['measured_text']}, below the predicted interval"
+    return replace(f, severity=Severity.INFO, evidence=f.evidence + note)
 
 
 def verify(
@@ -82,7 +105,6 @@ def verify(
     """Measure the top warning's fix, record the verdict for later profiles, and add ``profile.verify``
     to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding."""
     from pitstop.tune import verdict_cache
-    from pitstop.tune.fix import FixConfig
     from pitstop.tune.fix import run_fix as real_run_fix
 
     top = top_warning(report)
@@ -97,14 +119,16 @@ def verify(
         return found
     f, kind = top
     step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
-    result = (run_fix or real_run_fix)(list(command), FixConfig(candidates=(kind,), budget=budget_s))
+    result = (run_fix or real_run_fix)(list(command), fix_config(f, kind, budget_s))
     verdict_cache.record(result, out_dir)
     found = verdict_finding(f, kind, result, step_s)
     report.findings = verdict_cache.annotate(
         report.findings, {k: v for k, v in verdict_cache.entries(result).items() if k == kind}
     )
+    if found.data.get("below_prediction"):
+        report.findings = [below_prediction(g, found) if g.id == f.id else g for g in report.findings]
     report.add(found)
     return found
 
 
-__all__ = ["DEFAULT_BUDGET_S", "predicted_speedup", "top_warning", "verdict_finding", "verify"]
+__all__ = ["DEFAULT_BUDGET_S", "fix_config", "predicted_speedup", "top_warning", "verdict_finding", "verify"]
