@@ -26,14 +26,16 @@ from pitstop.findings import Finding, Severity
 from pitstop.measure import Interval, speedup_interval
 from pitstop.profile.confirm import judged
 from pitstop.profile.timeline import Breakdown, StepRecord
+from pitstop.recipes import recipe
 
 MIN_PER_BLOCK = 3
 MAX_BLOCKS = 8
 
 # finding id -> the part of the step its fix removes
-PART_OF: dict[str, str] = {"dataloader.workers": "data_wait_s"}
+WORKERS = recipe("workers").finding or "dataloader.workers"
+PART_OF: dict[str, str] = {WORKERS: "data_wait_s"}
 # findings whose fix moves the work to other processes on the same cores
-SHARES_CORES = frozenset({"dataloader.workers"})
+SHARES_CORES = frozenset({WORKERS})
 
 
 def blocks(steps: list[StepRecord]) -> list[list[StepRecord]]:
