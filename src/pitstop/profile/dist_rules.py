@@ -297,6 +297,29 @@ def backend(summaries: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
+def comm_untimed(summaries: list[dict[str, Any]]) -> Finding | None:
+    """A DDP model whose gradient reduction pitstop could not time (a built-in C++ comm hook)."""
+    for s in summaries:
+        ddp = next((d for d in s["ddp"] if d.get("hook_untimed") or d.get("hook_error")), None)
+        if ddp is None:
+            continue
+        why = ddp.get("hook_untimed") or f"the timing hook could not be registered ({ddp['hook_error']})"
+        return Finding(
+            id="distributed.comm_untimed",
+            severity=Severity.INFO,
+            title="DDP's gradient communication is not timed on this model",
+            evidence=f"rank {s['rank']}: comm hook {ddp.get('hook')} (DDP at {ddp.get('location')}): {why}; "
+            "the all-reduce time and its exposed part are missing from the steps' communication",
+            data={"rank": s["rank"], "hook": ddp.get("hook"), "why": why},
+            location=ddp.get("location"),
+            fix="To have it timed, register the Python form of the hook for the profile run "
+            "(default_hooks.allreduce_hook, default_hooks.fp16_compress_hook): pitstop times those.",
+            fix_code="from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            "model.register_comm_hook(None, default_hooks.fp16_compress_hook)",
+        )
+    return None
+
+
 def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     if result.status in ("completed", "stopped") or not result.ranks:
         return None
@@ -312,6 +335,7 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
 def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
     found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
     found += [f for f in (find_unused(summaries), no_sync(summaries), threads(summaries)) if f]
+    found += [f for f in (comm_untimed(summaries),) if f]
     found += backend(summaries)
     strag = next((f for f in found if f.id == "distributed.straggler"), None)
     if strag is not None and skew:

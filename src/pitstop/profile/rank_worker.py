@@ -110,6 +110,7 @@ class RankWorker:
         self.rank = rank
         self.out = out
         self.comm: Any = None
+        self.inject: Any = None
         self.inst: Any = None
         self.signal: str | None = None
         self.requested_threads: int | None = None
@@ -117,10 +118,12 @@ class RankWorker:
         self._t0 = time.perf_counter()
 
     def on_install(self, inst: Any) -> None:
+        from pitstop.profile import ddp_inject
         from pitstop.profile.comm import CommRecorder
 
         self.inst = inst
         warmup = inst.cfg.warmup
+        self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
         self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.comm = CommRecorder(
             step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
@@ -199,6 +202,11 @@ class RankWorker:
         if self.comm is not None:
             self.comm.uninstall()
             dist["comm"] = self.comm.snapshot()
+        if self.inject is not None:
+            self.inject.uninstall()
+            if self.inject.active:
+                dist["injected"] = self.inject.facts()
+                data["override_errors"] = [*(data.get("override_errors") or []), *self.inject.not_applied()]
         proc = dist["process"]
         if proc.get("cpu_s") is not None and dist["wall_s"] > 0:
             proc["busy_cpus"] = proc["cpu_s"] / dist["wall_s"]

@@ -21,6 +21,7 @@ from pitstop.host.precision import preferred_amp_dtype
 from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
+from pitstop.tune import fix_dist
 from pitstop.tune.fixjudge import Measured, judge
 from pitstop.tune.patch import Patch
 
@@ -34,6 +35,8 @@ KINDS = (
     "cudnn_benchmark",
     "host_memory",
     "threads",
+    "no_sync",
+    "static_graph",
 )
 # finding id from profile -> candidate kind
 FINDING_KINDS = {
@@ -46,6 +49,8 @@ FINDING_KINDS = {
     "cudnn.benchmark": "cudnn_benchmark",
     "host.page_faults": "host_memory",
     "distributed.threads": "threads",
+    "ddp.no_sync": "no_sync",
+    "ddp.find_unused_parameters": "static_graph",
 }
 # info findings that say "not timed here, `pitstop fix` measures it"
 UNTIMED_INFO = frozenset({"compile.none", "host.page_faults"})
@@ -211,9 +216,10 @@ def build_candidates(
                 )
                 continue
             out.append(Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why))
-        elif kind == "threads":  # ranks of a launcher sharing the cores: each gets its share
-            n = max(1, usable_cores() // int(config.get("local_world_size") or 1))
-            out.append(Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why))
+        elif kind in fix_dist.KINDS:  # the ranks of a launcher (pitstop.tune.fix_dist)
+            made, why_not = fix_dist.candidates(kind, why, config)
+            out += made
+            skipped += [why_not] if why_not else []
     return out, skipped
 
 

@@ -11,6 +11,7 @@ from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
 from pitstop.train import host_memory
+from pitstop.tune import fix_dist
 from pitstop.tune.fix import FixResult, device_type, loader_of
 from pitstop.tune.fixjudge import Measured
 
@@ -22,6 +23,8 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
     opts = config.get("optimizers") or []
     dev = device_type(config)
     ov = m.overrides
+    if m.kind in fix_dist.KINDS:
+        return fix_dist.snippet(m.kind, ov, config)
     if m.kind == "amp":
         return (
             f"with torch.autocast('{dev}', dtype=torch.{ov.get('autocast')}):\n    loss = criterion(model(x), y)",
