@@ -8,8 +8,9 @@ single-process profile does, with communication measured (``pitstop.profile.comm
 which step the rank is in and which collective it is blocked in, so a rank whose peer died can be reported
 even when it never returns.
 
-Every rank stops after the same number of optimizer steps (``--steps`` + warm-up): steps of a DDP job end
-in lockstep, so the ranks leave at the same step boundary, with no collective of that step still pending.
+Every rank stops after the same number of optimizer steps (``--steps`` + warm-up), and only once every
+rank has reached that step boundary (``pitstop.profile.rank_stop``): no rank leaves while a peer still
+needs it in a collective, in lockstep (DDP) or not.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def activate() -> None:
     from pitstop.profile import bootstrap
 
     worker = RankWorker(rank, out)
+    worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
     bootstrap.ON_INSTALL.append(worker.on_install)
     bootstrap.ON_FINISH.append(worker.on_finish)
     sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
@@ -114,6 +116,9 @@ class RankWorker:
         self.inst: Any = None
         self.signal: str | None = None
         self.requested_threads: int | None = None
+        self.stopping: int | None = None  # the step boundary this rank waits at for the others to stop
+        self.stop_note: str | None = None  # why it stopped without them (None: all stopped together)
+        self.stop_timeout_s = 600.0
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
 
@@ -129,6 +134,8 @@ class RankWorker:
             step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
         )
         self.comm.install()
+        if not inst.cfg.full:
+            inst.cfg.on_done = self._stop_together
         threads = inst.cfg.overrides.num_threads
         if threads:
             self._force_threads(int(threads))
@@ -144,6 +151,24 @@ class RankWorker:
                 signal.signal(signal.SIGTERM, on_stop)
                 signal.signal(signal.SIGINT, on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    def _stop_together(self) -> None:
+        """After the measured steps: wait at this step boundary for every rank, then stop."""
+        from pitstop.profile import rank_stop
+        from pitstop.profile.hooks import StopProfiling
+
+        step = len(self.inst.records)
+        self.stopping = step
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        if self.comm is not None:
+            self.comm.current = (f"pitstop's stop after step {step} (waiting for every rank)", None,
+                                 time.perf_counter())  # fmt: skip
+        try:
+            self.stop_note = rank_stop.agree(self.out.parent.name, step, world, self.stop_timeout_s)
+        finally:
+            if self.comm is not None:
+                self.comm.current = None
+        raise StopProfiling(f"measured {step - self.inst.cfg.warmup} steps")
 
     def _beat(self, step: int) -> None:
         with contextlib.suppress(OSError):
@@ -171,6 +196,7 @@ class RankWorker:
             "host": socket.gethostname(),
             "time_s": time.time(),
             "step": len(self.inst.records) if self.inst is not None else 0,
+            "stopping": self.stopping,
             "current": None
             if cur is None
             else {"what": cur[0], "location": cur[1], "since_s": self.comm.wall0 + cur[2]},
@@ -195,6 +221,8 @@ class RankWorker:
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "signal": self.signal,
+            "stopped_at": self.stopping,
+            "stop_note": self.stop_note,
             "state": self.state(),
             "process": {**process_facts(), "script_asked_threads": self.requested_threads},
             "wall_s": time.perf_counter() - self._t0,
