@@ -155,6 +155,11 @@ class DDPInjection:
         out = list(self.errors)
         if self.every and not self.unsynced_forwards:
             out.append("ddp_no_sync: no DDP forward ran without gradient sync (no accumulation seen)")
+        elif self.every and not self.synced_forwards:
+            out.append(
+                f"ddp_no_sync: no step had {self.every} micro-batches; every step's gradients were "
+                "all-reduced by pitstop before it instead"
+            )
         if self.static_graph and not self.static_graphs and not self.errors:
             out.append("ddp_static_graph: no DDP model was built without static_graph")
         return out
