@@ -187,7 +187,11 @@ def test_a_rank_waiting_at_the_stop_counts_as_gone_for_a_peer_stuck_in_a_collect
     now = 1000.0
     at_stop = {"alive": True, "step": 8, "stopping": 8, "current": {"what": "pitstop's stop", "location": None,
                                                                      "since_s": now - 30}}  # fmt: skip
-    waiting = {"alive": True, "step": 4, "current": {"what": "all_reduce", "location": "t.py:5", "since_s": now - 30}}
+    waiting = {
+        "alive": True,
+        "step": 4,
+        "current": {"what": "all_reduce", "location": "t.py:5", "since_s": now - 30},
+    }
     msg = ranks.stuck({0: at_stop, 1: waiting}, now=now)
     assert msg.startswith("rank 0 measured its steps and waits to stop after step 8, while rank 1 waiting in")
     # both at the stop (one slow to get there): nobody is stuck

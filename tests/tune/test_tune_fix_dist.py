@@ -27,7 +27,10 @@ def dist_config(**kw):
 
 
 def test_profile_findings_pick_no_sync_and_static_graph_from_the_registry():
-    found = [Finding(id=i, severity=Severity.WARN, title="t") for i in ("ddp.no_sync", "ddp.find_unused_parameters")]
+    found = [
+        Finding(id=i, severity=Severity.WARN, title="t")
+        for i in ("ddp.no_sync", "ddp.find_unused_parameters")
+    ]
     kinds = fix.kinds_from_findings(found)
     assert kinds == [("no_sync", "ddp.no_sync"), ("static_graph", "ddp.find_unused_parameters")]
     cands, skipped = fix.build_candidates(kinds, dist_config(), fix.FixConfig())
@@ -57,7 +60,9 @@ def _steps(times):
 
 def test_a_launch_is_judged_on_its_slowest_rank_with_every_ranks_override_errors():
     def rank(times, errors=()):
-        return RunResult(0, None, _steps(times), [1.0] * len(times), {"override_errors": list(errors)}, None, 1.0)
+        return RunResult(
+            0, None, _steps(times), [1.0] * len(times), {"override_errors": list(errors)}, None, 1.0
+        )
 
     r0, r1 = rank([0.1, 0.1]), rank([0.3, 0.2], ["ddp_no_sync: no DDP forward ran without gradient sync"])
     res = RanksResult(0, None, r0.steps, r0.losses, {"override_errors": []}, None, 1.0, ranks={0: r0, 1: r1})
@@ -124,6 +129,8 @@ def test_static_graph_injection_and_what_did_not_apply(group):
         torch.testing.assert_close(got[k], want[k])
     assert inj.facts()["static_graph_models"] == 1 and inj.not_applied() == []
     _, idle = _train(Overrides(ddp_no_sync=4), [1])
-    assert idle.not_applied() == ["ddp_no_sync: no DDP forward ran without gradient sync (no accumulation seen)"]
+    assert idle.not_applied() == [
+        "ddp_no_sync: no DDP forward ran without gradient sync (no accumulation seen)"
+    ]
     _, uneven = _train(Overrides(ddp_no_sync=4), [1, 1, 1])
     assert uneven.facts()["fixup_steps"] == 2 and "no step had 4 micro-batches" in uneven.not_applied()[0]
