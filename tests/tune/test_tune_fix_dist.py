@@ -134,3 +134,49 @@ def test_static_graph_injection_and_what_did_not_apply(group):
     ]
     _, uneven = _train(Overrides(ddp_no_sync=4), [1, 1, 1])
     assert uneven.facts()["fixup_steps"] == 2 and "no step had 4 micro-batches" in uneven.not_applied()[0]
+
+
+@pytest.mark.slow
+def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(tmp_path):
+    """`pitstop fix -- torchrun --nproc_per_node=2 examples/ddp_accum.py`, each run the whole launch."""
+    import socket
+    import sys
+    from pathlib import Path
+
+    from pitstop.profile.merge import ddp_facts
+    from pitstop.profile.runner import run
+    from pitstop.tune.fixjudge import SPEED_VERDICTS
+    from pitstop.tune.fixrun import run_fix
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    example = Path(__file__).resolve().parents[2] / "examples" / "ddp_accum.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={port}", str(example), "--width", "256"]  # fmt: skip
+    runs: list = []
+
+    def runner(spec):
+        runs.append(run(spec))
+        return runs[-1]
+
+    cfg = fix.FixConfig(
+        steps=4, warmup=2, budget=240, min_rounds=1, max_rounds=1, timeout=120, cwd=str(tmp_path)
+    )
+    cfg.candidates = ("no_sync", "static_graph", "threads")
+    cfg.env = {"MASTER_ADDR": "127.0.0.1"}
+    result = run_fix(cmd, cfg, runner=runner)
+    assert result.baseline_error is None, result.baseline_error
+    by_kind = {m.kind: m for m in result.candidates}
+    assert set(by_kind) == {"no_sync", "static_graph", "threads"}
+    assert by_kind["no_sync"].overrides["ddp_no_sync"] == 4  # the example's accumulation, from the baseline
+    base_loss = result.baseline.loss_means[0]
+    for m in by_kind.values():
+        assert m.verdict in SPEED_VERDICTS, (m.name, m.verdict, m.errors, m.skipped)
+        assert m.steps_per_s and m.loss_means[0] == pytest.approx(base_loss, rel=1e-4)  # same computation
+    injected = next(r for r in runs if r.spec.overrides.ddp_no_sync)
+    for res in injected.ranks.values():  # every rank skipped the sync of 3 of its 4 micro-batches
+        facts = res.data["distributed"]["injected"]
+        assert facts["unsynced_forwards"] > 0 and facts["fixup_steps"] == 0
+    assert ddp_facts(injected.ranks)["rounds_per_step"] == 1.0
+    assert ddp_facts(runs[0].ranks)["rounds_per_step"] == 4.0
