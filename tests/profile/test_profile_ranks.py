@@ -140,6 +140,20 @@ def test_oversubscribed_threads(tmp_path):
     assert f.data["overlap"] is True
 
 
+def test_ranks_out_of_lockstep_stop_together_at_the_same_step(tmp_path):
+    """No DDP: explicit collectives (one blocking every third step, one async across each step boundary)
+    and a slower rank 1. Rank 0 measures its steps first and waits at the stop step until rank 1 is there."""
+    cmd = [*torchrun()[:-1], str(PLANTED.with_name("planted_collectives.py"))]
+    spec = RunSpec(command=cmd, steps=7, warmup=2, timeout=120, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok and res.status == "stopped", res.error
+    dists = {r: rr.data["distributed"] for r, rr in res.ranks.items()}
+    assert {r: d["stopped_at"] for r, d in dists.items()} == {0: 9, 1: 9}  # warm-up + measured steps
+    assert all(d["stop_note"] is None for d in dists.values())  # agreed through the store, not timed out
+    assert all(len(rr.steps) == 7 for rr in res.ranks.values())
+
+
 def test_thread_override_reaches_every_rank(tmp_path):
     """What `pitstop fix` runs for its thread-split candidate: the override wins over the script's own."""
     spec = RunSpec(command=torchrun(), steps=3, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path),
