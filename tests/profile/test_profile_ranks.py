@@ -117,6 +117,11 @@ def test_find_unused_parameters_measured(tmp_path):
     assert f.data["unused_parameters"] == 2  # spare.weight, spare.bias
     assert f.data["search_s"] > 0
     assert "flag is needed" in f.evidence
+    probes = {r: rr.data.get("probes") for r, rr in res.ranks.items()}
+    assert probes[1] is None and probes[0] and not probes[0].get("error"), probes[0]
+    assert "pass_s" in probes[0]  # rank 0's model probes ran, on its model copied out of DDP
+    [note] = by_id(report, "profile.probes_ranks")
+    assert "probes skipped on rank 1" in note.evidence and "copy of its model outside DDP" in note.evidence
 
 
 def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,7 +142,6 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
     """`pitstop fix -- torchrun --nproc_per_node=2 examples/ddp_accum.py`, each run the whole launch."""
     import socket
     import sys
-    from pathlib import Path
 
     from pitstop.profile.merge import ddp_facts
     from pitstop.profile.runner import run
@@ -180,3 +180,30 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
         assert facts["unsynced_forwards"] > 0 and facts["fixup_steps"] == 0
     assert ddp_facts(injected.ranks)["rounds_per_step"] == 1.0
     assert ddp_facts(runs[0].ranks)["rounds_per_step"] == 4.0
+
+
+def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(group):
+    from pitstop.profile.comm import CommRecorder
+    from pitstop.profile.rank_worker import RankWorker
+
+    worker = RankWorker(0, Path("."))
+    worker.comm = CommRecorder()
+    worker.comm.install()
+    try:
+        ddp = nn.parallel.DistributedDataParallel(Net())
+        model, why = worker.probe_model(ddp)
+        assert why is None and type(model) is Net and model is not ddp.module
+        with pytest.raises(RuntimeError, match="refused, no peer takes part"):
+            dist.all_reduce(torch.ones(1))
+    finally:
+        worker.comm.uninstall()
+
+
+def test_the_report_says_where_probes_ran():
+    from pitstop.profile.dist_rules import probes_on_ranks
+
+    f = probes_on_ranks({0: {"pass_s": 0.1}, 1: None, 2: None})
+    assert f.id == "profile.probes_ranks" and "probes skipped on ranks 1, 2" in f.evidence
+    fsdp = probes_on_ranks({0: {"skipped": ["model: FSDP shards the parameters"]}, 1: None})
+    assert "optimizers only (FSDP shards the parameters)" in fsdp.evidence
+    assert probes_on_ranks({0: {"pass_s": 0.1}}) is None

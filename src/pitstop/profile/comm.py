@@ -104,6 +104,7 @@ class CommRecorder:
         self.devices: set[str] = set()
         self.backend: str | None = None
         self.current: tuple[str, str | None, float] | None = None
+        self.forbid: str | None = None  # who may not communicate now (rank 0's exit probes)
         self._seq: dict[str, int] = {}
         self._local = threading.local()
         self._pending: dict[int, dict[str, Any]] = {}  # id(Work) of async calls -> their record
@@ -175,6 +176,10 @@ class CommRecorder:
 
         @functools.wraps(orig)
         def collective(*args: Any, **kwargs: Any) -> Any:
+            if rec.forbid:
+                raise RuntimeError(
+                    f"torch.distributed.{name} called by {rec.forbid}: refused, no peer takes part"
+                )
             if getattr(rec._local, "inside", False):
                 return orig(*args, **kwargs)  # a collective made by another one (all_gather_object, a hook)
             t = clock()

@@ -320,6 +320,36 @@ def comm_untimed(summaries: list[dict[str, Any]]) -> Finding | None:
     return None
 
 
+def probes_on_ranks(probes: dict[int, dict[str, Any] | None]) -> Finding | None:
+    """Say where the exit probes ran: rank 0 only, on a copy of its model outside DDP, after every rank
+    stopped; the other ranks skip them (their model and batch are rank 0's in kind)."""
+    if len(probes) < 2:
+        return None
+    p0 = probes.get(0)
+    rest = [str(r) for r in sorted(probes) if r != 0]
+    others = ("rank " if len(rest) == 1 else "ranks ") + ", ".join(rest)
+    if p0 is None:
+        ran = "rank 0 did not probe either (the run did not end cleanly after its measured steps)"
+    else:
+        skipped = [s for s in p0.get("skipped") or [] if s.startswith("model:")]
+        ran = "rank 0 probed " + (
+            f"its optimizers only ({skipped[0][len('model: ') :]})"
+            if skipped
+            else "a copy of its model outside DDP"
+        )
+    return Finding(
+        id="profile.probes_ranks",
+        severity=Severity.INFO,
+        title="Exit probes ran on rank 0 only",
+        evidence=f"{ran}, after every rank had stopped; probes skipped on {others}: a probe runs forward "
+        "and backward alone, and must never start a collective its peers would not join",
+        data={
+            "probed": [0] if p0 is not None else [],
+            "skipped_ranks": [r for r in sorted(probes) if r != 0],
+        },
+    )
+
+
 def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     if result.status in ("completed", "stopped") or not result.ranks:
         return None

@@ -70,7 +70,8 @@ def activate() -> None:
         "callback": None,
         "callback_at": "loader",
         "out_dir": str(out.resolve()),
-        "probes": False,  # a probe's forward/backward on a DDP model would start collectives alone
+        # rank 0 alone, after every rank stopped, on a copy outside DDP: a probe never communicates
+        "probes": bool(cfg.get("probes", True)) and rank == 0,
     }
     path = out / "run-config.json"
     path.write_text(json.dumps(run_cfg))
@@ -80,6 +81,7 @@ def activate() -> None:
     worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
     bootstrap.ON_INSTALL.append(worker.on_install)
     bootstrap.ON_FINISH.append(worker.on_finish)
+    bootstrap.ON_PROBES.append(worker.probe_model)
     sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
     bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
 
@@ -187,6 +189,31 @@ class RankWorker:
 
         torch.set_num_threads = set_num_threads
         self.inst._extra_undo.append(lambda: setattr(torch, "set_num_threads", orig))
+
+    def probe_model(self, model: Any) -> tuple[Any, str | None]:
+        """What rank 0's exit probes may run: a copy of the model outside DDP (its forward would broadcast
+        buffers, its backward all-reduce), none for FSDP (its forward all-gathers). From here on any
+        collective raises, so a probe that tries one fails alone instead of waiting for absent peers."""
+        if self.comm is not None:
+            self.comm.forbid = "a pitstop probe (it runs on rank 0 alone)"
+        if model is None:
+            return None, None
+        names = {type(m).__name__ for m in model.modules()}
+        if any("FullyShard" in n or n.startswith("FSDP") for n in names):
+            return None, "FSDP shards the parameters: a probe's forward would all-gather them"
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if not isinstance(model, DDP):
+            return model, None
+        from pitstop.profile.probes import MAX_COPY_BYTES
+
+        inner = model.module
+        size = sum(p.numel() * p.element_size() for p in inner.parameters())
+        if size > MAX_COPY_BYTES:
+            return None, f"the model ({size / 2**20:.0f} MiB) is too large to copy out of DDP for the probes"
+        import copy
+
+        return copy.deepcopy(inner), None
 
     def state(self) -> dict[str, Any]:
         cur = self.comm.current if self.comm is not None else None

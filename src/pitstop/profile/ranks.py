@@ -77,6 +77,7 @@ def run_ranks(
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
     cfg["timeout"] = spec.timeout
+    cfg["probes"] = spec.probes
     cfg["overrides"] = spec.overrides.to_dict()
     cfg["out_dir"] = str(out.resolve())
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
