@@ -291,6 +291,24 @@ def test_accelerate_launch_single_process_is_profiled(tmp_path):
     assert len(res.steps) == 5
 
 
+def test_accelerate_launch_of_two_processes_profiles_both_ranks(tmp_path):
+    """`accelerate launch` of 2 CPU processes (its torchrun path: ``--multi_gpu`` with the script's
+    ``Accelerator(cpu=True)``; ``--cpu`` alone starts one process unless under mpirun)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "accelerate_loop.py"
+    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+           str(example), "--epochs", "3"]  # fmt: skip
+    res = run(RunSpec(command=cmd, steps=5, warmup=2, timeout=180, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    assert res.launcher == "accelerate" and sorted(res.ranks) == [0, 1]
+    assert all(len(rr.steps) == 5 for rr in res.ranks.values())
+    report = res.report()
+    assert {f.data["rank"] for f in by_id(report, "sync.item")} == {0, 1}  # the example's planted problem
+    for r in report.sections["ranks"]:
+        assert r["world_size"] == 2 and r["ddp"] and r["comm_per_step"]["ddp_rounds"] == 1.0
+    assert by_id(report, "profile.probes_ranks")
+
+
 def test_fsdp_all_gather_and_reduce_scatter_measured(tmp_path):
     fsdp = pytest.importorskip("torch.distributed.fsdp")
     if not hasattr(fsdp, "fully_shard"):
