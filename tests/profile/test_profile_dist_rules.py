@@ -206,3 +206,15 @@ def test_builtin_comm_hook_is_said_to_be_untimed():
     assert f.id == "distributed.comm_untimed" and f.severity is Severity.INFO
     assert "FP16_COMPRESS" in f.evidence and "not timed" in f.evidence and f.location == "train.py:9"
     assert dist_rules.comm_untimed([summary(0)]) is None
+
+
+def test_accelerate_cpu_launch_that_ran_fewer_processes_than_asked():
+    cmd = ["accelerate", "launch", "--cpu", "--num_processes", "2", "train.py"]
+    f = dist_rules.fewer_processes("accelerate", cmd, 1)
+    assert f.id == "distributed.processes" and f.data == {"requested": 2, "ranks": 1}
+    assert "mpirun" in f.evidence and "--multi_gpu" in f.fix_code
+    assert (
+        dist_rules.fewer_processes("accelerate", ["accelerate", "launch", "--num_processes=2", "t.py"], 2)
+        is None
+    )
+    assert dist_rules.fewer_processes("torchrun", cmd, 1) is None

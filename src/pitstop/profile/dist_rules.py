@@ -350,6 +350,39 @@ def probes_on_ranks(probes: dict[int, dict[str, Any] | None]) -> Finding | None:
     )
 
 
+def requested_processes(command: list[str]) -> int | None:
+    """``--num_processes N`` (or ``=N``) of an ``accelerate launch`` command."""
+    for i, a in enumerate(command):
+        v = a.split("=", 1)[1] if a.startswith("--num_processes=") else None
+        if a == "--num_processes" and i + 1 < len(command):
+            v = command[i + 1]
+        if v is not None:
+            return int(v) if v.isdigit() else None
+    return None
+
+
+def fewer_processes(launcher: str, command: list[str], ranks: int) -> Finding | None:
+    """``accelerate launch --cpu --num_processes N`` runs one process (multi-CPU needs mpirun)."""
+    want = requested_processes(command) if launcher == "accelerate" else None
+    if not want or ranks >= want:
+        return None
+    return Finding(
+        id="distributed.processes",
+        severity=Severity.WARN,
+        title=f"accelerate launch started {ranks} process{'es' if ranks != 1 else ''}, not the {want} asked for",
+        evidence=f"--num_processes {want} in `{' '.join(command)}`, {ranks} rank(s) ran"
+        + (
+            "; with --cpu, accelerate starts several processes only under mpirun (--mpirun_hostfile)"
+            if "--cpu" in command
+            else ""
+        ),
+        data={"requested": want, "ranks": ranks},
+        fix="For several CPU processes without MPI, launch through torchrun (accelerate's --multi_gpu path, "
+        "with Accelerator(cpu=True) in the script), or run torchrun --nproc_per_node directly.",
+        fix_code=f"accelerate launch --multi_gpu --num_processes {want} train.py  # Accelerator(cpu=True)",
+    )
+
+
 def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     if result.status in ("completed", "stopped") or not result.ranks:
         return None

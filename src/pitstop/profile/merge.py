@@ -252,7 +252,12 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
 
 
 def build_ranks_report(result: RanksResult) -> Report:
-    from pitstop.profile.dist_rules import distributed_findings, probes_on_ranks, skew_summary
+    from pitstop.profile.dist_rules import (
+        distributed_findings,
+        fewer_processes,
+        probes_on_ranks,
+        skew_summary,
+    )
     from pitstop.profile.rules import findings_for
 
     summaries = [rank_summary(r, res) for r, res in sorted(result.ranks.items())]
@@ -267,6 +272,8 @@ def build_ranks_report(result: RanksResult) -> Report:
     findings: list[Finding] = distributed_findings(summaries, skew, result)
     if note := probes_on_ranks({r: res.data.get("probes") for r, res in result.ranks.items()}):
         findings.append(note)
+    if few := fewer_processes(result.launcher, result.command, len(result.ranks)):
+        findings.append(few)
     cores = cpu.usable_cores()
     for r, res in sorted(result.ranks.items()):
         if not res.steps:
