@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 PLANTED = Path(__file__).with_name("planted_ddp.py")
 BACKWARD_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "loss.backward()" in ln)
+DDP_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if ln.startswith("ddp = "))
 REDUCE_LINE = next(
     i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "dist.all_reduce(t)" in ln
 )
@@ -134,6 +135,20 @@ def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
     assert site["location"].endswith(f"planted_ddp.py:{REDUCE_LINE}")
     assert site["bytes"] == 4 * site["count"]  # one float32 loss per call
     assert "all_reduce" in report.sections["distributed"]["skew"]
+
+
+def test_user_comm_hooks_python_timed_builtin_said_untimed(tmp_path):
+    res, report = profile(tmp_path, steps=3, COMM_HOOK="fp16")
+    assert res.ok, res.error
+    [r0] = [r for r in report.sections["ranks"] if r["rank"] == 0]
+    assert r0["ddp"][0]["hook"].endswith("fp16_compress_hook") and r0["comm_per_step"]["ddp_rounds"] == 1.0
+    assert not by_id(report, "distributed.comm_untimed")
+    (tmp_path / "again").mkdir()
+    res, report = profile(tmp_path / "again", steps=3, COMM_HOOK="builtin")
+    assert res.ok, res.error
+    [f] = by_id(report, "distributed.comm_untimed")
+    assert "FP16_COMPRESS" in f.evidence and f.location.endswith(f"planted_ddp.py:{DDP_LINE}")
+    assert all(r["comm_per_step"]["ddp_rounds"] == 0 for r in report.sections["ranks"])
 
 
 def test_oversubscribed_threads(tmp_path):
