@@ -174,6 +174,19 @@ def test_ranks_out_of_lockstep_stop_together_at_the_same_step(tmp_path):
     assert all(len(rr.steps) == 7 for rr in res.ranks.values())
 
 
+def test_ranks_that_count_steps_differently_are_reported_at_the_stop(tmp_path):
+    """Rank 1 waits in an all_reduce for rank 0, which has measured its steps and waits at the stop."""
+    script = PLANTED.with_name("planted_mismatch.py")
+    line = next(i for i, ln in enumerate(script.read_text().splitlines(), 1) if "dist.all_reduce(" in ln)
+    spec = RunSpec(command=[*torchrun()[:-1], str(script)], steps=7, warmup=2, timeout=120, quiet=True,
+                   cwd=str(tmp_path), env={"MASTER_ADDR": "127.0.0.1"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "hung", (res.status, res.error)
+    assert "rank 0 measured its steps and waits to stop after step 9" in res.error
+    assert f"rank 1 waiting in all_reduce at {script}:{line}" in res.error
+    assert len(res.ranks[0].steps) == 7  # rank 0 keeps what it measured
+
+
 def test_thread_override_reaches_every_rank(tmp_path):
     """What `pitstop fix` runs for its thread-split candidate: the override wins over the script's own."""
     spec = RunSpec(command=torchrun(), steps=3, warmup=1, timeout=120, quiet=True, cwd=str(tmp_path),

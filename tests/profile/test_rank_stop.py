@@ -37,7 +37,7 @@ def test_every_rank_waits_for_the_last_one_then_all_stop():
 def test_a_rank_that_never_comes_leaves_the_others_stopping_with_the_reason():
     master = _store(master=True)
     why = rank_stop.agree("run2", 8, 2, 0.5, master)
-    assert why is not None and why.split(":")[0] in ("DistStoreError", "RuntimeError", "TimeoutError")
+    assert why == "the other ranks did not reach step 8 within 0.5 s"
     assert rank_stop.agree("run3", 8, 1, 0.5, master) is None  # one rank: nothing to agree on
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
 PREFIX = "pitstop/stop"
 CONNECT_S = 10.0
+POLL_S = 0.02  # between checks of the store while waiting
 
 
 def default_store() -> Any:
@@ -54,10 +56,19 @@ def agree(run: str, step: int, world: int, timeout_s: float, store: Any = None) 
     store = store if store is not None else default_store()
     if store is None:
         return "no torch.distributed store to agree on the stop step through"
+    deadline = time.monotonic() + timeout_s
     try:
         if store.add(key(run, step, "arrived"), 1) >= world:
             store.set(key(run, step, "go"), b"1")
-        store.wait([key(run, step, "go")], timedelta(seconds=timeout_s))
     except Exception as e:
         return f"{type(e).__name__}: {e}"
-    return None
+    go = key(run, step, "go")
+    while True:  # polled: a signal (the parent's Ctrl-C or stop) is handled between checks
+        try:
+            if store.check([go]):
+                return None
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        if time.monotonic() > deadline:
+            return f"the other ranks did not reach step {step} within {timeout_s:g} s"
+        time.sleep(POLL_S)
