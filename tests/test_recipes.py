@@ -142,7 +142,7 @@ def test_overrides_setting_names_a_field_or_a_loader_keyword():
     assert Overrides.setting("keep_host_memory", True) == Overrides(keep_host_memory=True)
     with pytest.raises(ValueError):
         Overrides.setting("nope", True)
-    values = {"autocast": "bfloat16", "optimizer_impl": "foreach", "num_threads": 2}
+    values = {"autocast": "bfloat16", "optimizer_impl": "foreach", "num_threads": 2, "ddp_no_sync": 4}
     for r in RECIPES:
         if r.override:
             assert not Overrides.setting(r.override, values.get(r.override, True)).is_empty()

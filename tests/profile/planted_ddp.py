@@ -38,6 +38,12 @@ class Net(nn.Module):
 
 
 ddp = nn.parallel.DistributedDataParallel(Net(), find_unused_parameters=bool(env("FIND_UNUSED")))
+if env("COMM_HOOK") == "builtin":  # a C++ hook: runs inside the reducer
+    ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
+elif env("COMM_HOOK") == "fp16":
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 for i, (x, y) in enumerate(DataLoader(Data(), batch_size=8)):
     step = i // ACCUM

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pitstop.findings import Severity
 from pitstop.profile import comm, comm_hook, dist_rules, ranks
 from pitstop.profile.merge import quote
 
@@ -180,3 +181,40 @@ def test_quote_keeps_first_line_and_location():
     q = quote(err)
     assert q.startswith("RuntimeError: xxx") and q.endswith("... (at train.py:44)") and "more" not in q
     assert quote("ValueError: bad (at t.py:3)") == "ValueError: bad (at t.py:3)"
+
+
+def test_a_rank_waiting_at_the_stop_counts_as_gone_for_a_peer_stuck_in_a_collective():
+    now = 1000.0
+    at_stop = {"alive": True, "step": 8, "stopping": 8, "current": {"what": "pitstop's stop", "location": None,
+                                                                     "since_s": now - 30}}  # fmt: skip
+    waiting = {
+        "alive": True,
+        "step": 4,
+        "current": {"what": "all_reduce", "location": "t.py:5", "since_s": now - 30},
+    }
+    msg = ranks.stuck({0: at_stop, 1: waiting}, now=now)
+    assert msg.startswith("rank 0 measured its steps and waits to stop after step 8, while rank 1 waiting in")
+    # both at the stop (one slow to get there): nobody is stuck
+    assert ranks.stuck({0: at_stop, 1: {**at_stop, "stopping": None, "current": None}}, now=now) is None
+    assert ranks.stuck({0: at_stop, 1: dict(at_stop)}, now=now) is None
+
+
+def test_builtin_comm_hook_is_said_to_be_untimed():
+    ddp = [{"location": "train.py:9", "parameters": 4, "hook": "BuiltinCommHookType.FP16_COMPRESS",
+            "hook_untimed": "a built-in C++ comm hook: its buckets are not timed"}]  # fmt: skip
+    f = dist_rules.comm_untimed([summary(0, ddp=ddp)])
+    assert f.id == "distributed.comm_untimed" and f.severity is Severity.INFO
+    assert "FP16_COMPRESS" in f.evidence and "not timed" in f.evidence and f.location == "train.py:9"
+    assert dist_rules.comm_untimed([summary(0)]) is None
+
+
+def test_accelerate_cpu_launch_that_ran_fewer_processes_than_asked():
+    cmd = ["accelerate", "launch", "--cpu", "--num_processes", "2", "train.py"]
+    f = dist_rules.fewer_processes("accelerate", cmd, 1)
+    assert f.id == "distributed.processes" and f.data == {"requested": 2, "ranks": 1}
+    assert "mpirun" in f.evidence and "--multi_gpu" in f.fix_code
+    assert (
+        dist_rules.fewer_processes("accelerate", ["accelerate", "launch", "--num_processes=2", "t.py"], 2)
+        is None
+    )
+    assert dist_rules.fewer_processes("torchrun", cmd, 1) is None

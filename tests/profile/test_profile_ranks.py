@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 PLANTED = Path(__file__).with_name("planted_ddp.py")
 BACKWARD_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "loss.backward()" in ln)
+DDP_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if ln.startswith("ddp = "))
 REDUCE_LINE = next(
     i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "dist.all_reduce(t)" in ln
 )
@@ -117,6 +118,11 @@ def test_find_unused_parameters_measured(tmp_path):
     assert f.data["unused_parameters"] == 2  # spare.weight, spare.bias
     assert f.data["search_s"] > 0
     assert "flag is needed" in f.evidence
+    probes = {r: rr.data.get("probes") for r, rr in res.ranks.items()}
+    assert probes[1] is None and probes[0] and not probes[0].get("error"), probes[0]
+    assert "pass_s" in probes[0]  # rank 0's model probes ran, on its model copied out of DDP
+    [note] = by_id(report, "profile.probes_ranks")
+    assert "probes skipped on rank 1" in note.evidence and "copy of its model outside DDP" in note.evidence
 
 
 def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
@@ -131,6 +137,20 @@ def test_accumulation_without_no_sync_and_explicit_collectives(tmp_path):
     assert "all_reduce" in report.sections["distributed"]["skew"]
 
 
+def test_user_comm_hooks_python_timed_builtin_said_untimed(tmp_path):
+    res, report = profile(tmp_path, steps=3, COMM_HOOK="fp16")
+    assert res.ok, res.error
+    [r0] = [r for r in report.sections["ranks"] if r["rank"] == 0]
+    assert r0["ddp"][0]["hook"].endswith("fp16_compress_hook") and r0["comm_per_step"]["ddp_rounds"] == 1.0
+    assert not by_id(report, "distributed.comm_untimed")
+    (tmp_path / "again").mkdir()
+    res, report = profile(tmp_path / "again", steps=3, COMM_HOOK="builtin")
+    assert res.ok, res.error
+    [f] = by_id(report, "distributed.comm_untimed")
+    assert "FP16_COMPRESS" in f.evidence and f.location.endswith(f"planted_ddp.py:{DDP_LINE}")
+    assert all(r["comm_per_step"]["ddp_rounds"] == 0 for r in report.sections["ranks"])
+
+
 def test_oversubscribed_threads(tmp_path):
     res, report = profile(tmp_path, steps=3, OVERSUBSCRIBE="1")
     assert res.ok, res.error
@@ -138,6 +158,33 @@ def test_oversubscribed_threads(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     assert f.data["threads"] == 2 * cpus and f.data["cpus"] == cpus
     assert f.data["overlap"] is True
+
+
+def test_ranks_out_of_lockstep_stop_together_at_the_same_step(tmp_path):
+    """No DDP: explicit collectives (one blocking every third step, one async across each step boundary)
+    and a slower rank 1. Rank 0 measures its steps first and waits at the stop step until rank 1 is there."""
+    cmd = [*torchrun()[:-1], str(PLANTED.with_name("planted_collectives.py"))]
+    spec = RunSpec(command=cmd, steps=7, warmup=2, timeout=120, quiet=True, cwd=str(tmp_path),
+                   env={"MASTER_ADDR": "127.0.0.1"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok and res.status == "stopped", res.error
+    dists = {r: rr.data["distributed"] for r, rr in res.ranks.items()}
+    assert {r: d["stopped_at"] for r, d in dists.items()} == {0: 9, 1: 9}  # warm-up + measured steps
+    assert all(d["stop_note"] is None for d in dists.values())  # agreed through the store, not timed out
+    assert all(len(rr.steps) == 7 for rr in res.ranks.values())
+
+
+def test_ranks_that_count_steps_differently_are_reported_at_the_stop(tmp_path):
+    """Rank 1 waits in an all_reduce for rank 0, which has measured its steps and waits at the stop."""
+    script = PLANTED.with_name("planted_mismatch.py")
+    line = next(i for i, ln in enumerate(script.read_text().splitlines(), 1) if "dist.all_reduce(" in ln)
+    spec = RunSpec(command=[*torchrun()[:-1], str(script)], steps=7, warmup=2, timeout=120, quiet=True,
+                   cwd=str(tmp_path), env={"MASTER_ADDR": "127.0.0.1"})  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "hung", (res.status, res.error)
+    assert "rank 0 measured its steps and waits to stop after step 9" in res.error
+    assert f"rank 1 waiting in all_reduce at {script}:{line}" in res.error
+    assert len(res.ranks[0].steps) == 7  # rank 0 keeps what it measured
 
 
 def test_thread_override_reaches_every_rank(tmp_path):
@@ -270,6 +317,24 @@ def test_accelerate_launch_single_process_is_profiled(tmp_path):
     assert res.ok, res.error
     assert res.launcher == "accelerate" and sorted(res.ranks) == [0]
     assert len(res.steps) == 5
+
+
+def test_accelerate_launch_of_two_processes_profiles_both_ranks(tmp_path):
+    """`accelerate launch` of 2 CPU processes (its torchrun path: ``--multi_gpu`` with the script's
+    ``Accelerator(cpu=True)``; ``--cpu`` alone starts one process unless under mpirun)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "accelerate_loop.py"
+    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+           str(example), "--epochs", "3"]  # fmt: skip
+    res = run(RunSpec(command=cmd, steps=5, warmup=2, timeout=180, quiet=True, cwd=str(tmp_path)))
+    assert res.ok, res.error
+    assert res.launcher == "accelerate" and sorted(res.ranks) == [0, 1]
+    assert all(len(rr.steps) == 5 for rr in res.ranks.values())
+    report = res.report()
+    assert {f.data["rank"] for f in by_id(report, "sync.item")} == {0, 1}  # the example's planted problem
+    for r in report.sections["ranks"]:
+        assert r["world_size"] == 2 and r["ddp"] and r["comm_per_step"]["ddp_rounds"] == 1.0
+    assert by_id(report, "profile.probes_ranks")
 
 
 def test_fsdp_all_gather_and_reduce_scatter_measured(tmp_path):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune import fix
+from pitstop.tune import fix, fix_dist
 
 
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):
-    monkeypatch.setattr(fix, "usable_cores", lambda: 8)
+    monkeypatch.setattr(fix_dist, "usable_cores", lambda: 8)
     f = Finding(id="distributed.threads", severity=Severity.WARN, title="t")
     kinds = fix.kinds_from_findings([f])
     assert kinds == [("threads", "distributed.threads")]

@@ -25,6 +25,8 @@ MEASUREMENTS = "measurements.json"
 # final record is written
 ON_INSTALL: list[Any] = []
 ON_FINISH: list[Any] = []
+# fn(model) -> (model to probe or None, why not): a rank of a launch probes a copy outside DDP, or none
+ON_PROBES: list[Any] = []
 
 
 def _describe_error(e: BaseException) -> tuple[str, str]:
@@ -231,6 +233,9 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
             write_json_atomic(inst.flush_path, {**data, "status": "probing", "losses": losses})
         model = inst.captured.models[0] if inst.captured.models else None
         facts = data["models"][0] if data["models"] else {}
+        why_not = None
+        for fn in ON_PROBES:
+            model, why_not = fn(model)
         try:
             probes = run_probes(
                 model,
@@ -240,6 +245,8 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
             )
         except Exception as e:
             probes = {"error": f"{type(e).__name__}: {e}"}
+        if why_not:
+            probes.setdefault("skipped", []).append(f"model: {why_not}")
         data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
     data.update({"losses": losses, "trace": trace, "probes": probes})
     return data

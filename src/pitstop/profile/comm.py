@@ -26,6 +26,7 @@ import functools
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -103,6 +104,7 @@ class CommRecorder:
         self.devices: set[str] = set()
         self.backend: str | None = None
         self.current: tuple[str, str | None, float] | None = None
+        self.forbid: str | None = None  # who may not communicate now (rank 0's exit probes)
         self._seq: dict[str, int] = {}
         self._local = threading.local()
         self._pending: dict[int, dict[str, Any]] = {}  # id(Work) of async calls -> their record
@@ -127,6 +129,7 @@ class CommRecorder:
 
         self._patch(DDP, "__init__", self._wrap_ddp_init(DDP.__init__))
         self._patch(DDP, "register_comm_hook", self._wrap_register(DDP.register_comm_hook))
+        self._patch(DDP, "_register_builtin_comm_hook", self._wrap_builtin(DDP._register_builtin_comm_hook))
         self._patch(DDP, "_post_forward", self._wrap_post_forward(DDP._post_forward))
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
@@ -143,7 +146,7 @@ class CommRecorder:
         return self.per_step.setdefault(
             step,
             {"collective_s": 0.0, "collectives": 0, "ddp_comm_s": 0.0, "ddp_exposed_s": 0.0, "ddp_rounds": 0,
-             "ddp_bytes": 0, "unused_search_s": 0.0},
+             "ddp_bytes": 0, "unused_search_s": 0.0, "ddp_forwards": 0},
         )  # fmt: skip
 
     def _record(
@@ -173,6 +176,10 @@ class CommRecorder:
 
         @functools.wraps(orig)
         def collective(*args: Any, **kwargs: Any) -> Any:
+            if rec.forbid:
+                raise RuntimeError(
+                    f"torch.distributed.{name} called by {rec.forbid}: refused, no peer takes part"
+                )
             if getattr(rec._local, "inside", False):
                 return orig(*args, **kwargs)  # a collective made by another one (all_gather_object, a hook)
             t = clock()
@@ -268,7 +275,8 @@ class CommRecorder:
 
             # the script may still register its own hook; ours goes in at the first forward if it did not.
             # Kept here, not on the module: the script's model pickles and deep-copies as without pitstop.
-            rec._ddp_state[id(ddp)] = {"facts": facts, "default": (group, default_hooks.allreduce_hook)}
+            rec._ddp_state[id(ddp)] = {"facts": facts, "default": (group, default_hooks.allreduce_hook),
+                                       "ref": weakref.ref(ddp)}  # fmt: skip
 
         return __init__
 
@@ -288,6 +296,21 @@ class CommRecorder:
 
         return register_comm_hook
 
+    def _wrap_builtin(self, orig: Any) -> Any:
+        rec = self
+
+        @functools.wraps(orig)
+        def _register_builtin_comm_hook(ddp: Any, comm_hook_type: Any) -> None:
+            # a C++ hook (ALLREDUCE, FP16_COMPRESS) runs inside the reducer: no bucket future to time
+            st = rec._ddp_state.get(id(ddp))
+            if st is not None:
+                st["default"] = None
+                st["facts"]["hook"] = str(comm_hook_type)
+                st["facts"]["hook_untimed"] = "a built-in C++ comm hook: its buckets are not timed"
+            return orig(ddp, comm_hook_type)
+
+        return _register_builtin_comm_hook
+
     def _wrap_post_forward(self, orig: Any) -> Any:
         rec = self
 
@@ -303,6 +326,9 @@ class CommRecorder:
                     except Exception as e:  # e.g. a builtin hook registered: leave it, say why untimed
                         st["facts"]["hook_error"] = f"{type(e).__name__}: {e}"
             facts = st["facts"] if st is not None else None
+            if facts is not None and torch.is_grad_enabled():
+                rec._step_totals(rec.step())["ddp_forwards"] += 1
+                rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
             if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
                 return orig(ddp, output)
             t = clock()
@@ -330,13 +356,6 @@ class CommRecorder:
         self._round = rnd
         self.rounds.append(rnd)
         self.current = ("DDP gradient all-reduce", loc, t)
-        st = self._ddp_state.get(id(ddp))
-        facts = st["facts"] if st is not None else None
-        if facts is not None and self.rounds[:-1]:
-            # parameters without a gradient after the previous backward: unused in the forward
-            with contextlib.suppress(Exception):
-                unused = sum(1 for p in ddp.module.parameters() if p.requires_grad and p.grad is None)
-                facts["unused_parameters"] = max(facts["unused_parameters"], unused)
         return rnd
 
     # ------------------------------------------------------------------------------ results
@@ -364,8 +383,25 @@ class CommRecorder:
                                    "time_s": comm, "exposed_s": exposed, "location": rnd["location"],
                                    "bytes": sum(b["bytes"] for b in rnd["buckets"]), "blocking": False})  # fmt: skip
 
+    def _graph_facts(self) -> None:
+        """From each DDP's reducer: whether the same parameters were used every step (what static_graph
+        needs) and, with find_unused_parameters, how many the last backward did not use."""
+        for st in self._ddp_state.values():
+            self._note_graph(st["ref"](), st["facts"])
+
+    def _note_graph(self, ddp: Any, facts: dict[str, Any]) -> None:
+        reducer = getattr(ddp, "reducer", None)
+        if reducer is None:
+            return
+        with contextlib.suppress(Exception):
+            facts["graph_static"] = bool(reducer._ddp_graph_static())
+        if facts["find_unused_parameters"] and self.rounds:
+            with contextlib.suppress(Exception):
+                facts["unused_parameters"] = int((reducer._get_local_used_map() == 0).sum())
+
     def snapshot(self) -> dict[str, Any]:
         self._finish_rounds()
+        self._graph_facts()
         cur = self.current
         return {
             "backend": self.backend,

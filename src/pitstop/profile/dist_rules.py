@@ -297,6 +297,92 @@ def backend(summaries: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
+def comm_untimed(summaries: list[dict[str, Any]]) -> Finding | None:
+    """A DDP model whose gradient reduction pitstop could not time (a built-in C++ comm hook)."""
+    for s in summaries:
+        ddp = next((d for d in s["ddp"] if d.get("hook_untimed") or d.get("hook_error")), None)
+        if ddp is None:
+            continue
+        why = ddp.get("hook_untimed") or f"the timing hook could not be registered ({ddp['hook_error']})"
+        return Finding(
+            id="distributed.comm_untimed",
+            severity=Severity.INFO,
+            title="DDP's gradient communication is not timed on this model",
+            evidence=f"rank {s['rank']}: comm hook {ddp.get('hook')} (DDP at {ddp.get('location')}): {why}; "
+            "the all-reduce time and its exposed part are missing from the steps' communication",
+            data={"rank": s["rank"], "hook": ddp.get("hook"), "why": why},
+            location=ddp.get("location"),
+            fix="To have it timed, register the Python form of the hook for the profile run "
+            "(default_hooks.allreduce_hook, default_hooks.fp16_compress_hook): pitstop times those.",
+            fix_code="from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            "model.register_comm_hook(None, default_hooks.fp16_compress_hook)",
+        )
+    return None
+
+
+def probes_on_ranks(probes: dict[int, dict[str, Any] | None]) -> Finding | None:
+    """Say where the exit probes ran: rank 0 only, on a copy of its model outside DDP, after every rank
+    stopped; the other ranks skip them (their model and batch are rank 0's in kind)."""
+    if len(probes) < 2:
+        return None
+    p0 = probes.get(0)
+    rest = [str(r) for r in sorted(probes) if r != 0]
+    others = ("rank " if len(rest) == 1 else "ranks ") + ", ".join(rest)
+    if p0 is None:
+        ran = "rank 0 did not probe either (the run did not end cleanly after its measured steps)"
+    else:
+        skipped = [s for s in p0.get("skipped") or [] if s.startswith("model:")]
+        ran = "rank 0 probed " + (
+            f"its optimizers only ({skipped[0][len('model: ') :]})"
+            if skipped
+            else "a copy of its model outside DDP"
+        )
+    return Finding(
+        id="profile.probes_ranks",
+        severity=Severity.INFO,
+        title="Exit probes ran on rank 0 only",
+        evidence=f"{ran}, after every rank had stopped; probes skipped on {others}: a probe runs forward "
+        "and backward alone, and must never start a collective its peers would not join",
+        data={
+            "probed": [0] if p0 is not None else [],
+            "skipped_ranks": [r for r in sorted(probes) if r != 0],
+        },
+    )
+
+
+def requested_processes(command: list[str]) -> int | None:
+    """``--num_processes N`` (or ``=N``) of an ``accelerate launch`` command."""
+    for i, a in enumerate(command):
+        v = a.split("=", 1)[1] if a.startswith("--num_processes=") else None
+        if a == "--num_processes" and i + 1 < len(command):
+            v = command[i + 1]
+        if v is not None:
+            return int(v) if v.isdigit() else None
+    return None
+
+
+def fewer_processes(launcher: str, command: list[str], ranks: int) -> Finding | None:
+    """``accelerate launch --cpu --num_processes N`` runs one process (multi-CPU needs mpirun)."""
+    want = requested_processes(command) if launcher == "accelerate" else None
+    if not want or ranks >= want:
+        return None
+    return Finding(
+        id="distributed.processes",
+        severity=Severity.WARN,
+        title=f"accelerate launch started {ranks} process{'es' if ranks != 1 else ''}, not the {want} asked for",
+        evidence=f"--num_processes {want} in `{' '.join(command)}`, {ranks} rank(s) ran"
+        + (
+            "; with --cpu, accelerate starts several processes only under mpirun (--mpirun_hostfile)"
+            if "--cpu" in command
+            else ""
+        ),
+        data={"requested": want, "ranks": ranks},
+        fix="For several CPU processes without MPI, launch through torchrun (accelerate's --multi_gpu path, "
+        "with Accelerator(cpu=True) in the script), or run torchrun --nproc_per_node directly.",
+        fix_code=f"accelerate launch --multi_gpu --num_processes {want} train.py  # Accelerator(cpu=True)",
+    )
+
+
 def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     if result.status in ("completed", "stopped") or not result.ranks:
         return None
@@ -312,6 +398,7 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
 def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
     found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
     found += [f for f in (find_unused(summaries), no_sync(summaries), threads(summaries)) if f]
+    found += [f for f in (comm_untimed(summaries),) if f]
     found += backend(summaries)
     strag = next((f for f in found if f.id == "distributed.straggler"), None)
     if strag is not None and skew:

@@ -115,6 +115,7 @@ def collect_ranks(
     base = first or RunResult(returncode, error, [], [], {}, None, wall)
     local = ((base.data.get("distributed") or {}).get("local_world_size")) or len(ranks)
     base.config["local_world_size"] = local  # fix splits the cores between a node's ranks
+    base.config["distributed"] = ddp_facts(ranks)  # what fix's DDP candidates need to know
     return RanksResult(
         returncode=returncode,
         error=error,
@@ -134,6 +135,33 @@ def collect_ranks(
         launcher=launcher,
         hang=hang,
     )
+
+
+def ddp_facts(ranks: dict[int, RunResult]) -> dict[str, Any]:
+    """Over every rank's measured steps: DDP forwards and gradient all-reduces per optimizer step (the
+    medians), whether every DDP model on every rank kept the same parameters used (static graph), and
+    rank 0's DDP settings."""
+    forwards: list[float] = []
+    rounds: list[float] = []
+    static: list[bool] = []
+    models: list[dict[str, Any]] = []
+    for _, res in sorted(ranks.items()):
+        comm = (res.data.get("distributed") or {}).get("comm") or {}
+        measured = {s.index for s in res.steps}
+        for k, row in (comm.get("per_step") or {}).items():
+            if int(k) in measured:
+                forwards.append(float(row.get("ddp_forwards", 0)))
+                rounds.append(float(row.get("ddp_rounds", 0)))
+        ddp = comm.get("ddp") or []
+        static += [bool(d.get("graph_static")) for d in ddp]
+        if not models:
+            models = ddp
+    return {
+        "ddp": models,
+        "forwards_per_step": median(forwards),
+        "rounds_per_step": median(rounds),
+        "graph_static": bool(static) and all(static),
+    }
 
 
 PEER_ERRORS = ("closed by peer", "connection reset", "broken pipe", "distbackenderror", "nccl", "timed out",
@@ -224,7 +252,12 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
 
 
 def build_ranks_report(result: RanksResult) -> Report:
-    from pitstop.profile.dist_rules import distributed_findings, skew_summary
+    from pitstop.profile.dist_rules import (
+        distributed_findings,
+        fewer_processes,
+        probes_on_ranks,
+        skew_summary,
+    )
     from pitstop.profile.rules import findings_for
 
     summaries = [rank_summary(r, res) for r, res in sorted(result.ranks.items())]
@@ -237,6 +270,10 @@ def build_ranks_report(result: RanksResult) -> Report:
     warmup = result.spec.warmup if result.spec else 0
     skew = skew_summary(calls, warmup)
     findings: list[Finding] = distributed_findings(summaries, skew, result)
+    if note := probes_on_ranks({r: res.data.get("probes") for r, res in result.ranks.items()}):
+        findings.append(note)
+    if few := fewer_processes(result.launcher, result.command, len(result.ranks)):
+        findings.append(few)
     cores = cpu.usable_cores()
     for r, res in sorted(result.ranks.items()):
         if not res.steps:

@@ -34,6 +34,10 @@ class Overrides:
                     blocks mapped, so steps stop page-faulting their tensors in).
     num_threads:    intra-op threads of each process (``torch.set_num_threads``), also when the script
                     sets its own; applied in every rank of a launcher (``pitstop.profile.rank_worker``).
+    ddp_no_sync:    micro-batches per optimizer step: every DDP forward but each k-th one after the
+                    first optimizer step runs without gradient sync, as under ``model.no_sync()``; the
+                    sum of the accumulated gradients is all-reduced once (``pitstop.profile.ddp_inject``).
+    ddp_static_graph: ``static_graph=True`` on every DDP model the script builds.
     """
 
     dataloader: dict[str, Any] = field(default_factory=dict)
@@ -44,6 +48,8 @@ class Overrides:
     compile: bool = False
     keep_host_memory: bool = False
     num_threads: int | None = None
+    ddp_no_sync: int | None = None
+    ddp_static_graph: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.dataloader) - DATALOADER_KEYS
@@ -55,6 +61,9 @@ class Overrides:
             raise ValueError(
                 f"optimizer_impl must be one of {sorted(OPTIMIZER_IMPLS)}, got {self.optimizer_impl!r}"
             )
+
+        if self.ddp_no_sync is not None and self.ddp_no_sync < 2:
+            raise ValueError(f"ddp_no_sync needs at least 2 micro-batches per step, got {self.ddp_no_sync}")
 
     @classmethod
     def setting(cls, override: str | None, value: Any) -> Overrides:

@@ -8,8 +8,9 @@ single-process profile does, with communication measured (``pitstop.profile.comm
 which step the rank is in and which collective it is blocked in, so a rank whose peer died can be reported
 even when it never returns.
 
-Every rank stops after the same number of optimizer steps (``--steps`` + warm-up): steps of a DDP job end
-in lockstep, so the ranks leave at the same step boundary, with no collective of that step still pending.
+Every rank stops after the same number of optimizer steps (``--steps`` + warm-up), and only once every
+rank has reached that step boundary (``pitstop.profile.rank_stop``): no rank leaves while a peer still
+needs it in a collective, in lockstep (DDP) or not.
 """
 
 from __future__ import annotations
@@ -69,15 +70,18 @@ def activate() -> None:
         "callback": None,
         "callback_at": "loader",
         "out_dir": str(out.resolve()),
-        "probes": False,  # a probe's forward/backward on a DDP model would start collectives alone
+        # rank 0 alone, after every rank stopped, on a copy outside DDP: a probe never communicates
+        "probes": bool(cfg.get("probes", True)) and rank == 0,
     }
     path = out / "run-config.json"
     path.write_text(json.dumps(run_cfg))
     from pitstop.profile import bootstrap
 
     worker = RankWorker(rank, out)
+    worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
     bootstrap.ON_INSTALL.append(worker.on_install)
     bootstrap.ON_FINISH.append(worker.on_finish)
+    bootstrap.ON_PROBES.append(worker.probe_model)
     sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
     bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
 
@@ -110,22 +114,30 @@ class RankWorker:
         self.rank = rank
         self.out = out
         self.comm: Any = None
+        self.inject: Any = None
         self.inst: Any = None
         self.signal: str | None = None
         self.requested_threads: int | None = None
+        self.stopping: int | None = None  # the step boundary this rank waits at for the others to stop
+        self.stop_note: str | None = None  # why it stopped without them (None: all stopped together)
+        self.stop_timeout_s = 600.0
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
 
     def on_install(self, inst: Any) -> None:
+        from pitstop.profile import ddp_inject
         from pitstop.profile.comm import CommRecorder
 
         self.inst = inst
         warmup = inst.cfg.warmup
+        self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
         self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.comm = CommRecorder(
             step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
         )
         self.comm.install()
+        if not inst.cfg.full:
+            inst.cfg.on_done = self._stop_together
         threads = inst.cfg.overrides.num_threads
         if threads:
             self._force_threads(int(threads))
@@ -141,6 +153,24 @@ class RankWorker:
                 signal.signal(signal.SIGTERM, on_stop)
                 signal.signal(signal.SIGINT, on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    def _stop_together(self) -> None:
+        """After the measured steps: wait at this step boundary for every rank, then stop."""
+        from pitstop.profile import rank_stop
+        from pitstop.profile.hooks import StopProfiling
+
+        step = len(self.inst.records)
+        self.stopping = step
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        if self.comm is not None:
+            self.comm.current = (f"pitstop's stop after step {step} (waiting for every rank)", None,
+                                 time.perf_counter())  # fmt: skip
+        try:
+            self.stop_note = rank_stop.agree(self.out.parent.name, step, world, self.stop_timeout_s)
+        finally:
+            if self.comm is not None:
+                self.comm.current = None
+        raise StopProfiling(f"measured {step - self.inst.cfg.warmup} steps")
 
     def _beat(self, step: int) -> None:
         with contextlib.suppress(OSError):
@@ -160,6 +190,31 @@ class RankWorker:
         torch.set_num_threads = set_num_threads
         self.inst._extra_undo.append(lambda: setattr(torch, "set_num_threads", orig))
 
+    def probe_model(self, model: Any) -> tuple[Any, str | None]:
+        """What rank 0's exit probes may run: a copy of the model outside DDP (its forward would broadcast
+        buffers, its backward all-reduce), none for FSDP (its forward all-gathers). From here on any
+        collective raises, so a probe that tries one fails alone instead of waiting for absent peers."""
+        if self.comm is not None:
+            self.comm.forbid = "a pitstop probe (it runs on rank 0 alone)"
+        if model is None:
+            return None, None
+        names = {type(m).__name__ for m in model.modules()}
+        if any("FullyShard" in n or n.startswith("FSDP") for n in names):
+            return None, "FSDP shards the parameters: a probe's forward would all-gather them"
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if not isinstance(model, DDP):
+            return model, None
+        from pitstop.profile.probes import MAX_COPY_BYTES
+
+        inner = model.module
+        size = sum(p.numel() * p.element_size() for p in inner.parameters())
+        if size > MAX_COPY_BYTES:
+            return None, f"the model ({size / 2**20:.0f} MiB) is too large to copy out of DDP for the probes"
+        import copy
+
+        return copy.deepcopy(inner), None
+
     def state(self) -> dict[str, Any]:
         cur = self.comm.current if self.comm is not None else None
         return {
@@ -168,6 +223,7 @@ class RankWorker:
             "host": socket.gethostname(),
             "time_s": time.time(),
             "step": len(self.inst.records) if self.inst is not None else 0,
+            "stopping": self.stopping,
             "current": None
             if cur is None
             else {"what": cur[0], "location": cur[1], "since_s": self.comm.wall0 + cur[2]},
@@ -192,6 +248,8 @@ class RankWorker:
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "signal": self.signal,
+            "stopped_at": self.stopping,
+            "stop_note": self.stop_note,
             "state": self.state(),
             "process": {**process_facts(), "script_asked_threads": self.requested_threads},
             "wall_s": time.perf_counter() - self._t0,
@@ -199,6 +257,11 @@ class RankWorker:
         if self.comm is not None:
             self.comm.uninstall()
             dist["comm"] = self.comm.snapshot()
+        if self.inject is not None:
+            self.inject.uninstall()
+            if self.inject.active:
+                dist["injected"] = self.inject.facts()
+                data["override_errors"] = [*(data.get("override_errors") or []), *self.inject.not_applied()]
         proc = dist["process"]
         if proc.get("cpu_s") is not None and dist["wall_s"] > 0:
             proc["busy_cpus"] = proc["cpu_s"] / dist["wall_s"]

@@ -75,6 +75,8 @@ def run_ranks(
     out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
+    cfg["timeout"] = spec.timeout
+    cfg["probes"] = spec.probes
     cfg["overrides"] = spec.overrides.to_dict()
     cfg["out_dir"] = str(out.resolve())
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
@@ -197,16 +199,22 @@ def waiting(states: dict[int, dict[str, Any]]) -> str | None:
 def stuck(states: dict[int, dict[str, Any]], now: float | None = None) -> str | None:
     """A rank has ended and another has been blocked in one collective for STUCK_S: say who and where."""
     now = time.time() if now is None else now
-    ended = {r: st for r, st in states.items() if not st["alive"]}
+    # a rank waiting at pitstop's stop for the others is as gone, for a peer blocked in a collective
+    ended = {r: st for r, st in states.items() if not st["alive"] or st.get("stopping") is not None}
     blocked = {
         r: st
         for r, st in states.items()
-        if st["alive"] and st.get("current") and now - st["current"]["since_s"] > STUCK_S
+        if st["alive"]
+        and st.get("stopping") is None
+        and st.get("current")
+        and now - st["current"]["since_s"] > STUCK_S
     }
     if not ended or not blocked:
         return None
     gone = "; ".join(
-        f"rank {r} ended ({st.get('status') or 'process gone'}) at step {st.get('step', 0)}"
+        f"rank {r} measured its steps and waits to stop after step {st['stopping']}"
+        if st["alive"]
+        else f"rank {r} ended ({st.get('status') or 'process gone'}) at step {st.get('step', 0)}"
         for r, st in sorted(ended.items())
     )
     return f"{gone}, while " + "; ".join(_describe(r, st) for r, st in sorted(blocked.items()))

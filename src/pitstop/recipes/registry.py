@@ -191,8 +191,18 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "no_sync",
         "DDP no_sync during accumulation",
-        "with model.no_sync():  # every micro-batch but the last\n    criterion(model(x), y).backward()",
+        "ctx = model.no_sync() if (i + 1) % {value} else contextlib.nullcontext()  # all but the last\n"
+        "with ctx:\n    criterion(model(x), y).backward()",
+        finding="ddp.no_sync",
+        override="ddp_no_sync",
         train="pitstop.train.accumulation.sync_context",
+    ),
+    Recipe(
+        "static_graph",
+        "DDP static_graph",
+        "DDP(model, ..., static_graph=True)  # the same parameters are used (or unused) every step",
+        finding="ddp.find_unused_parameters",
+        override="ddp_static_graph",
     ),
     Recipe(
         "threads",

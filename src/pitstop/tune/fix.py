@@ -23,6 +23,7 @@ from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
+from pitstop.tune import fix_dist
 from pitstop.tune.fixjudge import Measured, judge
 from pitstop.tune.patch import Patch
 
@@ -193,9 +194,9 @@ def _host_memory(s: _Script, kind: str, why: str) -> Built:
     return [Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why)]
 
 
-def _threads(s: _Script, kind: str, why: str) -> Built:  # ranks of a launcher sharing the cores
-    n = max(1, usable_cores() // int(s.config.get("local_world_size") or 1))
-    return [Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why)]
+def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a launcher (pitstop.tune.fix_dist)
+    made, why_not = fix_dist.candidates(kind, why, s.config)
+    return made or why_not or f"{kind}: nothing to try"
 
 
 def _switch(s: _Script, kind: str, why: str) -> Built:
@@ -213,7 +214,7 @@ BUILDERS = {
     "foreach": _foreach,
     "cudnn_benchmark": _cudnn_benchmark,
     "host_memory": _host_memory,
-    "threads": _threads,
+    **{k: _distributed for k in fix_dist.KINDS},
 }
 
 

@@ -12,6 +12,7 @@ from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 from pitstop.recipes import recipe
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
+from pitstop.tune import fix_dist
 from pitstop.tune.fix import FixResult, loader_of
 from pitstop.tune.fixjudge import Measured
 
@@ -20,6 +21,8 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
     """(code, file:line) for the fix: its recipe's snippet at the site the recipe names; the DataLoader
     keywords it set at the DataLoader call."""
     ov = m.overrides
+    if m.kind in fix_dist.KINDS:
+        return fix_dist.snippet(m.kind, ov, config)
     opts = config.get("optimizers") or []
     models = config.get("models") or []
     try:

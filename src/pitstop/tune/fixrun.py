@@ -23,6 +23,7 @@ from typing import Any
 from pitstop.measure import Progress, Settings, interleave
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.tune import fix_dist
 from pitstop.tune.apply import plan
 from pitstop.tune.fix import (
     LOADER_KINDS,
@@ -145,7 +146,7 @@ def run_fix(
     """Measure the candidate fixes for ``command`` within ``cfg.budget`` seconds; ``runner`` replaces
     ``pitstop.profile.runner.run`` in tests. Ctrl-C stops the measuring and reports what was measured."""
     cfg = cfg or FixConfig()
-    runner = runner or run
+    runner = fix_dist.job_runner(runner or run)  # a launch: the slowest rank's steps
     rounds = _Rounds(command, cfg, runner, progress, clock)
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
