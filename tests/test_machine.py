@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pitstop.host.load import OtherCpu, load_average, load_line
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
@@ -25,7 +27,18 @@ def test_load_line_states_what_was_measured():
     assert line.startswith("load average (1 min) ") and "usable cores" in line
 
 
+def _background_cpu_s(window: float = 1.0) -> float:
+    """Other processes' CPU seconds over ``window`` seconds of this test doing nothing."""
+    probe = OtherCpu()
+    time.sleep(window)
+    return probe.seconds()
+
+
 def test_own_children_are_not_other_work_but_a_detached_process_is():
+    # the test tells 1 s of CPU apart from the machine's other work: it needs a quiet moment
+    noise = min(_background_cpu_s() for _ in range(3))
+    if noise > 0.25:
+        pytest.skip(f"other processes burn {noise:.2f} CPU-s per second here: too busy to tell 1 s apart")
     own = OtherCpu()
     subprocess.run([sys.executable, "-c", BURN.format(s=1.0)], check=True)
     mine = own.seconds()
