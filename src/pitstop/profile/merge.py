@@ -107,7 +107,13 @@ def collect_ranks(
         final = ranks[worst].status
         order = [worst] + [r for r in sorted(failed) if r != worst]
         error = "; ".join(f"rank {r}: {quote(failed[r].error)}" for r in order if failed[r].error)
-        waits = [rw_desc for r, st in sorted(states.items()) if r != worst and (rw_desc := _where(r, st))]
+        # a rank's final record holds where it was when it failed; its state file may be a later tick
+        last = {r: ((res.data.get("distributed") or {}).get("state") or {}) for r, res in ranks.items()}
+        waits = [
+            desc
+            for r in sorted(set(states) | set(last))
+            if r != worst and (desc := _where(r, last.get(r) or {}) or _where(r, states.get(r) or {}))
+        ]
         if waits:
             error += "; meanwhile " + "; ".join(waits)
     else:
