@@ -357,7 +357,12 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
             "(a unified diff for DataLoader arguments). Example: pitstop fix -- python train.py"
         ),
     )
-    p.add_argument("--steps", type=int, default=20, help="measured steps per run (default 20)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed steps per run (default: from the baseline's start-up and step time, 20 to 200)",
+    )
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps per run (default 5)")
     p.add_argument(
         "--budget",
@@ -366,7 +371,9 @@ def _register_fix(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="seconds for the whole measurement; candidates still open then are 'undecided' (default 300)",
     )
     p.add_argument("--min-rounds", type=int, default=3, help="rounds before any verdict (default 3)")
-    p.add_argument("--max-rounds", type=int, default=10, help="rounds at most per stage (default 10)")
+    p.add_argument(
+        "--max-rounds", type=int, default=40, help="rounds at most per stage; the budget ends them first (40)"
+    )
     p.add_argument(
         "--candidates",
         default="auto",
@@ -399,7 +406,7 @@ def cmd_fix(ns: argparse.Namespace) -> int:
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
     if (
-        ns.steps <= 0
+        (ns.steps is not None and ns.steps <= 0)
         or ns.warmup < 0
         or ns.budget <= 0
         or not 2 <= ns.min_rounds <= ns.max_rounds
