@@ -15,6 +15,7 @@ from pitstop.measure import (
     Arm,
     Interval,
     Settings,
+    blocks,
     clean,
     decide,
     format_interval,
@@ -274,3 +275,9 @@ def test_aa_pairs_are_rarely_called_helped():
         interleave(Arm("base"), [arm], sample, Settings(budget_s=1e9), clock=clock)
         helped += arm.verdict == HELPED
     assert helped <= 2
+
+
+def test_blocks_cut_one_run_in_order():
+    assert blocks([1, 2, 3, 4, 5, 6, 7], 3) == [[1, 2], [3, 4, 5], [6, 7]]
+    assert blocks([1.0, 2.0], 5) == [[1.0], [2.0]]
+    assert [len(b) for b in blocks(list(range(40)), 4)] == [10] * 4

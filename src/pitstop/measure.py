@@ -103,7 +103,7 @@ def clean(samples: Sequence[float], warmup: int = 0, k: float = 5.0, run: int = 
 
 @dataclass(frozen=True)
 class Interval:
-    """Speed-up of a candidate over the baseline (> 1: faster), with its bootstrap interval."""
+    """Speed-up of a candidate over the baseline (> 1: faster), with its Student t interval over rounds."""
 
     estimate: float
     lo: float
@@ -199,6 +199,18 @@ def speedup_interval(
         steps_cand=sum(len(c) for b, c in zip(base, cand, strict=False) if len(b) and len(c)),
         confidence=confidence,
     )
+
+
+def blocks(samples: Sequence[float], n: int) -> list[list[float]]:
+    """One run's samples cut into ``n`` consecutive blocks of (nearly) equal size, in order.
+
+    For callers that hold one run per side (``pitstop compare`` of two reports): block ``i`` of each side
+    stands in for round ``i`` of ``speedup_interval``. Blocks of one process share its run factor, so
+    the interval covers the drift within the runs, not the spread between runs."""
+    xs = list(samples)
+    n = max(1, min(n, len(xs)))
+    cuts = [round(i * len(xs) / n) for i in range(n + 1)]
+    return [xs[cuts[i] : cuts[i + 1]] for i in range(n)]
 
 
 def decide(
@@ -410,6 +422,7 @@ __all__ = [
     "Outlier",
     "Progress",
     "Settings",
+    "blocks",
     "clean",
     "decide",
     "format_interval",
