@@ -400,7 +400,8 @@ def interleave(
         update_verdicts(base, open_arms, s, r)
         if on_progress:
             elapsed = clock() - start
-            left = min(s.max_rounds - r, max(0, int((s.budget_s - elapsed) // max(last_round_s, 1e-9))))
+            fit = (s.budget_s - elapsed) / max(last_round_s, 1e-9)  # rounds the budget still holds
+            left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
             on_progress(
                 Progress(r, s.max_rounds, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
             )
