@@ -315,7 +315,7 @@ class Settings:
 @dataclass
 class Progress:
     round: int
-    max_rounds: int
+    max_rounds: int  # the rounds done plus those the budget still holds (at most Settings.max_rounds)
     elapsed_s: float
     eta_s: float | None  # until the last round that fits the budget
     verdicts: dict[str, str | None]
@@ -402,8 +402,9 @@ def interleave(
             elapsed = clock() - start
             fit = (s.budget_s - elapsed) / max(last_round_s, 1e-9)  # rounds the budget still holds
             left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
+            # the rounds the budget still holds, not the cap: "round 2/6, ETA 80 s"
             on_progress(
-                Progress(r, s.max_rounds, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
+                Progress(r, r + left, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
             )
     for a in arms:
         if a.verdict is None:
