@@ -188,7 +188,15 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "chosen_vs_best_interval": vs_best.text() if vs_best else ("it is the best" if within else "–"),
         "within_5pct": within,
         "fix_interval": fix.interval.text() if fix.interval else "–",
-        "grid_best_interval": best["interval"].text() if ranked and best.get("interval") else "–",
+        "grid_best_interval": (
+            best["interval"].text()
+            if ranked and best.get("interval")
+            else (
+                "1.00x (the baseline is the best)"
+                if ranked and best["cell"] == grid[base_label]["cell"]
+                else "–"
+            )
+        ),
         "steps": steps,
         "grid_best": label(best["cell"], axes) if ranked else "– (every grid run failed)",
         "grid_best_speedup": best["median"] / base if base and best["median"] else None,
