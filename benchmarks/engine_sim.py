@@ -8,7 +8,7 @@ simulated clock, so the budget, the rounds, the outliers, the interval and the s
 exactly what `fix` applies; only the timings are made up. For each setting it prints the A/A rates
 (helped, hurt: both false), the planted-1.2x decision rate, and the median rounds and interval width.
 
-    .venv/bin/python benchmarks/engine_sim.py [--trials 400]
+    .venv/bin/python benchmarks/engine_sim.py --scenarios [--trials 400]
 
 No timing is measured: it needs no lock and its figures do not depend on the machine.
 """
@@ -23,6 +23,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "engine_sim.md"
+SCENARIOS = {  # (start-up s, step s, run spread, step spread)
+    "child start-up 4 s, 0.1 s steps, 8% run spread": (4.0, 0.1, 0.08, 0.15),
+    "child start-up 4 s, 0.1 s steps, 3% run spread": (4.0, 0.1, 0.03, 0.15),
+    "child start-up 8 s, 0.02 s noisy steps (30%), 3% run spread": (8.0, 0.02, 0.03, 0.3),
+}
 
 
 def one(effect: float, steps: int, max_rounds: int, args: argparse.Namespace, rng: random.Random):
@@ -73,24 +79,44 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--run-spread", type=float, default=0.08, help="sd of a run's log factor")
     ap.add_argument("--step-spread", type=float, default=0.15, help="sd of a step's log noise")
+    ap.add_argument(
+        "--scenarios", action="store_true", help=f"the built-in scenarios, written to {RESULTS.name}"
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from pitstop.measure import steps_for_startup
 
-    auto = steps_for_startup(args.startup, args.step_s, args.step_spread, args.run_spread)
-    print(
-        f"start-up {args.startup:g} s, step {args.step_s:g} s, run spread {args.run_spread:g}, step spread "
-        f"{args.step_spread:g}, budget {args.budget:g} s for baseline + 1 candidate, {args.trials} trials each\n"
+    runs = (
+        list(SCENARIOS.items())
+        if args.scenarios
+        else [("command line", (args.startup, args.step_s, args.run_spread, args.step_spread))]
     )
-    print(
-        "| setting | steps/run | max rounds | A/A helped | A/A hurt | A/A no change | planted decided "
-        "| median rounds | median width |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    print(row("fixed 20 steps, 10 rounds", 20, 10, args))
-    print(row("fixed 20 steps, rounds by budget", 20, 1000, args))
-    print(row("100 steps, rounds by budget", 100, 1000, args))
-    print(row("steps from start-up, rounds by budget", auto, 1000, args))
+    lines = [
+        "# Timing engine: where the interval width comes from (simulation, `benchmarks/engine_sim.py`)",
+        "",
+        f"`pitstop.measure.interleave` on a simulated clock (no timing measured, no machine dependence); "
+        f"baseline + 1 candidate, {args.budget:g} s per comparison, {args.warmup} warm-up steps, min_gain 5%, "
+        f"{args.trials} A/A and {args.trials} planted-1.2x trials per row. Command: "
+        f"`.venv/bin/python benchmarks/engine_sim.py {' '.join(sys.argv[1:])}`",
+    ]
+    for name, (args.startup, args.step_s, args.run_spread, args.step_spread) in runs:
+        auto = steps_for_startup(args.startup, args.step_s, args.step_spread, args.run_spread)
+        lines += [
+            "",
+            f"**{name}**",
+            "",
+            "| setting | steps/run | max rounds | A/A helped | A/A hurt | A/A no change | planted decided "
+            "| median rounds | median width |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            row("fixed 20 steps, 10 rounds", 20, 10, args),
+            row("fixed 20 steps, rounds by budget", 20, 1000, args),
+            row("100 steps, rounds by budget", 100, 1000, args),
+            row("steps from start-up, rounds by budget", auto, 1000, args),
+        ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.scenarios:
+        RESULTS.write_text(text)
     return 0
 
 
