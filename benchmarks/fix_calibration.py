@@ -1,10 +1,13 @@
 """Calibration of the timing engine `pitstop fix` judges with (`pitstop.measure`): how often it calls
 noise a gain, and how often it decides a real one.
 
-Both tests time small in-process step functions through the engine exactly as `fix` times child runs:
-rotating rounds of runs, each run `--warmup` + `--steps` steps timed one by one, outliers dropped,
-the per-round ratio of medians turned into a 95% interval, and the sequential rule applied after every
-round (helped / hurt / no change, else undecided after `--max-rounds`).
+Both tests time small in-process step functions through the engine exactly as `fix` times child runs,
+with `fix`'s default settings (``FixConfig``: warm-up, steps per run from the start-up, min and max
+rounds, min_gain): rotating rounds of runs, each run's steps timed one by one, outliers dropped, the
+per-round ratio of medians turned into a 95% interval, and the sequential rule applied after every
+round (helped / hurt / no change, else undecided when `--budget` is spent). Each run is charged
+`--startup` seconds on the engine's clock, as a child process pays its torch import and set-up, so the
+budget buys as many rounds as it would in `fix`.
 
 1. **A/A**: the candidate is the baseline's own step function. Called *helped* in at most 1 of
    `--aa-repeats` (20) comparisons is the target (false-positive rate <= 5%).
@@ -52,37 +55,57 @@ def step_fn(units: int) -> Any:
     return step
 
 
-def compare(cand_units: int, args: argparse.Namespace) -> tuple[str, Any, int]:
-    """One comparison through the engine: (verdict, interval, rounds)."""
-    from pitstop.measure import Arm, Settings, interleave
+def compare(cand_units: int, args: argparse.Namespace) -> tuple[str, Any, int, int]:
+    """One comparison through the engine: (verdict, interval, rounds, steps per run).
+
+    As in `fix`: the steps per run come from a first baseline run (``measure.steps_for_startup`` of
+    ``--startup`` and its step time and spread) unless ``--steps`` is given; every run is charged
+    ``--startup`` seconds on the engine's clock (not slept), so the budget buys the rounds it buys `fix`
+    for a script with that start-up."""
+    from pitstop.measure import Arm, Settings, interleave, log_spread, steps_for_startup
 
     fns = {"base": step_fn(BASE_UNITS), "cand": step_fn(cand_units)}
+    charged = [0.0]
 
-    def sample(name: str) -> list[float]:
-        f, out = fns[name], []
-        for _ in range(args.warmup + args.steps):
+    def block(f: Any, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
             t0 = time.perf_counter()
             f()
             out.append(time.perf_counter() - t0)
+        charged[0] += args.startup
         return out
+
+    first = block(fns["base"], args.warmup + 20)[args.warmup :]
+    steps = args.steps or steps_for_startup(
+        args.startup, statistics.median(first), step_spread=max(log_spread(first), 0.02)
+    )
+
+    def sample(name: str) -> list[float]:
+        return block(fns[name], args.warmup + steps)
 
     base, cand = Arm("base"), Arm("cand")
     settings = Settings(
-        budget_s=args.budget, min_rounds=args.min_rounds, max_rounds=args.max_rounds, warmup=args.warmup
+        budget_s=args.budget,
+        min_rounds=args.min_rounds,
+        max_rounds=args.max_rounds,
+        min_gain=args.min_gain,
+        warmup=args.warmup,
     )
-    rounds = interleave(base, [cand], sample, settings)
-    return str(cand.verdict), cand.interval, rounds
+    rounds = interleave(base, [cand], sample, settings, clock=lambda: time.monotonic() + charged[0])
+    return str(cand.verdict), cand.interval, rounds, steps
 
 
 def series(label: str, units: int, repeats: int, args: argparse.Namespace) -> dict[str, Any]:
-    verdicts, intervals, rounds = [], [], []
+    verdicts, intervals, rounds, steps = [], [], [], []
     for i in range(repeats):
-        v, iv, r = compare(units, args)
+        v, iv, r, m = compare(units, args)
         verdicts.append(v)
         intervals.append(iv)
         rounds.append(r)
+        steps.append(m)
         print(f"{label} {i + 1}/{repeats}: {v}, {iv.text() if iv else 'no interval'}", flush=True)
-    return {"verdicts": verdicts, "intervals": intervals, "rounds": rounds}
+    return {"verdicts": verdicts, "intervals": intervals, "rounds": rounds, "steps": steps}
 
 
 def _row(name: str, target: str, s: dict[str, Any], rate_of: str) -> str:
@@ -102,13 +125,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--aa-repeats", type=int, default=20)
     ap.add_argument("--planted-repeats", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20, as fix)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--min-rounds", type=int, default=3)
-    ap.add_argument("--max-rounds", type=int, default=10)
-    ap.add_argument("--budget", type=float, default=60.0, help="seconds per comparison")
-    args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
+    from pitstop.tune.fix import FixConfig
+
+    fix = FixConfig()  # the settings `pitstop fix` runs with by default
+    ap.add_argument("--steps", type=int, default=fix.steps, help="timed steps per run (default: as fix)")
+    ap.add_argument("--warmup", type=int, default=fix.warmup)
+    ap.add_argument("--min-rounds", type=int, default=fix.min_rounds)
+    ap.add_argument("--max-rounds", type=int, default=fix.max_rounds)
+    ap.add_argument("--min-gain", type=float, default=fix.min_gain)
+    ap.add_argument(
+        "--startup", type=float, default=4.0, help="seconds of start-up charged per run (a child's import)"
+    )
+    ap.add_argument(
+        "--budget", type=float, default=90.0, help="seconds per comparison, start-up charges included"
+    )
+    args = ap.parse_args()
     import torch
 
     from pitstop.host.load import OtherCpu, load_average, load_line
@@ -123,6 +155,12 @@ def main() -> int:
     aa_helped = Counter(aa["verdicts"])["helped"]
     decided = sum(v == "helped" for v in planted["verdicts"])
 
+    all_steps = aa["steps"] + planted["steps"]
+    steps_text = (
+        str(all_steps[0])
+        if min(all_steps) == max(all_steps)
+        else f"{min(all_steps)}-{max(all_steps)} (from the start-up)"
+    )
     command = "flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_calibration.py"
     if sys.argv[1:]:
         command += " " + shlex.join(sys.argv[1:])
@@ -132,12 +170,14 @@ def main() -> int:
         f"- machine: {machine_line()}",
         f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
         f"- command: `{command}`",
-        f"- method: `pitstop.measure` rounds as `fix` runs them (rotating order, {args.warmup} warm-up + "
-        f"{args.steps} timed steps per run, MAD outliers, per-round ratio of medians with a 95% Student t "
-        f"interval, decided after each round from round {args.min_rounds}, at most {args.max_rounds} "
-        f"rounds, min_gain 5%); a step is {BASE_UNITS} matmuls of {N}x{N} float32 on one thread, the "
-        f"planted candidate {PLANTED_UNITS} of them (1.2x). Runs are blocks of steps in one process, not "
-        "fresh processes: the child runs' start-up and placement spread is not in these figures",
+        f"- method: `pitstop.measure` rounds with `fix`'s default settings (rotating order, {args.warmup} "
+        f"warm-up + {steps_text} timed steps per run, MAD outliers, per-round ratio of medians with a 95% "
+        f"Student t interval (99% for the hurt rule), decided after each round from round "
+        f"{args.min_rounds}, at most {args.max_rounds} rounds, min_gain {100 * args.min_gain:.0f}%, "
+        f"{args.budget:g} s per comparison with {args.startup:g} s of start-up charged per run); a step is "
+        f"{BASE_UNITS} matmuls of {N}x{N} float32 on one thread, the planted candidate {PLANTED_UNITS} of "
+        "them (1.2x). Runs are blocks of steps in one process, not fresh processes: the start-up is "
+        "charged to the budget but the child runs' placement spread is not in these figures",
         f"- {load_line(load0)}; other processes used {100 * other.share():.0f}% of the machine's CPU "
         f"time during the {wall:.0f} s run (the machine is shared: the figures were taken under that load)",
         "",

@@ -4,13 +4,14 @@ For each example:
   1. `pitstop fix` (auto mode: profile, candidates from its findings, interleaved runs; torch.compile
      skipped: minutes per run here) picks a configuration and reports its measured speed-up.
   2. Every combination of the grid's overrides (e.g. num_workers in {0, 2, 4} x autocast off/bf16) is run
-     `--repeats` times, interleaved, in the same session, including the unmodified baseline.
+     in `--repeats` rounds of the timing engine (rotating order, per-step samples), in the same session,
+     including the unmodified baseline; each cell gets its interval over the baseline.
   3. The table gives the grid's best configuration, where fix's choice ranks in the grid, its steps/s
      relative to the grid's best (both measured in the grid runs), and how many script runs each needed.
 
 Writes benchmarks/results/fix_vs_grid.md.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_vs_grid.py [--repeats 2] [--examples slow_loader]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_vs_grid.py [--repeats 5] [--examples slow_loader]
 """
 
 from __future__ import annotations
@@ -72,34 +73,48 @@ def label(cell: dict[str, Any], axes: dict[str, list[Any]]) -> str:
 
 
 def run_grid(
-    cmd: list[str], axes: dict[str, list[Any]], args: argparse.Namespace
+    cmd: list[str], axes: dict[str, list[Any]], args: argparse.Namespace, steps: int
 ) -> dict[str, dict[str, Any]]:
+    """Every cell ``--repeats`` times in the timing engine's rotating rounds (``pitstop.measure``), each
+    run's per-step times as that round's samples; every round runs (no early stop). Each cell carries the
+    engine's arm (its rounds) and its interval over the unmodified baseline."""
+    from pitstop.measure import Arm, Settings, interleave
     from pitstop.profile.runner import RunSpec, run
 
     cells = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
-    runs: dict[str, list[float]] = {label(c, axes): [] for c in cells}
+    by = {label(c, axes): c for c in cells}
+    names = list(by)
+    runs: dict[str, list[float]] = {n: [] for n in names}
     failures: dict[str, list[str]] = {}
-    n = len(cells) * args.repeats
-    i = 0
-    for _ in range(args.repeats):
-        for c in cells:
-            i += 1
-            print(f"  grid run {i}/{n}: {label(c, axes)}", file=sys.stderr, flush=True)
-            spec = RunSpec(cmd, steps=args.steps, warmup=args.warmup, overrides=overrides_for(c), probes=False,
-                           quiet=True, timeout=600, cwd=str(ROOT), env=env(args))  # fmt: skip
-            res = run(spec)
-            if res.ok and res.steps:
-                runs[label(c, axes)].append(res.steps_per_s())
-            else:
-                failures.setdefault(label(c, axes), []).append(res.error or res.status)
+    count = [0]
+
+    def sample(name: str) -> list[float] | None:
+        count[0] += 1
+        print(f"  grid run {count[0]}/{len(names) * args.repeats}: {name}", file=sys.stderr, flush=True)
+        spec = RunSpec(cmd, steps=steps, warmup=args.warmup, overrides=overrides_for(by[name]), probes=False,
+                       quiet=True, timeout=600, cwd=str(ROOT), env=env(args))  # fmt: skip
+        res = run(spec)
+        if not (res.ok and res.steps):
+            failures.setdefault(name, []).append(res.error or res.status)
+            return None
+        runs[name].append(res.steps_per_s())
+        return [s.total_s for s in res.steps if not s.eval]
+
+    arms = {n: Arm(n) for n in names}
+    settings = Settings(budget_s=float("inf"), min_rounds=args.repeats + 1, max_rounds=args.repeats)
+    interleave(arms[names[0]], [arms[n] for n in names[1:]], sample, settings)
     return {
-        label(c, axes): {
-            "cell": c,
-            "runs": runs[label(c, axes)],
-            "median": statistics.median(runs[label(c, axes)]) if runs[label(c, axes)] else None,
-            "failed": failures.get(label(c, axes), []),
+        n: {
+            "cell": by[n],
+            "arm": arms[n],
+            "runs": runs[n],
+            "median": 1.0 / statistics.median(kept)
+            if (kept := [v for r in arms[n].rounds for v in r])
+            else None,
+            "interval": arms[n].interval,
+            "failed": failures.get(n, []),
         }
-        for c in cells
+        for n in names
     }
 
 
@@ -111,7 +126,7 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"{name}: pitstop fix", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     cfg = FixConfig(
-        steps=args.steps,
+        steps=args.steps,  # None: fix's own choice from the start-up
         warmup=args.warmup,
         budget=args.budget,
         skip=("compile",),
@@ -139,7 +154,8 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     chosen_cell = {k: v for k, v in cell_of(merged).items() if k in axes}
     print(f"{name}: exhaustive grid", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    grid = run_grid(cmd, axes, args)
+    steps = args.steps or fix.settings.get("steps") or 20  # the grid runs what fix ran
+    grid = run_grid(cmd, axes, args, steps)
     grid_s = time.perf_counter() - t0
     base_label = label({k: v[0] for k, v in axes.items()}, axes)
     base = grid.get(base_label, {}).get("median")
@@ -148,6 +164,17 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
     chosen_label = label({**{k: v[0] for k, v in axes.items()}, **chosen_cell}, axes)
     chosen_in_grid = grid.get(chosen_label)
     rank = next((i + 1 for i, g in enumerate(ranked) if label(g["cell"], axes) == chosen_label), None)
+    from pitstop.measure import speedup_interval
+
+    # the chosen cell's speed over the grid's best, per round (1.0 when it is the best)
+    vs_best = (
+        speedup_interval(best["arm"].rounds, chosen_in_grid["arm"].rounds)
+        if chosen_in_grid and ranked and chosen_in_grid is not best
+        else None
+    )
+    within = None
+    if chosen_in_grid and ranked:
+        within = chosen_in_grid is best or (vs_best is not None and vs_best.hi >= 0.95)
     return {
         "example": name,
         "fix_chosen": " + ".join(fix.chosen) or "nothing (no candidate helped)",
@@ -158,6 +185,19 @@ def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
         if chosen_in_grid and chosen_in_grid["median"] and best["median"]
         else None,
         "chosen_rank": rank,
+        "chosen_vs_best_interval": vs_best.text() if vs_best else ("it is the best" if within else "–"),
+        "within_5pct": within,
+        "fix_interval": fix.interval.text() if fix.interval else "–",
+        "grid_best_interval": (
+            best["interval"].text()
+            if ranked and best.get("interval")
+            else (
+                "1.00x (the baseline is the best)"
+                if ranked and best["cell"] == grid[base_label]["cell"]
+                else "–"
+            )
+        ),
+        "steps": steps,
         "grid_best": label(best["cell"], axes) if ranked else "– (every grid run failed)",
         "grid_best_speedup": best["median"] / base if base and best["median"] else None,
         "grid_size": len(ranked),
@@ -178,24 +218,31 @@ def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     from pitstop.host.load import load_line
     from pitstop.host.machine import machine_line
 
+    steps_used = ", ".join(f"{r['example']}: {r['steps']}" for r in rows)
     lines = [
         "# fix vs exhaustive grid",
         "",
         f"Machine: {machine_line()}; {load_line(args.load0)}.  ",
         f"Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
         f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/fix_vs_grid.py', *sys.argv[1:]])}`  ",
-        f"Each run: {args.warmup} warm-up + {args.steps} measured optimizer steps of the unmodified example; "
-        f"{args.repeats} interleaved runs per configuration, median steps/s. `fix` in auto mode with "
-        "torch.compile skipped." + (f" OMP/MKL threads per run: {args.threads}." if args.threads else ""),
+        f"Each run: {args.warmup} warm-up + the measured optimizer steps `fix` ran "
+        f"({steps_used}) of the unmodified example; the grid "
+        f"is {args.repeats} rounds of the timing engine (`pitstop.measure`: rotating order, per-step "
+        "samples, 95% interval of the per-round ratio of medians). `fix` in auto mode with its default "
+        f"settings, budget {args.budget:g} s, torch.compile skipped."
+        + (f" OMP/MKL threads per run: {args.threads}." if args.threads else "")
+        + " Within 5%: the interval of fix's choice over the grid's best reaches 0.95 (or it is the best).",
         "",
         "| example | fix chose | fix's speed-up (its runs) | grid best | grid best vs baseline | fix's choice vs grid best "
-        "(grid runs) | rank of fix's choice | script runs: fix / grid | wall s: fix / grid |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(grid runs) | within 5% | rank of fix's choice | script runs: fix / grid | wall s: fix / grid |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
+        within = {True: "yes", False: "no", None: "–"}[r["within_5pct"]]
         lines.append(
-            f"| {r['example']} | {r['fix_chosen']} | {fmt(r['fix_speedup'])}x | {r['grid_best']} | "
-            f"{fmt(r['grid_best_speedup'])}x | {fmt(r['chosen_vs_best'])} | {r['chosen_rank']}/{r['grid_size']} | "
+            f"| {r['example']} | {r['fix_chosen']} | {r['fix_interval']} | {r['grid_best']} | "
+            f"{r['grid_best_interval']} | {fmt(r['chosen_vs_best'])} ({r['chosen_vs_best_interval']}) | "
+            f"{within} | {r['chosen_rank']}/{r['grid_size']} | "
             f"{r['fix_runs']} / {r['grid_runs']} | {r['fix_s']:.0f} / {r['grid_s']:.0f} |"
         )
     lines += ["", "Per-configuration steps/s (each grid run):", ""]
@@ -214,10 +261,10 @@ def write_results(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma list of " + ", ".join(EXAMPLES))
-    ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per grid cell")
+    ap.add_argument("--repeats", type=int, default=5, help="rounds of the grid (runs per cell)")
     ap.add_argument("--budget", type=float, default=300.0, help="pitstop fix's budget per example (s)")
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (default: fix's own choice)")
+    ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument(
         "--threads",
         type=int,

@@ -15,12 +15,15 @@ from pitstop.measure import (
     Arm,
     Interval,
     Settings,
+    blocks,
     clean,
     decide,
     format_interval,
     interleave,
+    log_spread,
     rotated,
     speedup_interval,
+    steps_for_startup,
     t_quantile,
 )
 
@@ -135,6 +138,45 @@ def test_decide(lo, hi, rounds, verdict):
     assert decide(Interval((lo + hi) / 2, lo, hi, rounds, 1, 1), min_gain=0.05, min_rounds=3) == verdict
 
 
+def test_hurt_reads_the_wider_interval():
+    iv = Interval(0.95, 0.91, 0.99, 4, 1, 1)
+    assert decide(iv, 0.05, 3) == HURT
+    assert decide(iv, 0.05, 3, hurt_iv=Interval(0.95, 0.88, 1.02, 4, 1, 1)) is None
+    assert decide(iv, 0.05, 3, hurt_iv=Interval(0.95, 0.88, 0.995, 4, 1, 1)) == HURT
+
+
+def test_hurt_confidence_keeps_an_aa_pair_from_being_called_hurt():
+    # the same log ratios: below 1 at 95%, not at 99%
+    base = [[1.0] * 5 for _ in range(4)]
+    cand = [[v] * 5 for v in (1.02, 1.05, 1.01, 1.04)]
+    iv95 = speedup_interval(base, cand, 0.95)
+    assert iv95.hi < 1 and speedup_interval(base, cand, 0.99).hi > 1
+    arm, b = Arm("x", rounds=cand), Arm("b", rounds=base)
+    from pitstop.measure import update_verdicts
+
+    update_verdicts(b, [arm], Settings(hurt_confidence=0.95), 4)
+    assert arm.verdict == HURT
+    arm2 = Arm("y", rounds=cand)
+    update_verdicts(b, [arm2], Settings(), 4)
+    assert arm2.verdict is None and arm2.interval.hi == pytest.approx(iv95.hi)
+
+
+def test_steps_for_startup():
+    # start-up dominated runs with noisy steps get more steps; cheap start-up gets the minimum
+    assert steps_for_startup(8.0, 0.02, step_spread=0.3, run_spread=0.03) == 200
+    assert steps_for_startup(0.1, 0.1) == 20
+    m = steps_for_startup(4.0, 0.01, step_spread=0.1, run_spread=0.05)
+    assert m == round(math.sqrt(math.pi / 2 * 400) * 2)
+    assert steps_for_startup(float("nan"), 0.1) == 20 and steps_for_startup(1.0, 0.0) == 20
+
+
+def test_log_spread():
+    rng = random.Random(3)
+    xs = [0.1 * math.exp(rng.gauss(0, 0.2)) for _ in range(4000)]
+    assert log_spread(xs) == pytest.approx(0.2, rel=0.1)
+    assert log_spread([0.1, 0.2]) == 0.0
+
+
 def test_rotated_rounds():
     assert [rotated(["b", "x", "y"], r) for r in range(4)] == [
         ["b", "x", "y"],
@@ -233,3 +275,9 @@ def test_aa_pairs_are_rarely_called_helped():
         interleave(Arm("base"), [arm], sample, Settings(budget_s=1e9), clock=clock)
         helped += arm.verdict == HELPED
     assert helped <= 2
+
+
+def test_blocks_cut_one_run_in_order():
+    assert blocks([1, 2, 3, 4, 5, 6, 7], 3) == [[1, 2], [3, 4, 5], [6, 7]]
+    assert blocks([1.0, 2.0], 5) == [[1.0], [2.0]]
+    assert [len(b) for b in blocks(list(range(40)), 4)] == [10] * 4

@@ -28,9 +28,29 @@ Every "is B faster than A" in pitstop is answered here, in four steps:
 4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
    above ``1 + min_gain``; *hurt* when the upper bound is below 1; *no change* when the interval lies
    inside ``1 +- min_gain``; otherwise the next round. A candidate still open when the budget ends is
-   *undecided*, with its interval. Looking after every round raises the chance that noise passes once;
-   the ``min_gain`` margin pays for that: an A/A pair has to show a lower bound above 1.05, not above 1,
-   and ``benchmarks/fix_calibration.py`` measures the resulting false-positive rate.
+   *undecided*, with its interval. Looking after every round raises the chance that noise passes once.
+   The ``min_gain`` margin pays for that on the helped side: an A/A pair has to show a lower bound above
+   1.05, not above 1. The hurt rule has no margin, so it reads the same samples' interval at
+   ``hurt_confidence`` (99%) instead: at 95% an A/A pair was called hurt in 5-10% of simulated
+   comparisons, at 99% in 0.3-3% (``benchmarks/engine_sim.py``), and a fix that is called hurt one run
+   and no change the next is what a user must not see. ``benchmarks/fix_calibration.py`` measures the
+   false-positive rate on real timings.
+
+Where the width comes from. One round's log ratio has variance ``2 * (run_spread**2 + (pi/2) *
+step_spread**2 / m)``: each side's run factor (the whole process is faster or slower) plus the noise of
+the median of its ``m`` steps; the interval's half-width is ``t(n-1) * sd / sqrt(n)`` over ``n`` rounds.
+So the rounds shrink it twice (``sqrt(n)`` and a smaller ``t``: 4.30 at 3 rounds, 2.26 at 10, 2.05 at
+30) and the steps only shrink the step term. With a round costing ``start-up + m * step`` per
+configuration, the steps per run that make the budget go furthest are
+``sqrt((pi/2) * start-up / step) * step_spread / run_spread`` (``steps_for_startup``): a child run whose
+start-up (torch import, data, model) is long against a step gets more steps, a cheap one more rounds.
+In the simulation (4 s start-up, 0.1 s steps, 8% run spread, 150 s for two arms) a planted 1.2x was
+decided in 91% with 20 steps a run and in 60% with 100; with 8 s of start-up against 0.02 s steps and
+a noisy step (30% step, 3% run spread) 20 steps decided 80% and the rule's 200 steps 100%. Rounds are
+therefore bounded by the budget, not by a small fixed count (``Settings.max_rounds`` is a safety cap).
+A variance-component interval that pools the steps of a round would be narrower only by treating the
+run factor as known; the between-round spread of the per-round ratios already contains both terms, so
+the t interval on them is the pooled estimate, and a narrower one is what called A/A noise a gain.
 """
 
 from __future__ import annotations
@@ -83,7 +103,7 @@ def clean(samples: Sequence[float], warmup: int = 0, k: float = 5.0, run: int = 
 
 @dataclass(frozen=True)
 class Interval:
-    """Speed-up of a candidate over the baseline (> 1: faster), with its bootstrap interval."""
+    """Speed-up of a candidate over the baseline (> 1: faster), with its Student t interval over rounds."""
 
     estimate: float
     lo: float
@@ -181,17 +201,65 @@ def speedup_interval(
     )
 
 
-def decide(iv: Interval | None, min_gain: float, min_rounds: int = 3) -> str | None:
-    """helped / hurt / no change as soon as the interval allows (after ``min_rounds``); else None."""
+def blocks(samples: Sequence[float], n: int) -> list[list[float]]:
+    """One run's samples cut into ``n`` consecutive blocks of (nearly) equal size, in order.
+
+    For callers that hold one run per side (``pitstop compare`` of two reports): block ``i`` of each side
+    stands in for round ``i`` of ``speedup_interval``. Blocks of one process share its run factor, so
+    the interval covers the drift within the runs, not the spread between runs."""
+    xs = list(samples)
+    n = max(1, min(n, len(xs)))
+    cuts = [round(i * len(xs) / n) for i in range(n + 1)]
+    return [xs[cuts[i] : cuts[i + 1]] for i in range(n)]
+
+
+def decide(
+    iv: Interval | None, min_gain: float, min_rounds: int = 3, hurt_iv: Interval | None = None
+) -> str | None:
+    """helped / hurt / no change as soon as the interval allows (after ``min_rounds``); else None.
+
+    ``hurt_iv``: the wider interval the *hurt* rule reads instead of ``iv`` (the same samples at a higher
+    confidence: that rule has no ``min_gain`` margin to pay for looking after every round)."""
     if iv is None or iv.rounds < min_rounds:
         return None
     if iv.lo > 1 + min_gain:
         return HELPED
-    if iv.hi < 1:
+    if (hurt_iv or iv).hi < 1:
         return HURT
     if iv.lo >= 1 - min_gain and iv.hi <= 1 + min_gain:
         return NO_CHANGE
     return None
+
+
+def steps_for_startup(
+    startup_s: float,
+    step_s: float,
+    step_spread: float = 0.15,
+    run_spread: float = 0.05,
+    lo: int = 20,
+    hi: int = 200,
+) -> int:
+    """Timed steps per run that give the narrowest interval for a fixed budget, within [``lo``, ``hi``].
+
+    A round costs ``startup_s + m * step_s`` per configuration; the variance of one round's log ratio is
+    ``2 * (run_spread**2 + (pi / 2) * step_spread**2 / m)`` (a run's own factor, plus the noise of the
+    median of ``m`` steps). Their product, the variance per second of budget, is smallest at
+    ``m = sqrt((pi / 2) * startup_s / step_s) * step_spread / run_spread``. The spreads are standard
+    deviations of log times: ``step_spread`` of the steps within a run (measured: the scaled MAD of a
+    run), ``run_spread`` of whole runs (a quiet machine's process-to-process spread unless measured)."""
+    if not (step_s > 0 and math.isfinite(startup_s) and startup_s > 0 and run_spread > 0):
+        return lo
+    m = math.sqrt(math.pi / 2 * startup_s / step_s) * step_spread / run_spread
+    return int(min(hi, max(lo, round(m))))
+
+
+def log_spread(samples: Sequence[float]) -> float:
+    """Scaled MAD of the log step times of one run: the within-run spread ``steps_for_startup`` takes."""
+    logs = [math.log(v) for v in samples if v > 0 and math.isfinite(v)]
+    if len(logs) < 3:
+        return 0.0
+    med = statistics.median(logs)
+    return MAD_SCALE * statistics.median(abs(v - med) for v in logs)
 
 
 # ------------------------------------------------------------------------------------- interleaved rounds
@@ -236,9 +304,10 @@ class Arm:
 class Settings:
     budget_s: float = 300.0  # wall time for all rounds of one comparison
     min_rounds: int = 3
-    max_rounds: int = 12
+    max_rounds: int = 40  # a cap: the budget ends the rounds first on any script worth measuring
     min_gain: float = 0.05
     confidence: float = 0.95
+    hurt_confidence: float = 0.99  # of the interval the hurt rule reads (it has no min_gain margin)
     warmup: int = 0  # samples dropped from the start of every run
     k: float = 5.0  # outlier threshold in scaled MADs
 
@@ -246,7 +315,7 @@ class Settings:
 @dataclass
 class Progress:
     round: int
-    max_rounds: int
+    max_rounds: int  # the rounds done plus those the budget still holds (at most Settings.max_rounds)
     elapsed_s: float
     eta_s: float | None  # until the last round that fits the budget
     verdicts: dict[str, str | None]
@@ -274,7 +343,12 @@ def update_verdicts(base: Arm, arms: Sequence[Arm], s: Settings, round_no: int) 
         if a.verdict is not None:
             continue
         a.interval = speedup_interval(base.rounds, a.rounds, s.confidence)
-        v = decide(a.interval, s.min_gain, s.min_rounds)
+        strict = (
+            speedup_interval(base.rounds, a.rounds, s.hurt_confidence)
+            if s.hurt_confidence > s.confidence
+            else None
+        )
+        v = decide(a.interval, s.min_gain, s.min_rounds, strict)
         if v is not None:
             a.verdict, a.decided_at = v, round_no
 
@@ -326,9 +400,11 @@ def interleave(
         update_verdicts(base, open_arms, s, r)
         if on_progress:
             elapsed = clock() - start
-            left = min(s.max_rounds - r, max(0, int((s.budget_s - elapsed) // max(last_round_s, 1e-9))))
+            fit = (s.budget_s - elapsed) / max(last_round_s, 1e-9)  # rounds the budget still holds
+            left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
+            # the rounds the budget still holds, not the cap: "round 2/6, ETA 80 s"
             on_progress(
-                Progress(r, s.max_rounds, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
+                Progress(r, r + left, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
             )
     for a in arms:
         if a.verdict is None:
@@ -348,11 +424,14 @@ __all__ = [
     "Outlier",
     "Progress",
     "Settings",
+    "blocks",
     "clean",
     "decide",
     "format_interval",
     "interleave",
+    "log_spread",
     "rotated",
     "speedup_interval",
+    "steps_for_startup",
     "update_verdicts",
 ]

@@ -25,6 +25,31 @@ def test_derive_computes_rates_and_ratios_from_block_times():
     assert r.peak_fraction == pytest.approx(0.16)
 
 
+def test_the_speedup_interval_pairs_blocks_of_the_same_repeat():
+    # the reference's blocks drift with the row's (same repeats): the paired interval is tight around 2x
+    ref = [1.0, 0.5, 2.0, 1.1]
+    r = derive(
+        _row(
+            block_step_s=[t / 2 for t in ref],
+            ref_block_step_s=ref,
+            ref_samples_per_step=8,
+            ref_samples_per_s=8.0,
+        ),
+        None,
+        {},
+    )
+    iv = r.speedup_interval
+    assert iv["rounds"] == 4 and iv["lo"] == pytest.approx(2.0) and iv["hi"] == pytest.approx(2.0)
+    # twice the samples per step at the same step time: twice the samples/s
+    r2 = derive(
+        _row(block_step_s=ref, ref_block_step_s=ref, ref_samples_per_step=4, ref_samples_per_s=4.0),
+        None,
+        {},
+    )
+    assert r2.speedup_interval["estimate"] == pytest.approx(2.0)
+    assert derive(_row(ref_samples_per_s=8.0), None, {}).speedup_interval is None  # no reference blocks
+
+
 def test_peak_fraction_uses_the_rows_dtype():
     r = derive(_row(dtype="bfloat16"), 1e9, {"float32": 1e11, "bfloat16": 4e11})
     assert r.peak_fraction == pytest.approx(16e9 / 4e11)

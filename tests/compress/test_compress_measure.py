@@ -69,3 +69,20 @@ def test_latency_measures_each_model_at_the_given_batch():
     assert set(both) == {"a", "b"}
     assert all(v.batch == 8 and v.median_s > 0 and v.runs >= 2 for v in both.values())
     assert a.training  # measuring leaves the mode as it was
+    # the engine's rounds: the first model is the baseline, the others carry their interval over it
+    assert both["a"].interval is None
+    assert both["b"].interval is not None and both["b"].interval.rounds == 2
+
+
+def test_latency_verdict_comes_from_the_engines_interval():
+    from pitstop.compress.report import Row
+    from pitstop.compress.report_findings import _engine_verdicts
+    from pitstop.measure import Interval
+
+    r = Row("int8")
+    assert _engine_verdicts(r) == []
+    r.extra["latency_interval"] = {
+        "batch_1": Interval(1.5, 1.3, 1.7, 3, 30, 30).to_dict(),
+        "batch_n": Interval(1.02, 0.9, 1.2, 3, 30, 30).to_dict(),
+    }
+    assert _engine_verdicts(r) == ["helped", "undecided"]

@@ -181,10 +181,49 @@ def test_verify_compares_one_run_of_the_patched_script_with_the_interval(script)
     assert v.error and "did not run" in v.text
 
 
+KINDS = [
+    ("workers", {"dataloader": {"num_workers": 2}}, "num_workers=2"),
+    ("host_memory", {"keep_host_memory": True}, "keep_host_memory()"),
+    ("channels_last", {"channels_last": True}, "channels_last"),
+    ("amp", {"autocast": "bfloat16"}, "autocast"),
+    ("foreach", {"optimizer_impl": "foreach"}, "foreach=True"),
+    ("compile", {"compile": True}, "torch.compile("),
+    ("cudnn_benchmark", {"cudnn_benchmark": True}, "cudnn.benchmark = True"),
+]
+
+
+@pytest.mark.parametrize(("kind", "ov", "marker"), KINDS, ids=[k[0] for k in KINDS])
+def test_each_kind_patches_then_verifies_on_the_patched_file(script, kind, ov, marker):
+    """Apply one kind, then verify: the re-run sees the patched file on disk (it parses and carries the
+    change), and its speed is compared with the interval fix measured."""
+    r = result_for(script, (kind, ov))
+    r.baseline.arm.rounds = [[0.12] * 10] * 3
+    r.interval = Interval(1.2, 1.1, 1.3, 3, 30, 30)
+    p = plan(r)
+    assert not p.unplaced and len(p.patches) == 1
+    backup = apply_all(p.patches)[0]
+    assert backup.read_text() == p.patches[0].original and marker not in backup.read_text()
+    seen = []
+
+    def runner(spec):
+        text = Path(spec.command[-1]).read_text()
+        ast.parse(text)
+        seen.append((marker in text, spec.overrides.is_empty()))  # the patch does it, not pitstop
+        steps = [StepRecord(index=i, start_s=0.0, total_s=0.1) for i in range(8)]
+        return RunResult(0, None, steps, [1.0] * 8, {}, None, 1.0, status="stopped")
+
+    v = verify(r, FixConfig(), runner)
+    assert seen == [(True, True)] and v.inside is True and "inside" in v.text
+    r.interval = Interval(1.5, 1.4, 1.6, 3, 30, 30)  # a re-run slower than the measured interval says so
+    assert verify(r, FixConfig(), runner).inside is False
+
+
 @pytest.mark.slow
 def test_the_patched_example_still_trains(script):
     r = result_for(
         script,
+        ("workers", {"dataloader": {"num_workers": 2}}),
+        ("cudnn_benchmark", {"cudnn_benchmark": True}),
         ("host_memory", {"keep_host_memory": True}),
         ("channels_last", {"channels_last": True}),
         ("amp", {"autocast": "bfloat16"}),

@@ -620,3 +620,28 @@ def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skippe
         and "emulated on this CPU" in why
     )
     assert max(n for _, n, _ in bf16less_cpu) <= 512  # the check stayed small
+
+
+def test_steps_per_run_follow_the_baselines_start_up(tmp_path):
+    """Without --steps, the first baseline run's start-up (wall time less its steps) sets the steps of
+    every later run; a script that ended before its steps caps them at what it ran."""
+    from pitstop.tune.fixrun import FIRST_STEPS, steps_from_run
+
+    r = make_result(0.01)
+    r.wall_s = 6.0 * 0.01 + 8.0  # 8 s of start-up for 0.01 s steps: the steps are cheap, use many
+    r.steps = [StepRecord(index=i, start_s=i, total_s=0.01 * (1 + 0.2 * (i % 3))) for i in range(30)]
+    r.spec = RunSpec(command=["python"], steps=30)
+    big = steps_from_run(r)
+    assert big is not None and 4 * FIRST_STEPS < big <= 200
+    r.spec = RunSpec(command=["python"], steps=300)
+    assert steps_from_run(r) == 30  # asked for 300, the script ended after 30: more would not come
+    r.wall_s = 0.4  # start-up as short as the steps: the minimum
+    assert steps_from_run(r) == FIRST_STEPS
+
+    runner = FakeRunner(lambda ov: 0.1, loader_config(tmp_path))
+    res = run_fix(["python", "train.py"], FixConfig(candidates=("channels_last",)), runner=runner)
+    first, later = runner.specs[0].steps, {s.steps for s in runner.specs[1:]}
+    assert first == FIRST_STEPS and len(later) == 1 and res.settings["steps"] in later
+    pinned = FakeRunner(lambda ov: 0.1, loader_config(tmp_path))
+    run_fix(["python", "train.py"], FixConfig(candidates=("channels_last",), steps=7), runner=pinned)
+    assert {s.steps for s in pinned.specs} == {7}

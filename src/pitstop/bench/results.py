@@ -13,6 +13,7 @@ from pitstop.bench.configs import MEMORY_CLAIMS
 from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_value, verdict
 from pitstop.bench.runner import BenchResult
 from pitstop.findings import Finding, Report, Severity
+from pitstop.measure import Interval, format_interval
 from pitstop.report.html import Block, bar_chart, table
 from pitstop.units import MiB
 
@@ -94,6 +95,7 @@ def findings(result: BenchResult) -> list[Finding]:
             "claim_high": r.claim.high,
             "samples_per_s": r.samples_per_s,
             "speedup": r.speedup,
+            "speedup_interval": r.speedup_interval,
             "memory_ratio": r.memory_ratio,
             "activation_ratio": r.activation_ratio,
             "ref": r.ref,
@@ -104,6 +106,8 @@ def findings(result: BenchResult) -> list[Finding]:
                 f"; {r.samples_per_s:.3g} samples/s median of {len(r.block_step_s)} blocks x {r.steps_per_block}"
                 f" steps (ref {r.ref}: {r.ref_samples_per_s or 0:.3g})"
             )
+            if r.speedup_interval:
+                evidence += f"; speed-up {format_interval(Interval(**r.speedup_interval))}"
         out.append(
             Finding(
                 id=f"bench.{r.name}",

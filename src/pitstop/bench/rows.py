@@ -7,10 +7,11 @@ was taken against, so anyone can recompute it (the tests do).
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pitstop.bench.configs import Claim
+from pitstop.measure import speedup_interval
 
 MEASURED, SKIPPED, FAILED, TIMEOUT = "measured", "skipped", "failed", "timeout"
 
@@ -31,6 +32,8 @@ class Row:
     dtype: str = "float32"  # compute dtype: which matmul peak the row is compared with
     ref: str | None = None  # the row the ratios are taken against (same run, interleaved)
     ref_samples_per_s: float | None = None
+    ref_block_step_s: list[float] = field(default_factory=list)  # the reference's blocks, same repeats
+    ref_samples_per_step: int = 0
     ref_peak_mem_bytes: int | None = None
     ref_activation_bytes: int | None = None
     claim: Claim | None = None
@@ -40,6 +43,8 @@ class Row:
     samples_per_s_min: float | None = None
     samples_per_s_max: float | None = None
     speedup: float | None = None
+    # the timing engine's interval of the speed-up (``Interval.to_dict``), blocks paired by repeat
+    speedup_interval: dict[str, Any] | None = None
     memory_ratio: float | None = None  # peak step memory / the reference's
     activation_ratio: float | None = None  # activation memory / the reference's
     model_flops_per_s: float | None = None
@@ -59,6 +64,7 @@ def derive(row: Row, flops_per_sample: float | None, peaks: dict[str, float]) ->
             row.samples_per_s_min, row.samples_per_s_max = min(rates), max(rates)
     if row.samples_per_s and row.ref_samples_per_s:
         row.speedup = row.samples_per_s / row.ref_samples_per_s
+        row.speedup_interval = _interval(row)
     if row.peak_mem_bytes is not None and row.ref_peak_mem_bytes:
         row.memory_ratio = row.peak_mem_bytes / row.ref_peak_mem_bytes
     if row.activation_bytes is not None and row.ref_activation_bytes:
@@ -70,6 +76,19 @@ def derive(row: Row, flops_per_sample: float | None, peaks: dict[str, float]) ->
             row.peak_fraction = row.model_flops_per_s / peak
     row.verdict = verdict(row)
     return row
+
+
+def _interval(row: Row) -> dict[str, Any] | None:
+    """``measure.speedup_interval`` of the row's blocks against its reference's, block i with block i
+    (the same repeat of the rotating rounds), scaled to samples/s where the step sizes differ."""
+    pairs = [
+        ([b], [c]) for b, c in zip(row.ref_block_step_s, row.block_step_s, strict=False) if b > 0 and c > 0
+    ]
+    iv = speedup_interval([p[0] for p in pairs], [p[1] for p in pairs])
+    if iv is None:
+        return None
+    k = row.samples_per_step / row.ref_samples_per_step if row.ref_samples_per_step else 1.0
+    return replace(iv, estimate=iv.estimate * k, lo=iv.lo * k, hi=iv.hi * k).to_dict()
 
 
 def claim_value(row: Row) -> float | None:

@@ -34,6 +34,8 @@ def _set_ref(row: Row, ref: Row) -> None:
     derive(ref, None, {})
     row.ref = ref.name if not row.ref else row.ref
     row.ref_samples_per_s = ref.samples_per_s
+    row.ref_block_step_s = list(ref.block_step_s)
+    row.ref_samples_per_step = ref.samples_per_step
     row.ref_peak_mem_bytes = ref.peak_mem_bytes
     row.ref_activation_bytes = ref.activation_bytes
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import math
 import os
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
+
+from pitstop.measure import Arm, Interval, Settings, interleave
 
 
 @contextlib.contextmanager
@@ -115,6 +118,8 @@ class Latency:
     runs: int
     threads: int
     min_s: float = 0.0
+    # speed-up over the first model timed with it (``interleaved_latency``), from ``pitstop.measure``
+    interval: Interval | None = None
 
 
 def _timer(model: nn.Module, x: Any, threads: int) -> Any:
@@ -150,20 +155,39 @@ def interleaved_latency(
     min_run_time: float = 0.5,
     on_round: Callable[[int], None] | None = None,
 ) -> dict[str, Latency]:
-    """Latency of several models on the same input, measured round-robin so that background load on a
-    shared machine hits them alike: each round times every model for ``min_run_time / rounds`` seconds;
-    the result pools every block time of every round (median and IQR over the pool)."""
+    """Latency of several models on the same input in the timing engine's rotating rounds
+    (``pitstop.measure.interleave``), so that background load on a shared machine hits them alike: each
+    round times every model with ``blocked_autorange`` for ``min_run_time / rounds`` seconds (its block
+    times are that round's samples). Median and IQR pool every kept block time; ``interval`` is the
+    engine's speed-up of each model over the first (the baseline) from the per-round medians."""
     threads = threads or torch.get_num_threads()
     timers = {name: _timer(m, x, threads) for name, m in models.items()}
-    times: dict[str, list[float]] = {name: [] for name in models}
     per_round = max(min_run_time / max(rounds, 1), 0.01)
-    for r in range(max(rounds, 1)):
-        for name, timer in timers.items():
-            with eval_mode(models[name]):
-                times[name].extend(timer.blocked_autorange(min_run_time=per_round).times)
-        if on_round is not None:
-            on_round(r + 1)
-    return {name: _summarize(t, rows_of(x), threads) for name, t in times.items()}
+    names = list(models)
+    base, arms = Arm(names[0]), [Arm(n) for n in names[1:]]
+    done = [0]
+
+    def sample(name: str) -> list[float]:
+        with eval_mode(models[name]):
+            times = list(timers[name].blocked_autorange(min_run_time=per_round).times)
+        done[0] += 1
+        if on_round is not None and done[0] % len(names) == 0:
+            on_round(done[0] // len(names))
+        return times
+
+    n = max(rounds, 1)
+    settings = Settings(budget_s=math.inf, min_rounds=n + 1, max_rounds=n)  # every round, no early stop
+    if arms:
+        interleave(base, arms, sample, settings)
+    else:
+        for _ in range(n):
+            base.add(sample(base.name))
+    out = {}
+    for arm in [base, *arms]:
+        kept = [v for r in arm.rounds for v in r] or [math.nan]
+        lat = _summarize(kept, rows_of(x), threads)
+        out[arm.name] = replace(lat, interval=arm.interval if arm is not base else None)
+    return out
 
 
 @dataclass(frozen=True)

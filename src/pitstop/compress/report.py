@@ -194,6 +194,11 @@ def compress_report(
                     b.row.extra["latency_runs"] = {"batch_1": b1[name].runs, "batch_n": bn[name].runs}
                     b.row.extra["latency_iqr_s"] = {"batch_1": b1[name].iqr_s, "batch_n": bn[name].iqr_s}
                     b.row.extra["latency_min_s"] = {"batch_1": b1[name].min_s, "batch_n": bn[name].min_s}
+                    b.row.extra["latency_interval"] = {
+                        k: lat[name].interval.to_dict()
+                        for k, lat in (("batch_1", b1), ("batch_n", bn))
+                        if lat[name].interval is not None
+                    }
         if progress:
             progress("done", total, total)
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pitstop.findings import Finding, Severity
+from pitstop.measure import HELPED, HURT, UNDECIDED, Interval, decide
 
 if TYPE_CHECKING:
     from pitstop.compress.report import ReportOptions, Row
@@ -177,6 +178,16 @@ def _speedups(base: Row, r: Row, batch: str) -> tuple[float | None, float | None
     return (min(vals), max(vals)) if vals else (None, None)
 
 
+def _engine_verdicts(r: Row) -> list[str]:
+    """``pitstop.measure.decide`` on each batch size's interval over the baseline (``SPEED_MARGIN`` as
+    the gain that counts, every round in): helped, hurt, no change or undecided; [] without intervals."""
+    out = []
+    for d in (r.extra.get("latency_interval") or {}).values():
+        iv = Interval(**d)
+        out.append(decide(iv, SPEED_MARGIN, min_rounds=2) or UNDECIDED)
+    return out
+
+
 def _compare(fid: str, r: Row, base: Row, opts: ReportOptions) -> Finding:
     size_x = _ratio(base.size_bytes, r.size_bytes)
     b1_x = _ratio(base.latency_b1_s, r.latency_b1_s)
@@ -195,6 +206,8 @@ def _compare(fid: str, r: Row, base: Row, opts: ReportOptions) -> Finding:
         if r.weight_sparsity is not None and r.method.startswith("prune")
         else "",
     ]
+    ivs = r.extra.get("latency_interval") or {}
+    parts += [f"speed-up at {k.replace('_', ' ')}: {Interval(**d).text()}" for k, d in ivs.items()]
     ev = "; ".join(p for p in parts if p) + (f" ({r.notes})" if r.notes else "")
     smaller = (size_x or 0) > 1.05  # sizes are exact; timings are not:
     speeds = [v for v in (b1_x, bn_x) if v]
@@ -203,6 +216,9 @@ def _compare(fid: str, r: Row, base: Row, opts: ReportOptions) -> Finding:
     both = [_speedups(base, r, b) for b in ("batch_1", "batch_n")]
     faster = any(lo > 1 + SPEED_MARGIN for lo, _ in both if lo)
     slower = any(hi < 1 - SPEED_MARGIN for _, hi in both if hi)
+    verdicts = _engine_verdicts(r)
+    if verdicts:  # the rounds' interval decides, where the timing engine measured one
+        faster, slower = HELPED in verdicts, HURT in verdicts
     if drop is not None and drop > opts.max_acc_drop:
         sev, title = Severity.WARN, f"{r.method}: accuracy drops {100 * drop:.1f} points"
     elif not (smaller or faster):

@@ -1,14 +1,16 @@
 """Reports of the same kind side by side: the before/after view (``pitstop compare A.json B.json ...``).
 
 The first report is the baseline. For each later one: step time and its parts, steps/s, the findings
-that disappeared or appeared, and the speed-up (baseline median step over this one's) with a bootstrap
-interval where both reports carry per-step samples (``sections.steps`` of a profile report). Pure
-functions from Reports to a Report (tool "compare"); rendering is below, separate from the numbers.
+that disappeared or appeared, and the speed-up (baseline median step over this one's) with the timing
+engine's interval (``pitstop.measure.speedup_interval``) where both reports carry per-step samples
+(``sections.steps`` of a profile report). A report is one run, so each side's steps are cut into
+consecutive blocks that stand in for the engine's rounds (block i against block i): the interval holds
+the drift within the runs, not the spread between runs, and the finding says so. Pure functions from
+Reports to a Report (tool "compare"); rendering is below, separate from the numbers.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,11 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.measure import blocks, speedup_interval
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import Block, table
 
-RESAMPLES = 2000
 LEVEL = 0.95
+BLOCK_STEPS = 10  # steps per block; 3 to 10 blocks a side
 
 
 class CompareError(ValueError):
@@ -32,34 +35,30 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Ratio:
-    """``median(a) / median(b)`` and its bootstrap interval (None without enough samples)."""
+    """``median(a) / median(b)`` and its interval (None without enough samples), from ``blocks`` blocks."""
 
     value: float
     low: float | None
     high: float | None
     n_a: int
     n_b: int
+    blocks: int = 0
 
 
-def ratio_of_medians(
-    a: Sequence[float], b: Sequence[float], resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0
-) -> Ratio:
-    """Percentile bootstrap of ``median(a) / median(b)``: each resample draws both samples again, with
-    replacement, at their own sizes. Seeded, so the same reports give the same interval."""
+def ratio_of_medians(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Ratio:
+    """``median(a) / median(b)`` with ``measure.speedup_interval`` over consecutive blocks of about
+    ``BLOCK_STEPS`` steps (3 to 10 a side, the same count both sides). A pure function of the samples:
+    the same reports give the same interval. No interval below 3 steps a side per block."""
     if not a or not b:
         raise ValueError("both samples need at least one value")
     value = statistics.median(a) / statistics.median(b)
-    if len(a) < 3 or len(b) < 3:
+    n = max(3, min(10, min(len(a), len(b)) // BLOCK_STEPS))
+    if min(len(a), len(b)) < 3 * n:
         return Ratio(value, None, None, len(a), len(b))
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(resamples)
-    )
-    tail = (1.0 - level) / 2.0
-    lo = ratios[int(tail * (resamples - 1))]
-    hi = ratios[int((1.0 - tail) * (resamples - 1))]
-    return Ratio(value, lo, hi, len(a), len(b))
+    iv = speedup_interval(blocks(a, n), blocks(b, n), level)
+    if iv is None:
+        return Ratio(value, None, None, len(a), len(b))
+    return Ratio(value, iv.lo, iv.hi, len(a), len(b), n)
 
 
 def step_samples(report: Report) -> list[float]:
@@ -104,7 +103,9 @@ def compare(reports: Sequence[Report], labels: Sequence[str]) -> Report:
         samples = step_samples(rep)
         if base_samples and samples:
             r = ratio_of_medians(base_samples, samples)
-            pair.update(speedup=r.value, low=r.low, high=r.high, n_baseline=r.n_a, n_other=r.n_b)
+            pair.update(
+                speedup=r.value, low=r.low, high=r.high, n_baseline=r.n_a, n_other=r.n_b, blocks=r.blocks
+            )
         elif base["median_step_s"] and row["median_step_s"]:
             pair.update(speedup=base["median_step_s"] / row["median_step_s"], low=None, high=None)
         pair["disappeared"] = sorted(set(base["findings"]) - set(row["findings"]))
@@ -128,8 +129,9 @@ def _pair_findings(pair: dict[str, Any], base: dict[str, Any], row: dict[str, An
         times = f"median step {1000 * base['median_step_s']:.1f} ms -> {1000 * row['median_step_s']:.1f} ms"
         if lo is not None and hi is not None:
             interval = (
-                f"; {100 * LEVEL:.0f}% bootstrap interval of the ratio of medians {lo:.2f}x-{hi:.2f}x "
-                f"({pair['n_baseline']} vs {pair['n_other']} measured steps, {RESAMPLES} resamples)"
+                f"; {100 * LEVEL:.0f}% interval of the ratio of medians {lo:.2f}x-{hi:.2f}x "
+                f"({pair['n_baseline']} vs {pair['n_other']} measured steps in {pair.get('blocks')} "
+                "blocks a side; one run each, so the spread between runs is not in it)"
             )
             clear = lo > 1 or hi < 1
         else:

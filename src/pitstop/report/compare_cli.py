@@ -13,8 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "compare",
         help="compare saved reports (before/after): step time, steps/s, findings, speed-up",
         description="Put JSON reports of the same kind side by side, the first as the baseline: step time "
-        "and its parts, steps/s, findings that disappeared or appeared, and the speed-up with a bootstrap "
-        "interval where both reports carry per-step samples (profile reports do).",
+        "and its parts, steps/s, findings that disappeared or appeared, and the speed-up with the timing "
+        "engine's interval where both reports carry per-step samples (profile reports do).",
     )
     p.add_argument("reports", nargs="+", metavar="REPORT.json", help="two or more reports (--json output)")
     add_output_args(p)

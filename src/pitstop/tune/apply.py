@@ -436,7 +436,7 @@ def verify(
     r = runner(
         RunSpec(
             command=list(result.command),
-            steps=cfg.steps,
+            steps=cfg.steps or result.settings.get("steps") or 20,
             warmup=cfg.warmup,
             timeout=cfg.timeout,
             cwd=cfg.cwd,

@@ -377,7 +377,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
     if (
-        o.steps <= 0
+        (o.steps is not None and o.steps <= 0)
         or o.warmup < 0
         or o.budget <= 0
         or not 2 <= o.min_rounds <= o.max_rounds

@@ -73,17 +73,19 @@ class LRArgs(ScriptArgs, ModelArgs):
 
 @dataclass
 class FixArgs:
-    steps: int = opt(20, "measured steps per run (default 20)")
+    steps: int | None = opt(
+        None, "timed steps per run (default: from the baseline's start-up and step time, 20 to 200)"
+    )
     warmup: int = opt(5, "warm-up steps per run (default 5)")
     budget: float = opt(
         300.0, "seconds for the whole measurement; candidates still open then are 'undecided' (default 300)"
     )
     min_rounds: int = opt(3, "rounds before any verdict (default 3)")
-    max_rounds: int = opt(10, "rounds at most per stage (default 10)")
+    max_rounds: int = opt(40, "rounds at most per stage; the budget ends them first (40)")
     candidates: str = opt(
         "auto",
         "auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
-        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory",
+        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory, threads, no_sync, static_graph",
     )
     skip: str = opt("", "candidates never to try, e.g. compile (same names)")
     min_gain: float = opt(0.05, "speed-up needed to count as helped (0.05)")

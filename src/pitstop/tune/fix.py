@@ -49,11 +49,11 @@ def parse_candidates(text: str) -> tuple[str, ...] | None:
 
 @dataclass
 class FixConfig:
-    steps: int = 20  # measured steps per run
+    steps: int | None = None  # timed steps per run; None: from the start-up (fixrun.steps_from_run)
     warmup: int = 5  # steps per run before the measured ones
     budget: float = 300.0  # seconds for the whole of fix: profile run, every round, the combination
     min_rounds: int = 3  # rounds before any verdict
-    max_rounds: int = 10
+    max_rounds: int = 40  # a cap per stage; the budget ends the rounds first
     candidates: tuple[str, ...] | None = None  # None: chosen from the profile's findings
     skip: tuple[str, ...] = ()  # kinds never tried (e.g. "compile": minutes per run on a big model)
     min_gain: float = 0.05

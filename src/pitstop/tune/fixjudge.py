@@ -24,6 +24,7 @@ from pitstop.measure import (
     Arm,
     Interval,
     Outlier,
+    Settings,
     decide,
     speedup_interval,
 )
@@ -158,7 +159,8 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
             m.reason = f"mean loss {c:.4g} vs baseline {b:.4g}: differs by more than {tol:.3g}"
             return
     speed = m.arm.verdict if m.arm.verdict in SPEED_VERDICTS else None
-    speed = speed or decide(m.interval, min_gain, cfg.min_rounds) or UNDECIDED
+    strict = speedup_interval(base.arm.rounds, m.arm.rounds, Settings().hurt_confidence)
+    speed = speed or decide(m.interval, min_gain, cfg.min_rounds, strict) or UNDECIDED
     if m.cannot_help:
         # the script's facts say it cannot act: whatever the runs showed is noise or a side effect
         m.verdict, m.reason = "rejected", f"did not apply: {m.cannot_help}"

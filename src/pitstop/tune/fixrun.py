@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pitstop.measure import Progress, Settings, interleave
+from pitstop.measure import Progress, Settings, interleave, log_spread, steps_for_startup
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.tune import fix_dist
@@ -43,12 +44,29 @@ Runner = Callable[[RunSpec], RunResult]
 # (a loader fix or two fixes helped), and that the second stage may use.
 FIRST_SHARE, SECOND_SHARE = 0.6, 0.6
 MIN_RUN_S = 30.0  # a run gets at least this long even when the budget is nearly spent
+FIRST_STEPS = 20  # timed steps of the runs before the start-up cost is known (``FixConfig.steps`` None)
 
 
-def _spec(command: list[str], cfg: FixConfig, overrides: Overrides, probes: bool = False) -> RunSpec:
+def steps_from_run(r: RunResult) -> int | None:
+    """Timed steps per run for this script from one baseline run: ``measure.steps_for_startup`` of its
+    start-up (wall time less its steps: import, data, model, and the tail after the last step), its
+    median step and its within-run spread; at most the steps the script ran when it ended early."""
+    times = [s.total_s for s in r.steps if not s.eval]
+    if not r.ok or len(times) < 3:
+        return None
+    step = statistics.median(times)
+    startup = r.wall_s - sum(s.total_s for s in [*r.warmup_steps, *r.steps])
+    m = steps_for_startup(startup, step, step_spread=max(log_spread(times), 0.02))
+    ended_early = r.spec is not None and len(r.steps) < r.spec.steps
+    return min(m, len(r.steps)) if ended_early else m
+
+
+def _spec(
+    command: list[str], cfg: FixConfig, overrides: Overrides, probes: bool = False, steps: int | None = None
+) -> RunSpec:
     return RunSpec(
         command=list(command),
-        steps=cfg.steps,
+        steps=steps or cfg.steps or FIRST_STEPS,
         warmup=cfg.warmup,
         timeout=cfg.timeout,
         overrides=overrides,
@@ -72,6 +90,14 @@ class _Rounds:
     ) -> None:
         self.command, self.cfg, self.runner, self.progress, self.clock = command, cfg, runner, progress, clock
         self.deadline = clock() + cfg.budget
+        self.steps = cfg.steps  # None until a baseline run gave the start-up cost
+
+    def note_baseline(self, r: RunResult) -> None:
+        """With ``FixConfig.steps`` None, the first baseline run sets the steps of every later run."""
+        if self.steps is None:
+            self.steps = steps_from_run(r) or FIRST_STEPS
+            if self.progress:
+                self.progress(f"{self.steps} timed steps per run (from the baseline's start-up and step)")
 
     def left(self) -> float:
         return max(0.0, self.deadline - self.clock())
@@ -96,7 +122,7 @@ class _Rounds:
             runs[0] += 1
             if self.progress:
                 self.progress(f"{label}: run {runs[0]}, {m.name} ({self.left():.0f} s of budget left)")
-            spec = _spec(self.command, cfg, ov)
+            spec = _spec(self.command, cfg, ov, steps=self.steps)
             # no run outlives the budget by much: one still going when it ends is stopped
             spec.timeout = min(cfg.timeout or math.inf, max(MIN_RUN_S, self.left()))
             r = self.runner(spec)
@@ -104,6 +130,8 @@ class _Rounds:
                 m.unfinished += 1  # stopped by the budget, not by the script: no sample, no error
                 return None
             times = m.add(r)
+            if m is base and times:
+                self.note_baseline(r)
             if m is not base and m.blocked(bool(times)):
                 m.arm.verdict = m.blocked(bool(times))  # measured enough: it cannot pass whatever its speed
             return times
@@ -159,7 +187,7 @@ def run_fix(
             if not prof.ok or not prof.steps:
                 result.baseline_error = prof.error or f"the script ended with status {prof.status}"
                 base.errors.append(result.baseline_error)
-                return _finish(result, cfg)
+                return _finish(result, cfg, rounds.steps)
             result.config = prof.config
             result.profile_findings = prof.report().findings
             kinds = kinds_from_findings(result.profile_findings)
@@ -171,9 +199,10 @@ def run_fix(
                 progress("baseline run")
             first = runner(_spec(command, cfg, Overrides()))
             base.record(first)
+            rounds.note_baseline(first)
             if not first.ok or not first.steps:
                 result.baseline_error = first.error or f"the script ended with status {first.status}"
-                return _finish(result, cfg)
+                return _finish(result, cfg, rounds.steps)
             result.config = first.config
         user_skipped = [
             f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
@@ -197,7 +226,7 @@ def run_fix(
             judge(base, base, cfg)
         if not any(base.arm.rounds):
             result.baseline_error = base.errors[0] if base.errors else "the baseline never ran a step"
-            return _finish(result, cfg)
+            return _finish(result, cfg, rounds.steps)
         helped = [m for m in measured if m.verdict == HELPED]
         workers = [m for m in helped if m.kind == "workers"]
         if len(workers) > 1:  # one num_workers value: the fastest
@@ -215,7 +244,7 @@ def run_fix(
         judge(base, base, cfg)
         for m in result.candidates:
             judge(m, base, cfg)
-    return _finish(result, cfg)
+    return _finish(result, cfg, rounds.steps)
 
 
 def _combine(helped: list[Measured], base: Measured, rounds: _Rounds, result: FixResult) -> None:
@@ -285,7 +314,8 @@ def _on_top_of_loader_fix(
     return [t for t in tops if t.verdict == HELPED]
 
 
-def _finish(result: FixResult, cfg: FixConfig) -> FixResult:
+def _finish(result: FixResult, cfg: FixConfig, steps: int | None) -> FixResult:
+    result.settings["steps"] = steps  # as run: the start-up rule's when --steps was not given
     chosen = [m for m in result.candidates if m.name in result.chosen]
     loader_changes: dict[str, Any] = {}
     for m in chosen:

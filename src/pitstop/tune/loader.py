@@ -12,6 +12,7 @@ Finally the script's own setting and the chosen one are measured again, interlea
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -19,6 +20,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.host.cpu import usable_cores
+from pitstop.measure import Arm, Interval, Progress, Settings, interleave
 from pitstop.tune.loader_findings import (
     best_finding,
     dataset_failure,
@@ -311,7 +313,10 @@ def tune_loader(
             speedup = chosen_rate / base_rate  # type: ignore[operator]
 
     findings.extend(sweep_findings(sweep.order))
-    findings.insert(0, best_finding(baseline, chosen, base_rate, chosen_rate, speedup, location, cfg))
+    iv = Interval(**meta["confirm_interval"]) if meta.get("confirm_interval") else None
+    findings.insert(
+        0, best_finding(baseline, chosen, base_rate, chosen_rate, speedup, location, cfg, interval=iv)
+    )
     meta["points_measured"] = sum(1 for p in sweep.order if not p.reason.startswith("predicted"))
     meta["exhaustive_worker_points"] = len(worker_candidates(max_w))
     return LoaderTuneResult(
@@ -332,15 +337,34 @@ def _confirm(
         rate = p.batches_per_s if p and p.ok else None
         return rate, rate, 1.0 if rate else None
     base, best = [], []
-    for r in range(cfg.confirm_rounds):
+    settings = {"baseline": baseline, "chosen": chosen}
+    rates: dict[str, list[float]] = {"baseline": base, "chosen": best}
+
+    def sample(name: str) -> list[float] | None:
+        p = sweep.measure(settings[name].normalized())
+        p.role = "confirm"
+        if not p.ok:
+            return None
+        rates[name].append(p.batches_per_s)  # type: ignore[arg-type]
+        return [1.0 / w for w in p.windows if w > 0] or [1.0 / p.batches_per_s]  # type: ignore[operator]
+
+    def report(pr: Progress) -> None:
         if progress:
-            progress(f"confirming: round {r + 1}/{cfg.confirm_rounds}, script's setting vs chosen")
-        for s, out in ((baseline, base), (chosen, best)):
-            p = sweep.measure(s.normalized())
-            p.role = "confirm"
-            if p.ok:
-                out.append(p.batches_per_s)
+            progress(f"confirming: {pr.text()}, script's setting vs chosen")
+
+    # the timing engine's rotating rounds; every round runs (min_rounds above max: no early stop)
+    n = cfg.confirm_rounds
+    arm_b, arm_c = Arm("baseline"), Arm("chosen")
+    interleave(
+        arm_b,
+        [arm_c],
+        sample,
+        Settings(budget_s=math.inf, min_rounds=n + 1, max_rounds=n),
+        on_progress=report,
+    )
     meta["confirm_batches_per_s"] = {"baseline": base, "chosen": best}
+    if arm_c.interval is not None and math.isfinite(arm_c.interval.hi):
+        meta["confirm_interval"] = arm_c.interval.to_dict()
     if not base or not best:
         return None, None, None
     b, c = statistics.median(base), statistics.median(best)

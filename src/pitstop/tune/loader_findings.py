@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.measure import HELPED, Interval, decide
 from pitstop.tune.loader_measure import LoaderPoint, LoaderSetting, is_worker_crash
 
 if TYPE_CHECKING:
@@ -112,7 +113,10 @@ def best_finding(
     speedup: float | None,
     location: str | None,
     cfg: TuneConfig,
+    interval: Interval | None = None,
 ) -> Finding:
+    """The chosen setting against the script's. With the confirmation rounds' interval (2 rounds or
+    more), the gain counts when ``measure.decide`` calls it helped; with one round, by its median."""
     changes = kwargs_diff(baseline, chosen)
     data = {
         "baseline": baseline.label(),
@@ -137,9 +141,13 @@ def best_finding(
             f"{chosen_rate:.1f} vs {base_rate:.1f} batches/s ({speedup:.2f}x), median of "
             f"{cfg.confirm_rounds} interleaved rounds, {chosen.label()} vs the script's {baseline.label()}"
         )
+        if interval is not None:
+            ev += f"; per batch {interval.text()}"
     else:
         ev = f"{chosen.label()} vs the script's {baseline.label()} (speed-up not confirmed)"
     gain = speedup is not None and speedup >= 1 + cfg.min_gain
+    if interval is not None:
+        gain = decide(interval, cfg.min_gain, min_rounds=2) == HELPED
     return Finding(
         id="tune.loader.best",
         severity=Severity.WARN if gain else Severity.INFO,
