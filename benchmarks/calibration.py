@@ -185,10 +185,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of examples/ scripts")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds per fix measurement (one row)")
-    ap.add_argument("--steps", type=int, default=10, help="measured steps per fix run")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="measured steps per fix run (default: fix's choice from the start-up)"
+    )
     ap.add_argument("--profile-steps", type=int, default=20, help="measured steps of the profile run")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--max-rounds", type=int, default=12)
+    ap.add_argument("--max-rounds", type=int, default=40, help="rounds at most (the budget ends them first)")
     ap.add_argument("--max-minutes", type=float, default=14.0, help="no fix starts past this")
     ap.add_argument("--all-info", action="store_true", help="also rows for info findings under 5%%")
     ap.add_argument("--out", type=Path, default=RESULTS, help="the results file (a smoke run: elsewhere)")
@@ -228,7 +230,7 @@ def write(
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {usable_cores()} usable cores; {load_line(start)}; "
         f"other processes used {other.share():.0%} of the CPUs over the {time.perf_counter() - t0:.0f} s run. "
         f"Scripts: {', '.join(names)}; profile {args.profile_steps} steps; fix budget {args.budget:.0f} s "
-        f"per row, {args.steps} measured steps per run (+{args.warmup} warm-up), at most "
+        f"per row, {args.steps or "fix's choice of"} measured steps per run (+{args.warmup} warm-up), at most "
         f"{args.max_rounds} rounds.",
         "",
         "| script | finding | severity | predicted speed-up | measured by fix | verdict | inside | < 1.0x "
