@@ -230,7 +230,7 @@ def write(
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {usable_cores()} usable cores; {load_line(start)}; "
         f"other processes used {other.share():.0%} of the CPUs over the {time.perf_counter() - t0:.0f} s run. "
         f"Scripts: {', '.join(names)}; profile {args.profile_steps} steps; fix budget {args.budget:.0f} s "
-        f"per row, {args.steps or "fix's choice of"} measured steps per run (+{args.warmup} warm-up), at most "
+        f"per row, {args.steps or 'fix-chosen'} measured steps per run (+{args.warmup} warm-up), at most "
         f"{args.max_rounds} rounds.",
         "",
         "| script | finding | severity | predicted speed-up | measured by fix | verdict | inside | < 1.0x "
