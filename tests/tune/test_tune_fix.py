@@ -645,3 +645,14 @@ def test_steps_per_run_follow_the_baselines_start_up(tmp_path):
     pinned = FakeRunner(lambda ov: 0.1, loader_config(tmp_path))
     run_fix(["python", "train.py"], FixConfig(candidates=("channels_last",), steps=7), runner=pinned)
     assert {s.steps for s in pinned.specs} == {7}
+
+
+def test_an_unconfirmed_page_fault_estimate_is_timed_by_fix_and_a_small_one_is_not():
+    def faults(share, confirmed):
+        data = {"confirmed": confirmed}
+        return Finding("host.page_faults", Severity.INFO, "t", est_saving_s=0.01, share=share, data=data)
+
+    # the in-process probe's point estimate reached a warning's share, its interval did not confirm it
+    assert kinds_from_findings([faults(0.16, False)]) == [("host_memory", "host.page_faults")]
+    assert kinds_from_findings([faults(0.02, False)]) == []  # too small to be worth a run
+    assert kinds_from_findings([faults(0.16, None)]) == []  # a rule that did not judge it

@@ -22,6 +22,7 @@ from pitstop.host.precision import device_type, preferred_amp_dtype
 from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
+from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
 from pitstop.tune import fix_dist
 from pitstop.tune.fixjudge import Measured, judge
@@ -244,7 +245,9 @@ def build_candidates(
 
 def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
     """Actionable findings -> candidate kinds, in rank order: warnings and errors, and the info findings
-    whose gain the profile could not time (compile.none always; host.page_faults when unprobed)."""
+    whose gain the profile could not time in-process (compile.none always; host.page_faults when unprobed,
+    or when its point estimate reached a warning's share but its interval did not confirm it: only the
+    whole script, timed by fix, can tell)."""
     seen: dict[str, str] = {}
     kinds = finding_kinds()
     for f in sorted(findings, key=lambda f: (-f.severity.rank, -(f.est_saving_s or 0.0))):
@@ -252,8 +255,9 @@ def kinds_from_findings(findings: list[Finding]) -> list[tuple[str, str]]:
         if kind is None or kind in seen:
             continue
         untimed = (r := by_finding(f.id)) is not None and r.untimed
+        unconfirmed = f.data.get("confirmed") is False and (f.share or 0.0) >= WARN_SHARE
         if f.severity in (Severity.WARN, Severity.ERROR) or (
-            untimed and f.severity is Severity.INFO and f.est_saving_s is None
+            untimed and f.severity is Severity.INFO and (f.est_saving_s is None or unconfirmed)
         ):
             seen[kind] = f.id
     if "workers" in seen:
