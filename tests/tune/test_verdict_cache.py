@@ -77,6 +77,26 @@ def test_a_kind_with_one_helping_measurement_is_not_demoted(tmp_path):
     assert vc.annotate_profile([f], ["python", str(script)], tmp_path) == [f]
 
 
+def test_an_unconfirmed_info_finding_whose_fix_helped_every_time_becomes_a_confirmed_warning(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    result = result_for(
+        script,
+        measured("keep host memory", "host_memory", "helped", 1.29, 1.20, 1.40),
+        measured("num_workers=2", "workers", "helped", 1.5, 1.4, 1.6),
+        measured("num_workers=4", "workers", "no change", 1.01, 0.97, 1.05),
+    )
+    vc.record(result, tmp_path)
+    faults = Finding(id="host.page_faults", severity=Severity.INFO, title="t", evidence="not confirmed")
+    workers = Finding(id="dataloader.workers", severity=Severity.INFO, title="t", evidence="not confirmed")
+    by = {f.id: f for f in vc.annotate_profile([faults, workers], ["python", str(script)], tmp_path)}
+    confirmed = by["host.page_faults"]
+    assert confirmed.severity is Severity.WARN
+    assert "confirmed by pitstop fix on the whole script: 1.29x (95% CI 1.20\u20131.40" in confirmed.evidence
+    assert confirmed.data["fix_measured"]["interval"] == [1.20, 1.40]
+    assert by["dataloader.workers"] is workers  # one of its fixes did not help: it stays as the profile said
+
+
 def test_measurements_on_top_of_another_fix_and_undecided_ones_do_not_demote(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("")

@@ -6,7 +6,9 @@
 written next to the script), keyed by the script's resolved path (or ``-m module`` and the working
 directory). A later ``pitstop profile`` of the same script reads it: a finding whose fix was
 measured as *no change* or *hurt* says so with the measurement and is at most info, since the
-prediction did not come true when the fix was applied to the whole script.
+prediction did not come true when the fix was applied to the whole script; an info finding whose fix
+every measurement called *helped* is a warning, confirmed by the whole script's measurement (the
+most cautious lower bound among them is what it claims).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.measure import HURT, NO_CHANGE
+from pitstop.measure import HELPED, HURT, NO_CHANGE
 from pitstop.tune.fixjudge import SPEED_VERDICTS
 
 if TYPE_CHECKING:
@@ -113,6 +115,9 @@ def annotate(findings: list[Finding], verdicts: dict[str, list[dict[str, Any]]])
     out = []
     for f in findings:
         runs = verdicts.get(FINDING_KINDS.get(f.id, ""), [])
+        if f.severity is Severity.INFO and runs and all(r.get("verdict") == HELPED for r in runs):
+            out.append(_confirmed(f, runs))
+            continue
         if f.severity is Severity.PASS or not runs or not all(r.get("verdict") in DISPROVED for r in runs):
             out.append(f)
             continue
@@ -125,6 +130,18 @@ def annotate(findings: list[Finding], verdicts: dict[str, list[dict[str, Any]]])
         data = {**f.data, "fix_measured": best}
         out.append(replace(f, severity=severity, evidence=f"{f.evidence}; {note}", data=data))
     return out
+
+
+def _confirmed(f: Finding, runs: list[dict[str, Any]]) -> Finding:
+    """``f`` as a warning: the whole script with its fix measured faster in every run of ``pitstop fix``."""
+    surest = min(runs, key=lambda r: (r.get("interval") or [r.get("speedup") or 0.0])[0])
+    note = (
+        f"confirmed by pitstop fix on the whole script: {surest.get('interval_text') or surest.get('speedup')} "
+        f"on {surest.get('date')} ({surest.get('name')})"
+    )
+    return replace(
+        f, severity=Severity.WARN, evidence=f"{f.evidence}; {note}", data={**f.data, "fix_measured": surest}
+    )
 
 
 def annotate_profile(
