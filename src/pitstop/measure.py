@@ -112,6 +112,7 @@ class Interval:
     steps_base: int
     steps_cand: int
     confidence: float = 0.95
+    unit: str = "steps"  # what one sample is: a step, or a block of steps timed together
 
     def text(self) -> str:
         """'1.20x (95% CI 1.12–1.28, 6 rounds, 180 steps each side)'."""
@@ -123,9 +124,9 @@ class Interval:
 
 def format_interval(iv: Interval) -> str:
     steps = (
-        f"{iv.steps_base} steps each side"
+        f"{iv.steps_base} {iv.unit} each side"
         if iv.steps_base == iv.steps_cand
-        else f"{iv.steps_cand} vs {iv.steps_base} steps"
+        else f"{iv.steps_cand} vs {iv.steps_base} {iv.unit}"
     )
     rounds = f"{iv.rounds} round" + ("" if iv.rounds == 1 else "s")
     if not math.isfinite(iv.hi):

@@ -88,7 +88,7 @@ def _interval(row: Row) -> dict[str, Any] | None:
     if iv is None:
         return None
     k = row.samples_per_step / row.ref_samples_per_step if row.ref_samples_per_step else 1.0
-    return replace(iv, estimate=iv.estimate * k, lo=iv.lo * k, hi=iv.hi * k).to_dict()
+    return replace(iv, estimate=iv.estimate * k, lo=iv.lo * k, hi=iv.hi * k, unit="blocks").to_dict()
 
 
 def claim_value(row: Row) -> float | None:
