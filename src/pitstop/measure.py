@@ -338,18 +338,22 @@ def rotated(names: Sequence[str], r: int) -> list[str]:
     return list(names[s:]) + list(names[:s])
 
 
+def judge_rounds(
+    base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], s: Settings
+) -> tuple[Interval | None, str | None]:
+    """The candidate's interval at ``s.confidence`` and the verdict it allows now (None: not yet), the
+    hurt rule reading the same samples at ``s.hurt_confidence``."""
+    iv = speedup_interval(base, cand, s.confidence)
+    strict = speedup_interval(base, cand, s.hurt_confidence) if s.hurt_confidence > s.confidence else None
+    return iv, decide(iv, s.min_gain, s.min_rounds, strict)
+
+
 def update_verdicts(base: Arm, arms: Sequence[Arm], s: Settings, round_no: int) -> None:
     """Recompute every open arm's interval and decide it if the interval allows."""
     for a in arms:
         if a.verdict is not None:
             continue
-        a.interval = speedup_interval(base.rounds, a.rounds, s.confidence)
-        strict = (
-            speedup_interval(base.rounds, a.rounds, s.hurt_confidence)
-            if s.hurt_confidence > s.confidence
-            else None
-        )
-        v = decide(a.interval, s.min_gain, s.min_rounds, strict)
+        a.interval, v = judge_rounds(base.rounds, a.rounds, s)
         if v is not None:
             a.verdict, a.decided_at = v, round_no
 
@@ -430,6 +434,7 @@ __all__ = [
     "decide",
     "format_interval",
     "interleave",
+    "judge_rounds",
     "log_spread",
     "rotated",
     "speedup_interval",

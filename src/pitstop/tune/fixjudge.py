@@ -25,8 +25,7 @@ from pitstop.measure import (
     Interval,
     Outlier,
     Settings,
-    decide,
-    speedup_interval,
+    judge_rounds,
 )
 from pitstop.profile.runner import RunResult
 
@@ -131,7 +130,9 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
         m.verdict, m.speedup = "baseline", 1.0 if m.median else None
         m.reason = m.errors[0] if m.errors else ""
         return
-    m.interval = speedup_interval(base.arm.rounds, m.arm.rounds)
+    m.interval, engine = judge_rounds(
+        base.arm.rounds, m.arm.rounds, Settings(min_gain=min_gain, min_rounds=cfg.min_rounds)
+    )
     m.speedup = m.interval.estimate if m.interval else None
     m.speed_only = False
     if m.errors and not m.steps_per_s:
@@ -159,8 +160,7 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
             m.reason = f"mean loss {c:.4g} vs baseline {b:.4g}: differs by more than {tol:.3g}"
             return
     speed = m.arm.verdict if m.arm.verdict in SPEED_VERDICTS else None
-    strict = speedup_interval(base.arm.rounds, m.arm.rounds, Settings().hurt_confidence)
-    speed = speed or decide(m.interval, min_gain, cfg.min_rounds, strict) or UNDECIDED
+    speed = speed or engine or UNDECIDED
     if m.cannot_help:
         # the script's facts say it cannot act: whatever the runs showed is noise or a side effect
         m.verdict, m.reason = "rejected", f"did not apply: {m.cannot_help}"
