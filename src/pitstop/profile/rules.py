@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------------------- data
 
 
+def suggested_workers(cores: int) -> int:
+    """The DataLoader worker count the workers finding suggests: one per usable core, at most 8."""
+    return max(1, min(cores, 8))
+
+
 def dataloader_rules(
     bd: Breakdown, loaders: list[dict[str, Any]], cores: int, device: str | None
 ) -> list[Finding]:
@@ -52,7 +57,7 @@ def dataloader_rules(
         f"DataLoader with num_workers={workers}, {cores} usable cores"
     )
     if share >= WARN_SHARE and workers < cores:
-        suggest = max(1, min(cores, 8))
+        suggest = suggested_workers(cores)
         out.append(
             Finding(
                 id=recipe("workers").finding,
