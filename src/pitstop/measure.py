@@ -312,6 +312,12 @@ class Settings:
     warmup: int = 0  # samples dropped from the start of every run
     k: float = 5.0  # outlier threshold in scaled MADs
 
+    @classmethod
+    def every_round(cls, rounds: int) -> Settings:
+        """Exactly ``rounds`` rounds: no budget ends them and no verdict stops an arm early (a caller
+        that only wants the interval over all of them)."""
+        return cls(budget_s=math.inf, min_rounds=rounds + 1, max_rounds=rounds)
+
 
 @dataclass
 class Progress:

@@ -176,9 +176,8 @@ def interleaved_latency(
         return times
 
     n = max(rounds, 1)
-    settings = Settings(budget_s=math.inf, min_rounds=n + 1, max_rounds=n)  # every round, no early stop
     if arms:
-        interleave(base, arms, sample, settings)
+        interleave(base, arms, sample, Settings.every_round(n))
     else:
         for _ in range(n):
             base.add(sample(base.name))

@@ -352,16 +352,8 @@ def _confirm(
         if progress:
             progress(f"confirming: {pr.text()}, script's setting vs chosen")
 
-    # the timing engine's rotating rounds; every round runs (min_rounds above max: no early stop)
-    n = cfg.confirm_rounds
-    arm_b, arm_c = Arm("baseline"), Arm("chosen")
-    interleave(
-        arm_b,
-        [arm_c],
-        sample,
-        Settings(budget_s=math.inf, min_rounds=n + 1, max_rounds=n),
-        on_progress=report,
-    )
+    arm_b, arm_c = Arm("baseline"), Arm("chosen")  # the timing engine's rotating rounds, every one run
+    interleave(arm_b, [arm_c], sample, Settings.every_round(cfg.confirm_rounds), on_progress=report)
     meta["confirm_batches_per_s"] = {"baseline": base, "chosen": best}
     if arm_c.interval is not None and math.isfinite(arm_c.interval.hi):
         meta["confirm_interval"] = arm_c.interval.to_dict()
