@@ -217,12 +217,17 @@ BY_NAME = {r.name: r for r in RECIPES}
 BY_FINDING = {r.finding: r for r in RECIPES if r.finding}
 
 
+def by_name(name: str) -> Recipe | None:
+    """The entry called ``name``, if any (read at call time, so an entry added in a test is seen)."""
+    return next((r for r in RECIPES if r.name == name), None)
+
+
 def recipe(name: str) -> Recipe:
     """The entry called ``name``; KeyError names the known ones."""
-    for r in RECIPES:
-        if r.name == name:
-            return r
-    raise KeyError(f"no recipe {name!r}; known: {', '.join(r.name for r in RECIPES)}")
+    r = by_name(name)
+    if r is None:
+        raise KeyError(f"no recipe {name!r}; known: {', '.join(r.name for r in RECIPES)}")
+    return r
 
 
 def fix_kinds() -> tuple[str, ...]:

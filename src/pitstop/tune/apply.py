@@ -34,7 +34,7 @@ from typing import Any
 from pitstop.host.precision import device_type
 from pitstop.measure import clean
 from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
-from pitstop.recipes import recipe
+from pitstop.recipes import by_name, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
 from pitstop.tune.fix import FixConfig, FixResult, loader_of
 from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
@@ -239,10 +239,8 @@ def _need_torch(fe: FileEdits) -> None:
 
 def _loader_kind(kind: str) -> bool:
     """A fix written as DataLoader keywords (merged into one edit of the call)."""
-    try:
-        return recipe(kind).apply == DATALOADER_PATCH
-    except KeyError:
-        return False
+    r = by_name(kind)
+    return r is not None and r.apply == DATALOADER_PATCH
 
 
 @dataclass
@@ -396,10 +394,8 @@ def _kind_edit(site: Site) -> Callable[[], None]:
     """The edit the kind's recipe names in its ``apply`` field."""
 
     def edit() -> None:
-        try:
-            dotted = recipe(site.kind).apply
-        except KeyError:
-            dotted = None
+        r = by_name(site.kind)
+        dotted = r.apply if r else None
         if not dotted:
             raise Unplaced(f"{site.kind}: no code change is known for it")
         module, _, name = dotted.rpartition(".")

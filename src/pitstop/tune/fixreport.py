@@ -9,7 +9,7 @@ from typing import Any
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host.precision import device_type
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
-from pitstop.recipes import recipe
+from pitstop.recipes import by_name
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
 from pitstop.tune import fix_dist
@@ -25,10 +25,7 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
         return fix_dist.snippet(m.kind, ov, config)
     opts = config.get("optimizers") or []
     models = config.get("models") or []
-    try:
-        r = recipe(m.kind)
-    except KeyError:  # the combination
-        r = None
+    r = by_name(m.kind)  # None: the combination
     site = r.site if r else "loader"
     if site == "loader":
         dl = ov.get("dataloader") or {}
