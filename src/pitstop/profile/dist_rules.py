@@ -397,8 +397,9 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
 
 def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
     found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
-    found += [f for f in (find_unused(summaries), no_sync(summaries), threads(summaries)) if f]
-    found += [f for f in (comm_untimed(summaries),) if f]
+    found += [
+        f for f in (find_unused(summaries), no_sync(summaries), threads(summaries), comm_untimed(summaries)) if f
+    ]
     found += backend(summaries)
     strag = next((f for f in found if f.id == "distributed.straggler"), None)
     if strag is not None and skew:
