@@ -281,3 +281,29 @@ def test_blocks_cut_one_run_in_order():
     assert blocks([1, 2, 3, 4, 5, 6, 7], 3) == [[1, 2], [3, 4, 5], [6, 7]]
     assert blocks([1.0, 2.0], 5) == [[1.0], [2.0]]
     assert [len(b) for b in blocks(list(range(40)), 4)] == [10] * 4
+
+
+def test_last_look_calls_helped_an_interval_above_one_at_the_stricter_confidence():
+    iv = Interval(1.08, 1.02, 1.14, 20, 1, 1)  # faster, but the 95% interval does not clear 1.05
+    strict = Interval(1.08, 1.005, 1.17, 20, 1, 1)
+    assert decide(iv, 0.05, 3, hurt_iv=strict) is None  # while rounds go on: keep measuring
+    assert decide(iv, 0.05, 3, hurt_iv=strict, final=True) == HELPED
+    straddles = Interval(1.08, 0.99, 1.18, 20, 1, 1)
+    assert decide(iv, 0.05, 3, hurt_iv=straddles, final=True) is None
+    assert decide(iv, 0.05, 3, final=True) is None  # no stricter interval: no last-look rule
+
+
+def test_budget_end_decides_a_sure_gain_under_the_margin_helped():
+    """A real 1.05x: the 95% interval does not clear 1.05 within the budget, but the 99% one lies above 1
+    at the end, so the arm ends helped, not undecided."""
+    clock = FakeClock()
+    sample, _ = sampler({"base": 0.10, "gain": 0.10 / 1.05}, clock, seed=5, run_sd=0.03)
+    base, gain = Arm("base"), Arm("gain")
+    n = interleave(base, [gain], sample, Settings(budget_s=60.0), clock=clock)
+    assert gain.verdict == HELPED and gain.decided_at == n
+    assert 1.0 < gain.interval.lo <= 1.05
+    from pitstop.measure import faster_not_by_margin, judge_rounds
+
+    assert faster_not_by_margin(gain.interval, 0.05)
+    _, mid = judge_rounds(base.rounds, gain.rounds, Settings())
+    assert mid is None  # the same rounds, read before the end, stay open

@@ -182,6 +182,19 @@ def test_judge_gives_the_engines_verdict_with_its_interval_and_checks_the_loss()
     assert broken.verdict == "failed"
 
 
+def test_judge_after_the_rounds_calls_a_sure_gain_under_the_margin_helped_and_says_so():
+    """Twelve rounds of a gain of 1.02x or 1.10x: the 95% interval spans 1.05, the 99% one lies above 1,
+    and the judge runs once the rounds are over, so the last look calls it helped."""
+    cfg = FixConfig(min_gain=0.05)
+    rates = [10.0, 10.4, 9.7, 10.2, 9.9, 10.1, 10.3, 9.8, 10.0, 10.5, 9.6, 10.2]
+    base = m("base", rates)
+    judge(base, base, cfg)
+    gain = m("gain", [r * (1.02 + 0.08 * (i % 2)) for i, r in enumerate(rates)])
+    judge(gain, base, cfg)
+    assert gain.verdict == "helped" and 1.0 < gain.interval.lo <= 1.05
+    assert "99% interval lies above 1.00x" in gain.reason and "under 5%" in gain.reason
+
+
 def test_non_finite_loss_rejects():
     base = m("b", [10.0])
     cand = Measured("c", "amp", {})

@@ -1,12 +1,13 @@
 """`pitstop fix`'s judge: the runs of one configuration, and its verdict from the timing engine.
 
 A configuration's runs are child runs of the user's script (``pitstop.profile.runner``). Each run gives
-per-step times (its ``StepRecord``s after the warm-up); steps with a no-grad eval pass inside are left out
-and reported as outliers, then ``pitstop.measure`` drops the slow spikes and turns the rounds into a
-speed-up interval and a verdict: *helped*, *hurt*, *no change* or *undecided* (budget spent). A candidate
-is *rejected* whatever its speed when it did not really apply (the override was skipped, compile fell
-back to eager) or its loss moved away from the baseline's (more than ``loss_rtol`` of the mean, or the
-baseline's own run-to-run spread if larger); *failed* when no run of it measured a step.
+per-step times (its ``StepRecord``s after the warm-up); steps with a no-grad eval pass inside are left
+out and reported as outliers, then ``pitstop.measure`` drops the slow spikes and turns the rounds into a
+speed-up interval and a verdict: *helped*, *hurt*, *no change* or *undecided* (budget spent; the last
+look also calls *helped* an interval wholly above 1 at 99%). A candidate is *rejected* whatever its speed
+when it did not really apply (the override was skipped, compile fell back to eager) or its loss moved
+away from the baseline's (more than ``loss_rtol`` of the mean, or the baseline's own run-to-run spread if
+larger); *failed* when no run of it measured a step.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pitstop.measure import (
     Interval,
     Outlier,
     Settings,
+    faster_not_by_margin,
     judge_rounds,
 )
 from pitstop.profile.runner import RunResult
@@ -130,8 +132,9 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
         m.verdict, m.speedup = "baseline", 1.0 if m.median else None
         m.reason = m.errors[0] if m.errors else ""
         return
+    # judged once the rounds are over: the last look's rule applies
     m.interval, engine = judge_rounds(
-        base.arm.rounds, m.arm.rounds, Settings(min_gain=min_gain, min_rounds=cfg.min_rounds)
+        base.arm.rounds, m.arm.rounds, Settings(min_gain=min_gain, min_rounds=cfg.min_rounds), final=True
     )
     m.speedup = m.interval.estimate if m.interval else None
     m.speed_only = False
@@ -168,7 +171,10 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
     m.verdict = speed
     m.speed_only = speed != HELPED
     m.reason = {
-        HELPED: f"the interval lies above {1 + min_gain:.2f}x",
+        HELPED: f"the interval lies above {1 + min_gain:.2f}x"
+        if not faster_not_by_margin(m.interval, min_gain)
+        else "faster for sure: the 99% interval lies above 1.00x when the budget ended "
+        f"(a gain under {100 * min_gain:.0f}% is not excluded)",
         HURT: "the interval lies below 1.00x",
         NO_CHANGE: f"the interval lies within 1.00x \u00b1{100 * min_gain:.0f}%",
         UNDECIDED: "the budget ended before the interval decided",
