@@ -196,6 +196,7 @@ RECIPES: tuple[Recipe, ...] = (
         finding="ddp.no_sync",
         override="ddp_no_sync",
         train="pitstop.train.accumulation.sync_context",
+        apply="pitstop.tune.apply_dist.apply_no_sync",
     ),
     Recipe(
         "static_graph",
@@ -203,6 +204,7 @@ RECIPES: tuple[Recipe, ...] = (
         "DDP(model, ..., static_graph=True)  # the same parameters are used (or unused) every step",
         finding="ddp.find_unused_parameters",
         override="ddp_static_graph",
+        apply="pitstop.tune.apply_dist.apply_static_graph",
     ),
     Recipe(
         "threads",
@@ -210,6 +212,7 @@ RECIPES: tuple[Recipe, ...] = (
         "torch.set_num_threads({value})  # usable cores / local ranks (or OMP_NUM_THREADS={value})",
         finding="distributed.threads",
         override="num_threads",
+        apply="pitstop.tune.apply_dist.apply_threads",
     ),
 )
 

@@ -6,7 +6,8 @@ Common case::
     result = fit(model, None, train_loader, torch.nn.functional.cross_entropy, TrainConfig(epochs=3))
 
 Each recipe also works in a hand-written loop: ``Amp`` (autocast + scaler + clipping), ``accumulate``
-and ``sync_context`` (gradient accumulation with DDP ``no_sync``), ``apply_activation_checkpointing``,
+and ``sync_context`` (gradient accumulation with DDP ``no_sync``), ``no_sync_every`` (the same for an
+unchanged loop), ``apply_activation_checkpointing``,
 ``to_channels_last``/``channels_last_input``, ``maybe_compile``, ``make_optimizer`` (fused),
 ``one_cycle``/``cyclic``, ``DevicePrefetcher``, ``init_distributed``/``wrap_ddp``/``wrap_fsdp``,
 ``save_checkpoint``/``load_checkpoint`` (atomic, exact resume), ``RunningMean`` (no per-step syncs).
@@ -21,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     # ruff: noqa: F401
-    from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
+    from pitstop.train.accumulation import (
+        accumulate,
+        no_sync_every,
+        optimizer_steps_per_epoch,
+        scale_loss,
+        sync_context,
+    )
     from pitstop.train.activation_checkpointing import (
         activation_memory_saving,
         apply_activation_checkpointing,
@@ -62,6 +69,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
 # public name -> the module that defines it
 _WHERE = {
     "accumulate": "pitstop.train.accumulation",
+    "no_sync_every": "pitstop.train.accumulation",
     "optimizer_steps_per_epoch": "pitstop.train.accumulation",
     "scale_loss": "pitstop.train.accumulation",
     "sync_context": "pitstop.train.accumulation",

@@ -72,3 +72,17 @@ def accumulate(batches: Iterable[T], accum_steps: int) -> Iterator[tuple[T, bool
 def optimizer_steps_per_epoch(num_batches: int, accum_steps: int) -> int:
     """Optimizer steps one epoch of ``num_batches`` micro-batches makes (a short tail still steps)."""
     return -(-num_batches // accum_steps)
+
+
+def no_sync_every(every: int):
+    """Gradient accumulation without DDP's per-micro-batch all-reduce, for a loop that calls
+    ``loss.backward()`` ``every`` times per ``optimizer.step()`` and never ``model.no_sync()``: from the
+    first optimizer step on, every DDP forward but each ``every``-th runs as under ``no_sync()``, and a
+    step reached after an unsynced forward (an uneven last accumulation) all-reduces the gradients
+    first, as DDP would, so every step sees the same averaged gradients as without it. It is the
+    mechanism ``pitstop fix`` measured as its ``no_sync`` candidate (``pitstop.profile.ddp_inject``);
+    call it once before training. Returns the installed injection (``.uninstall()`` undoes it)."""
+    from pitstop.profile.ddp_inject import install
+    from pitstop.profile.overrides import Overrides
+
+    return install(Overrides(ddp_no_sync=int(every)))

@@ -14,7 +14,8 @@ byte:
 - autocast: the statements from the forward up to the ``.backward()`` call wrapped in
   ``with torch.autocast(...)`` (forward and loss, not the backward);
 - keep_host_memory, cudnn.benchmark: one line at the top of the script's ``main()`` (or of its
-  ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others.
+  ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others;
+- the distributed fixes (static_graph, threads, no_sync): ``pitstop.tune.apply_dist``.
 
 ``verify`` re-runs the patched script once and compares its speed with the interval fix measured.
 """
@@ -33,10 +34,12 @@ from typing import Any
 
 from pitstop.host.precision import device_type
 from pitstop.measure import clean
+from pitstop.profile.command import launcher_for
 from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
 from pitstop.recipes import by_name, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
 from pitstop.tune.fix import FixConfig, FixResult, loader_of
+from pitstop.tune.fix_dist import job_runner, worker_script
 from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
@@ -369,11 +372,19 @@ def apply_autocast(site: Site) -> None:
 
 def _script_file(site: Site) -> FileEdits:
     try:
-        what, script, _ = parse_command(site.result.command, str(site.cwd) if site.cwd else None)
+        what, script, args = parse_command(site.result.command, str(site.cwd) if site.cwd else None)
     except CommandError as e:
         raise Unplaced(f"{site.kind}: {e}") from e
-    if what != "script":
+    launcher = launcher_for(what, script, args)
+    if not launcher and what != "script":
         raise Unplaced(f"{site.kind}: the command runs a module, not a script file")
+    if launcher:  # the workers' script, never the launcher's own console script
+        try:
+            script = worker_script(launcher, args)
+        except ImportError as e:
+            raise Unplaced(f"{site.kind}: cannot read the {launcher} command: {e}") from e
+        if script is None:
+            raise Unplaced(f"{site.kind}: the {launcher} command runs a module, not a script file")
     return site.file_at(f"{script}:1", site.kind)[0]
 
 
@@ -428,7 +439,7 @@ def verify(
 ) -> Verification:
     """Run the patched script once, unmodified by pitstop, and compare its speed-up over the baseline's
     runs with the interval fix measured for the recommendation."""
-    runner = runner or run
+    runner = job_runner(runner or run)  # a launch: the slowest rank's steps, as fix judged them
     r = runner(
         RunSpec(
             command=list(result.command),

@@ -67,6 +67,27 @@ def snippet(kind: str, overrides: dict[str, Any], config: dict[str, Any]) -> tup
     return recipe(kind).code(value=value), None if kind == "threads" else at
 
 
+def worker_script(launcher: str, args: list[str]) -> str | None:
+    """The training script a launcher command runs in every worker (None: it runs a module or a
+    non-Python program), read with the launcher's own argument parser."""
+    if launcher == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        parser = get_args_parser()
+    else:
+        from accelerate.commands.launch import launch_command_parser
+
+        parser = launch_command_parser()
+        args = args[1:] if args[:1] == ["launch"] else args
+    try:
+        ns, _ = parser.parse_known_args(args)
+    except SystemExit:  # argparse's way of saying the arguments are not the launcher's
+        return None
+    if getattr(ns, "module", False) or getattr(ns, "no_python", False):
+        return None
+    return getattr(ns, "training_script", None)
+
+
 def slowest_rank(result: RunResult) -> int | None:
     """The rank whose measured steps took longest in all (None: not a launch, or no rank measured)."""
     ranks = getattr(result, "ranks", None) or {}

@@ -1,0 +1,57 @@
+"""``fix --apply`` for the distributed fixes (``pitstop.tune.fix_dist``), each named by its registry entry.
+
+- static_graph: ``static_graph=True`` on the ``DistributedDataParallel(...)`` call the profile recorded;
+- threads: ``torch.set_num_threads(n)`` first in the script's main, n being the measured per-rank share;
+- no_sync: ``no_sync_every(k)`` first in the script's main (``pitstop.train.no_sync_every``), the same
+  mechanism fix measured, which also keeps an uneven last accumulation's gradients all-reduced. A source
+  edit of the loop itself (``with model.no_sync()`` around all but the k-th backward) would need the
+  loop's own counter and would leave such a step with one rank's local gradient.
+"""
+
+from __future__ import annotations
+
+from pitstop.tune.apply import Site, Unplaced, _first_line, _need_torch, _script_file
+from pitstop.tune.patch import keyword_edit
+
+DDP_NAMES = ("DistributedDataParallel", "DDP")
+
+
+def _ddp_location(site: Site) -> str | None:
+    ddp = (site.config.get("distributed") or {}).get("ddp") or []
+    return ddp[0].get("location") if ddp else None
+
+
+def apply_static_graph(site: Site) -> None:
+    fe, line = site.file_at(_ddp_location(site), "static_graph")
+    for name in (*DDP_NAMES, None):
+        try:
+            fe.text = keyword_edit(fe.text, line, {"static_graph": True}, name)
+            break
+        except ValueError:
+            continue
+    else:
+        raise Unplaced(f"static_graph: no DistributedDataParallel(...) call at {fe.path}:{line}")
+    fe.changes["static_graph"] = True
+
+
+def apply_threads(site: Site) -> None:
+    n = site.overrides.get("num_threads")
+    if not n:
+        raise Unplaced("threads: the fix recorded no thread count")
+    fe = _script_file(site)
+    _first_line(fe, f"torch.set_num_threads({int(n)})  # usable cores / local ranks, measured by pitstop fix")
+    _need_torch(fe)
+    fe.changes["threads"] = int(n)
+
+
+def apply_no_sync(site: Site) -> None:
+    k = site.overrides.get("ddp_no_sync")
+    if not k:
+        raise Unplaced("no_sync: the fix recorded no accumulation count")
+    fe = _script_file(site)
+    _first_line(
+        fe,
+        f"no_sync_every({int(k)})  # DDP all-reduces once per optimizer step",
+        "from pitstop.train import no_sync_every",
+    )
+    fe.changes["no_sync"] = int(k)
