@@ -1,4 +1,5 @@
 import os
+import signal
 import tempfile
 
 import pytest
@@ -8,6 +9,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 # `pitstop fix` keeps its verdicts in the user's cache directory; tests keep theirs in a temporary one.
 os.environ.setdefault("PITSTOP_CACHE_DIR", tempfile.mkdtemp(prefix="pitstop-test-cache-"))
+# A shell without job control starts a background command (`pytest ... &`) with SIGINT ignored, and the
+# children inherit it: the Ctrl-C tests would then time out. Tests press Ctrl-C, so it must work here.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # A CPU without bf16 hardware, made to order: AVX2-only flags and a torch.mm timer that reports fp32 at
