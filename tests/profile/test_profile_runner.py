@@ -198,6 +198,27 @@ def test_script_ignoring_sigint_is_killed_and_partial_data_kept(tmp_path, monkey
     assert len(r.warmup_steps) + len(r.steps) >= 4  # from the per-step flush before the hang
 
 
+def test_a_run_started_with_sigint_ignored_is_still_stopped_by_sigint(tmp_path, monkeypatch):
+    """pitstop started from a background job (SIGINT inherited as ignored): the script is still stopped by
+    pitstop's SIGINT, sees KeyboardInterrupt and writes its final record; it is not killed."""
+    import signal
+
+    marker = tmp_path / "m"
+    env = {"MARKER": str(marker), "PITSTOP_PROFILE_FLUSH_S": "0"}
+
+    def progress(done: int, total: int) -> None:
+        if marker.exists():
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child inherits it across exec
+    try:
+        r = run(spec(script(tmp_path, text=HANG.format(setup="")), steps=100, env=env), progress=progress)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert r.status == "interrupted" and r.returncode == 130  # its own exit after the record, not -9
+    assert len(r.warmup_steps) + len(r.steps) == 5 and "interrupted" in (r.error or "")
+
+
 def test_dataloader_worker_crash_is_reported(tmp_path):
     text = textwrap.dedent(
         """

@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg = json.loads(Path(argv[0]).read_text())
     out_dir = Path(cfg["out_dir"])
+    # pitstop stops the script with SIGINT (timeout, --steps across ranks, Ctrl-C); started from a
+    # background job of a shell without job control, it would inherit SIGINT ignored. The child runs in
+    # its own session, so no terminal's Ctrl-C reaches it: only pitstop sends it this signal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _main(cfg, out_dir)
     except KeyboardInterrupt:  # Ctrl-C / timeout while torch was still importing: nothing measured yet
