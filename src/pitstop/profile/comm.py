@@ -7,11 +7,12 @@ torch.distributed's own hooks:
   ``broadcast``, ``barrier``, ``reduce_scatter_tensor``, ...) are wrapped, so calls made through the
   module (the script's, FSDP's) are timed with their file:line and bytes; an ``async_op=True`` call is
   timed where the script waits on its ``Work``.
-- DDP: each ``DistributedDataParallel`` gets a comm hook that times its bucket futures. Without a hook of
-  the script's own it is ``default_hooks.allreduce_hook`` (divide by the group size, all-reduce: the same
-  arithmetic as DDP's built-in reduction); a hook the script registers is wrapped instead. Per backward,
-  the all-reduce time is split into the part that overlapped backward (before the last bucket was ready)
-  and the part exposed after it. On CUDA the intervals come from CUDA events read at the end.
+- DDP: a hook the script registers is wrapped, and times its bucket futures. Without a hook of the
+  script's own, a model on the CPU is timed by its reducer's own timers (``pitstop.profile.ddp_timers``:
+  no Python on the all-reduce path); on CUDA it gets ``default_hooks.allreduce_hook`` (divide by the
+  group size, all-reduce: the same arithmetic as DDP's built-in reduction), timed with CUDA events read
+  at the end. Per backward, the all-reduce time is split into the part that overlapped backward (before
+  the last bucket was ready) and the part exposed after it.
 - every collective and bucket gets the wall-clock time this rank reached it, so the merge of all ranks
   can say how far apart the ranks arrived (skew) and who arrived last.
 
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from pitstop.profile import ddp_timers
 from pitstop.profile.comm_hook import spans_of
 from pitstop.profile.patches import Patches
 from pitstop.profile.where import user_location
@@ -113,6 +115,7 @@ class CommRecorder:
         self._cuda = False
         self._ddp_state: dict[int, dict[str, Any]] = {}
         self._register: Any = None
+        self.timers = ddp_timers.TimerRounds(self)
 
     # ------------------------------------------------------------------------------ install
     def install(self) -> None:
@@ -289,7 +292,7 @@ class CommRecorder:
         def register_comm_hook(ddp: Any, state: object, hook: Any) -> None:
             st = rec._ddp_state.get(id(ddp))
             if st is not None:
-                st["default"] = None
+                st["default"], st["timers"] = None, False
                 if st["facts"]["hook"] is None:
                     st["facts"]["hook"] = getattr(hook, "__qualname__", str(hook))
             return orig(ddp, state, rec.timed_hook(hook, ddp))
@@ -304,7 +307,7 @@ class CommRecorder:
             # a C++ hook (ALLREDUCE, FP16_COMPRESS) runs inside the reducer: no bucket future to time
             st = rec._ddp_state.get(id(ddp))
             if st is not None:
-                st["default"] = None
+                st["default"], st["timers"] = None, False
                 st["facts"]["hook"] = str(comm_hook_type)
                 st["facts"]["hook_untimed"] = "a built-in C++ comm hook: its buckets are not timed"
             return orig(ddp, comm_hook_type)
@@ -320,7 +323,11 @@ class CommRecorder:
             if st is not None and st["default"] is not None:
                 group, hook = st["default"]
                 st["default"] = None
-                if not getattr(ddp, "_comm_hooks", None):
+                if getattr(ddp, "_comm_hooks", None):
+                    pass
+                elif st["facts"]["device"] == "cpu" and ddp_timers.start(ddp):
+                    st["timers"] = True
+                else:
                     try:
                         rec._register(ddp, group, rec.timed_hook(hook, ddp))
                     except Exception as e:  # e.g. a builtin hook registered: leave it, say why untimed
@@ -329,6 +336,8 @@ class CommRecorder:
             if facts is not None and torch.is_grad_enabled():
                 rec._step_totals(rec.step())["ddp_forwards"] += 1
                 rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
+                if st.get("timers") and ddp.require_backward_grad_sync:
+                    rec.timers.forward(ddp, st)
             if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
                 return orig(ddp, output)
             t = clock()
@@ -348,15 +357,28 @@ class CommRecorder:
     def _open_round(self, ddp: Any, t: float) -> dict[str, Any]:
         step = self.step()
         self._beat(step)
+        loc = user_location(3)
+        rnd = self._new_round(step, t, loc)
+        self._round = rnd
+        self.current = (ddp_timers.WHAT, loc, t)
+        return rnd
+
+    def _new_round(self, step: int, t: float, loc: str | None) -> dict[str, Any]:
         seq = self._seq.get(DDP_OP, 0)
         self._seq[DDP_OP] = seq + 1
-        loc = user_location(3)
         rnd = {"step": step, "seq": seq, "first_launch": t, "last_launch": t, "buckets": [], "closed": False,
                "location": loc}  # fmt: skip
-        self._round = rnd
         self.rounds.append(rnd)
-        self.current = ("DDP gradient all-reduce", loc, t)
         return rnd
+
+    def add_round(
+        self, step: int, first: float, ready: float, end: float, nbytes: int, loc: str | None
+    ) -> None:
+        """A backward's all-reduce timed as a whole (``ddp_timers``): launched at ``first``, every gradient
+        ready at ``ready``, done at ``end``."""
+        rnd = self._new_round(step, first, loc)
+        rnd.update(last_launch=ready, closed=True, spans=(end - first, end - ready),
+                   buckets=[{"launch": first, "done": end, "bytes": nbytes, "events": None}])  # fmt: skip
 
     # ------------------------------------------------------------------------------ results
     def _finish_rounds(self) -> None:
@@ -367,7 +389,7 @@ class CommRecorder:
         for rnd in self.rounds:
             if rnd.get("finished"):
                 continue
-            spans = spans_of(rnd)
+            spans = rnd.get("spans") or spans_of(rnd)
             if spans is None:
                 continue
             rnd["finished"] = True
@@ -400,6 +422,7 @@ class CommRecorder:
                 facts["unused_parameters"] = int((reducer._get_local_used_map() == 0).sum())
 
     def snapshot(self) -> dict[str, Any]:
+        self.timers.finish(st for st in self._ddp_state.values() if st.get("timers"))
         self._finish_rounds()
         self._graph_facts()
         cur = self.current

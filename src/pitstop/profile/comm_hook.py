@@ -3,6 +3,12 @@
 ``TimedHook`` wraps the hook DDP runs per gradient bucket (the script's own, or
 ``default_hooks.allreduce_hook``). It is a callable object rather than a closure so that a DDP model still
 pickles and deep-copies as without pitstop: both give back the hook it wraps.
+
+Any Python comm hook costs each bucket a Python call on the thread running backward and a Python callback
+on the backend's thread (it must take the GIL) where DDP's built-in reduction runs none. For
+``default_hooks.allreduce_hook`` (what pitstop installs when the script registered no hook) the hook's
+arithmetic is done here with one callback per bucket, which both times the bucket and unwraps the
+result, instead of that hook's own callback plus pitstop's.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import weakref
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 clock = time.perf_counter
 
@@ -56,14 +64,22 @@ class TimedHook:
         rnd["last_launch"] = t
         if bucket.is_last():
             rnd["closed"] = True
-        rec._local.inside = True
-        try:
-            fut = self.hook(state, bucket)
-        finally:
-            rec._local.inside = False
+        unwrap = self.hook is allreduce_hook and not buf.is_complex()  # dist.all_reduce views complex as real
+        if unwrap:  # its arithmetic (divide by the group size, all-reduce), without its own callback
+            group = state if state is not None else dist.group.WORLD
+            buf.div_(group.size())
+            fut = group.allreduce([buf]).get_future()
+        else:
+            rec._local.inside = True
+            try:
+                fut = self.hook(state, bucket)
+            finally:
+                rec._local.inside = False
 
         def done(f: Any) -> Any:
             value = f.value()  # raises when the peer is gone: the round stays the one it failed in
+            if unwrap:
+                value = value[0]
             b["done"] = clock()
             if b["events"] is not None:
                 end = torch.cuda.Event(enable_timing=True)

@@ -136,6 +136,7 @@ class RankWorker:
             step_of=lambda: len(inst.records), warmup_of=lambda i: i < warmup, beat=self._beat
         )
         self.comm.install()
+        self._tell_backwards(inst, self.comm.timers)
         if not inst.cfg.full:
             inst.cfg.on_done = self._stop_together
         threads = inst.cfg.overrides.num_threads
@@ -153,6 +154,29 @@ class RankWorker:
                 signal.signal(signal.SIGTERM, on_stop)
                 signal.signal(signal.SIGINT, on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    @staticmethod
+    def _tell_backwards(inst: Any, timers: Any) -> None:
+        """A DDP model timed by its reducer's timers has no hook in its all-reduce: the rank's backward
+        calls say when it may be blocked there (``current``, read when a peer dies)."""
+        from pitstop.profile.where import user_location
+
+        begin, end = inst.backward_begin, inst.backward_end
+        handled: list[BaseException | None] = [None]  # an exception the script was handling around it
+
+        def backward_begin(loss: Any, now: float) -> None:
+            begin(loss, now)
+            if timers.armed:
+                handled[0] = sys.exc_info()[1]
+                timers.backward_begin(user_location(2), now)
+
+        def backward_end(now: float) -> None:
+            end(now)
+            # called from the backward wrapper's `finally`: a new exception on its way out is the backward's
+            exc = sys.exc_info()[1]
+            timers.backward_end(failed=exc is not None and exc is not handled[0])
+
+        inst.backward_begin, inst.backward_end = backward_begin, backward_end
 
     def _stop_together(self) -> None:
         """After the measured steps: wait at this step boundary for every rank, then stop."""

@@ -37,6 +37,9 @@ HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
 CONFIG = "ranks-config.json"
 HOST = socket.gethostname()
 MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
+# between reads of the ranks' state files: a hang is called after STUCK_S, progress shows once a second,
+# and every wake-up of this parent takes CPU from the ranks when they have every core
+TICK_S = 1.0
 
 
 @dataclass
@@ -125,7 +128,7 @@ def run_ranks(
         stop_group(proc)
 
     try:
-        status = supervise(proc, tick, spec.timeout, stop)
+        status = supervise(proc, tick, spec.timeout, stop, TICK_S)
     finally:
         for fh in files:
             fh.close()

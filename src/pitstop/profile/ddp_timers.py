@@ -1,0 +1,105 @@
+"""DDP's gradient all-reduce timed by the reducer's own timers: no Python on the all-reduce path.
+
+A Python comm hook (``pitstop.profile.comm_hook``) costs every gradient bucket a Python call where DDP's
+reducer runs none, a Python callback that must take the GIL on the backend's thread, and an extra pass
+over the gradients (with a hook the reducer copies them into the bucket, then the hook divides). On a
+2-rank gloo job with a 8 ms step that was about 0.5 ms of CPU per step and rank, over 10% of the step.
+So where the script registers no hook of its own and the model is on the CPU, the recorder registers none
+either: the reducer records its timers every iteration (``_set_ddp_runtime_logging_sample_rate(1)``; by
+default it does so on a sample of iterations) and ``TimerRounds`` reads them at the next forward that
+syncs (``_get_ddp_logging_data``): the wall-clock time of the first bucket's launch, the moment every
+gradient was ready and the end of the all-reduce (after the reducer waited for every bucket). The last
+iteration is read at the end. Not on CUDA: reading the reducer's CUDA timers synchronizes the device.
+
+What the hook gives per bucket, the timers give per backward: the all-reduce time is the span from the
+first launch to the end (the hook's figure is the union of the bucket intervals), the exposed part is the
+end minus the moment the last bucket was ready, as with the hook. The rank's ``current`` collective (read
+when a peer dies) is the backward that follows a syncing forward, from its start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+WHAT = "DDP gradient all-reduce"
+
+
+def start(ddp: Any) -> bool:
+    """Have the reducer record its timers every iteration; False where this torch cannot."""
+    try:
+        ddp.reducer._set_ddp_runtime_logging_sample_rate(1)
+    except Exception:
+        return False
+    return True
+
+
+class TimerRounds:
+    """The rounds of the DDP models timed by their reducers, for one ``CommRecorder``."""
+
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+        self.armed = False  # a syncing forward ran: the next backward all-reduces its gradients
+        self.in_backward = False
+        self.location: str | None = None
+
+    def forward(self, ddp: Any, st: dict[str, Any]) -> None:
+        """At a forward that syncs (after DDP read the timers of the iteration before it): that iteration's
+        round, then this one noted for the next read."""
+        data = _data(ddp)
+        if data is None:
+            return
+        self._round(st, data)
+        st["pending"] = (data.get("iteration", 0) + 1, self.rec.step(), st["facts"]["param_bytes"])
+        self.armed = True
+
+    def finish(self, states: Any) -> None:
+        """The last iteration of each model: its timers are read by the next forward, which never came."""
+        for st in states:
+            ddp = st["ref"]() if st.get("pending") else None
+            if ddp is None:
+                continue
+            with contextlib.suppress(Exception):
+                ddp.logger.set_runtime_stats_and_log()
+            data = _data(ddp)
+            if data is not None:
+                self._round(st, data)
+
+    def backward_begin(self, location: str | None, now: float) -> None:
+        if not self.armed or self.in_backward:
+            return
+        self.armed, self.in_backward, self.location = False, True, location
+        rec = self.rec
+        rec._beat(rec.step())
+        rec.current = (WHAT, location, now)
+
+    def backward_end(self, failed: bool) -> None:
+        """A backward that raised (a peer gone) keeps the all-reduce it was blocked in as ``current``."""
+        if not self.in_backward:
+            return
+        self.in_backward = False
+        if not failed and self.rec.current is not None and self.rec.current[0] == WHAT:
+            self.rec.current = None
+
+    def _round(self, st: dict[str, Any], data: dict[str, int]) -> None:
+        pending, st["pending"] = st.get("pending"), None
+        if pending is None or data.get("iteration") != pending[0]:
+            return
+        fwd = data.get("forward_compute_time_start", 0)
+        first, end = data.get("backward_comm_time_start", 0), data.get("backward_comm_time_end", 0)
+        if not (fwd and first >= fwd and end >= first):
+            return  # no all-reduce in that iteration (no backward after the forward)
+        ready = min(max(data.get("backward_compute_time_end", 0), first), end)
+        rec = self.rec
+
+        def clock(ns: int) -> float:  # the timers' wall clock -> the recorder's perf_counter
+            return ns / 1e9 - rec.wall0
+
+        rec.add_round(pending[1], clock(first), clock(ready), clock(end), pending[2], self.location)
+
+
+def _data(ddp: Any) -> dict[str, int] | None:
+    try:
+        return ddp.logger._get_ddp_logging_data().ints_map
+    except Exception:
+        return None
