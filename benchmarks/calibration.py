@@ -152,6 +152,9 @@ def rows_for(
             )
             continue
         budget = args.budget if f.severity.rank >= Severity.WARN.rank else args.info_budget
+        if budget <= 0:
+            row["measured_text"] = "not measured: --info-budget 0 (this run measures warnings only)"
+            continue
         if time.monotonic() + budget + reserve_s > deadline:
             row["measured_text"] = f"not measured: past --max-minutes {args.max_minutes:g}"
             continue
