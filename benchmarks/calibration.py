@@ -299,7 +299,8 @@ def write(
     isa = sorted(cpu_flags() & ISA_FLAGS) or ["none of " + ", ".join(sorted(ISA_FLAGS))]
 
     lines = [
-        "## Calibration: predicted saving vs measured speed-up (`benchmarks/calibration.py`)",
+        "## Calibration: predicted saving vs measured speed-up (`benchmarks/calibration.py`"
+        + (", warnings only)" if args.info_budget <= 0 else ")"),
         "",
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {cpu_model()} ({', '.join(isa)}), "
         f"{usable_cores()} usable cores; {load_line(start)}; "
