@@ -1,22 +1,28 @@
 """Do profile's predictions come true? Each prediction's saving next to what `pitstop fix` measured.
 
 For each script:
-  1. `pitstop profile` (probes on, and the two-process page-fault timing where its prediction would
-     warn) gives its findings. A row is every finding that has a fix `fix` can inject
-     (`tune.fix.FINDING_KINDS`) and a predicted saving, and is either a warning or an info whose point
+  1. `pitstop profile` (probes on, and the fresh-run timings where the page-fault or the workers
+     prediction would warn: `profile.malloc_confirm`, `profile.workers_confirm`) gives its findings. A
+     row is every finding with a predicted saving that has a fix `fix` can inject
+     (`tune.fix.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
+     `--fixed`), or none at all (`profile.confirm.UNTIMED`: profile shows it as info, and the row says
+     why), and is either a warning or an info whose point
      estimate alone would have warned (>= 5% of the step: a prediction profile demoted for want of a
      confirming interval); `--all-info` adds the smaller ones. Predicted speed-up = median step /
      (median step - saving), with the saving's 95% interval (`data.saving_ci_s`).
   2. `pitstop fix --candidates KIND` times that fix against the script as it is, as `profile --verify`
      would (`profile.verify.fix_config`: for workers, the one count the finding suggests): interleaved
-     child runs of `--steps` measured steps each, judged by `pitstop.measure` within `--budget`.
+     child runs of `--steps` measured steps each, judged by `pitstop.measure` within `--budget`. A
+     fix applied by hand is timed the same way: the script as it is vs with `HAND_FIXED`'s arguments,
+     in interleaved fresh runs (`profile.fresh_runs`).
   3. The verdict goes to a per-script verdict cache (`tune.verdict_cache`, in a temporary folder) and
      the finding is read back through it as a later `pitstop profile` would show it: a warning whose
      fix measured no change or hurt becomes info with the measurement ("demoted"), as does one whose
      whole measured interval lies below the predicted one (`profile --verify`'s rule).
 
 A row's outcome: *confirmed* (a warning whose fix helped), *demoted* (the product shows it as info,
-with the measurement), or *open* (undecided within the budget). Targets (issue: findings you can bank
+with the measurement), *open* (undecided within the budget), *info: fix not injectable* (an untimed
+finding profile keeps at info); info rows are predictions profile did not confirm, shown as info. Targets (issue: findings you can bank
 on): every warning confirmed or demoted, every warning's measured speed-up inside its predicted
 interval, and no warning's fix below 1.0x. Writes benchmarks/results/calibration.md with the
 machine's load (other processes' CPU share) over the run; the table is rewritten after every script,
@@ -40,14 +46,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "calibration.md"
 
 # script -> arguments that let one run go on past the measured steps (the runner stops it there)
-SCRIPTS: dict[str, list[str]] = {
-    "nanogpt_style": ["--iters", "100000"],
-    "mnist_style": ["--epochs", "50"],
-    "imagenet_style": ["--dummy", "--epochs", "50"],
-    "word_lm": ["--epochs", "50"],
+SCRIPTS: dict[str, list[str]] = {  # the ones with warnings first: a run stopped by --max-minutes has them
     "slow_loader": ["--batch-size", "8", "--images", "48", "--steps", "100000"],
     "item_sync": ["--steps", "100000"],
     "conv_fp32": ["--batch-size", "16", "--size", "32", "--steps", "100000"],
+    "mnist_style": ["--epochs", "50"],
+    "nanogpt_style": ["--iters", "100000"],
+    "imagenet_style": ["--dummy", "--epochs", "50"],
+    "word_lm": ["--epochs", "50"],
     "healthy": ["--steps", "100000"],
 }
 # framework loops: a child run imports Lightning / transformers (seconds each); asked for by name only
@@ -55,8 +61,12 @@ OPTIONAL: dict[str, list[str]] = {
     "lightning_loop": ["--epochs", "1000"],
     "hf_trainer": ["--max-steps", "100000"],
 }
+# script -> (finding, arguments that run it with that finding's fix applied by hand): fixes `fix` cannot
+# inject, timed against the script as it is in interleaved fresh runs (`profile.fresh_runs`)
+HAND_FIXED: dict[str, tuple[str, list[str]]] = {"item_sync": ("sync.item", ["--fixed"])}
 TOPS: dict[str, str] = {}  # script -> its first-ranked findings, for scripts without a row
 POINT_WARN = 1.05  # an info row's point speed-up that would have been a warning without its interval
+ISA_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
 PROFILE_S = 45.0  # what one script's profile (probes, the two-process page-fault timing) takes, at most
 
 
@@ -79,6 +89,7 @@ def outcome(severity: str, verdict: str, after: str) -> str:
 
 
 def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | None]:
+    from pitstop.profile import workers_confirm
     from pitstop.profile.malloc_confirm import maybe_confirm
     from pitstop.profile.runner import RunSpec, run
 
@@ -89,6 +100,7 @@ def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | 
     if not prof.ok:
         return None, cmd, prof.error or prof.status
     maybe_confirm(spec, prof)
+    workers_confirm.maybe_confirm(spec, prof)
     return prof.report(), cmd, None
 
 
@@ -97,6 +109,8 @@ def rows_for(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The script's rows; a fix starts only when it ends ``reserve_s`` (the later profiles) before the
     deadline."""
+    from pitstop.findings import Severity
+    from pitstop.profile.confirm import UNTIMED
     from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
     from pitstop.tune import verdict_cache
     from pitstop.tune.fix import FINDING_KINDS
@@ -111,7 +125,9 @@ def rows_for(
     rows = []
     for f in ranked:
         kind = FINDING_KINDS.get(f.id)
-        if kind is None or not f.est_saving_s:
+        hand = HAND_FIXED.get(name, ("", []))[0] == f.id
+        untimed = f.id in UNTIMED and "no interval" in f.evidence
+        if (kind is None and not hand and not untimed) or not f.est_saving_s:
             continue
         point, bounds = predicted_speedup(f, step_s)
         if not wanted(f, point, args.all_info):
@@ -130,14 +146,26 @@ def rows_for(
             "after": str(f.severity),
         }
         rows.append(row)
-        if time.monotonic() + args.budget + reserve_s > deadline:
+        if untimed:  # profile demoted it: no run can time its fix
+            row.update(
+                measured_text="no injectable fix: " + UNTIMED[f.id], outcome="info: fix not injectable"
+            )
+            continue
+        budget = args.budget if f.severity.rank >= Severity.WARN.rank else args.info_budget
+        if budget <= 0:
+            row["measured_text"] = "not measured: --info-budget 0 (this run measures warnings only)"
+            continue
+        if time.monotonic() + budget + reserve_s > deadline:
             row["measured_text"] = f"not measured: past --max-minutes {args.max_minutes:g}"
+            continue
+        if hand:
+            by_hand(row, f, cmd, args, budget)
             continue
         print(f"{name}: fix --candidates {kind} ({f.id}, {f.severity})", file=sys.stderr, flush=True)
         cfg = fix_config(
             f,
             kind,
-            args.budget,
+            budget,
             steps=args.steps,
             warmup=args.warmup,
             max_rounds=args.max_rounds,
@@ -167,8 +195,48 @@ def rows_for(
         b, v = r["predicted_ci"], r["measured"]
         r["inside"] = bool(b and v is not None and b[0] <= v <= b[1])
         r["below_one"] = bool(r["measured_ci"] and r["measured_ci"][1] < 1.0)
-        r["outcome"] = outcome(r["severity"], r["verdict"], r["after"])
+        r.setdefault("outcome", outcome(r["severity"], r["verdict"], r["after"]))
     return rows, None
+
+
+def by_hand(row: dict[str, Any], f: Any, cmd: list[str], args: argparse.Namespace, budget: float) -> None:
+    """``row`` measured: the script as it is vs the same script with ``HAND_FIXED``'s arguments, in
+    interleaved fresh runs judged by ``pitstop.measure``; a fix that measured no change or hurt, or
+    whose whole interval lies below the predicted one, leaves the finding info (as ``--verify`` would)."""
+    from dataclasses import replace
+
+    from pitstop.measure import HELPED, HURT, NO_CHANGE, Interval
+    from pitstop.profile.fresh_runs import timed
+    from pitstop.profile.runner import RunSpec
+
+    extra = HAND_FIXED[row["script"]][1]
+    print(f"{row['script']}: {' '.join(extra)} by hand ({f.id}, {f.severity})", file=sys.stderr, flush=True)
+    spec = RunSpec(cmd, timeout=budget, cwd=str(ROOT), quiet=True)
+    two = timed(
+        spec,
+        lambda s: replace(s, command=[*s.command, *extra]),
+        budget_s=budget,
+        steps=args.steps or 30,
+        rounds=args.max_rounds,
+    )
+    iv = Interval(**two["interval"]) if two.get("interval") else None
+    verdict = two.get("verdict") or "not measured"
+    bounds = row["predicted_ci"]
+    below = bool(iv and bounds and verdict != HELPED and iv.hi < bounds[0])
+    row.update(
+        measured=iv.estimate if iv else None,
+        measured_ci=[iv.lo, iv.hi] if iv else None,
+        measured_text=(iv.text() if iv else "; ".join(two.get("errors") or ["no interval"]))
+        + f" ({' '.join(extra)} by hand)",
+        verdict=verdict,
+        after="info" if verdict in (NO_CHANGE, HURT) or below else row["severity"],
+    )
+
+
+def above(r: dict[str, Any]) -> bool:
+    """The measured speed-up lies above the whole predicted interval (the prediction undersold it)."""
+    b, v = r["predicted_ci"], r["measured"]
+    return bool(b and v is not None and v > b[1])
 
 
 def fmt_pred(r: dict[str, Any]) -> str:
@@ -185,8 +253,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scripts", default=",".join(SCRIPTS), help="comma list of examples/ scripts")
     ap.add_argument("--budget", type=float, default=75.0, help="seconds per fix measurement (one row)")
+    ap.add_argument("--info-budget", type=float, default=40.0, help="seconds per info row's fix measurement")
     ap.add_argument(
-        "--steps", type=int, default=None, help="measured steps per fix run (default: fix's choice from the start-up)"
+        "--steps",
+        type=int,
+        default=None,
+        help="measured steps per fix run (default: fix's choice from the start-up)",
     )
     ap.add_argument("--profile-steps", type=int, default=20, help="measured steps of the profile run")
     ap.add_argument("--warmup", type=int, default=3)
@@ -221,16 +293,21 @@ def write(
     other: Any,
     t0: float,
 ) -> None:
-    from pitstop.host.cpu import usable_cores
+    from pitstop.host.cpu import cpu_flags, cpu_model, usable_cores
     from pitstop.host.load import load_line
 
+    isa = sorted(cpu_flags() & ISA_FLAGS) or ["none of " + ", ".join(sorted(ISA_FLAGS))]
+
     lines = [
-        "## Calibration: predicted saving vs measured speed-up (`benchmarks/calibration.py`)",
+        "## Calibration: predicted saving vs measured speed-up (`benchmarks/calibration.py`"
+        + (", warnings only)" if args.info_budget <= 0 else ")"),
         "",
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {usable_cores()} usable cores; {load_line(start)}; "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {cpu_model()} ({', '.join(isa)}), "
+        f"{usable_cores()} usable cores; {load_line(start)}; "
         f"other processes used {other.share():.0%} of the CPUs over the {time.perf_counter() - t0:.0f} s run. "
         f"Scripts: {', '.join(names)}; profile {args.profile_steps} steps; fix budget {args.budget:.0f} s "
-        f"per row, {args.steps or 'fix-chosen'} measured steps per run (+{args.warmup} warm-up), at most "
+        f"per warning's row, {args.info_budget:.0f} s per info row, {args.steps or 'fix-chosen'} measured "
+        f"steps per run (+{args.warmup} warm-up), at most "
         f"{args.max_rounds} rounds.",
         "",
         "| script | finding | severity | predicted speed-up | measured by fix | verdict | inside | < 1.0x "
@@ -251,12 +328,18 @@ def write(
         )
     warns = [r for r in rows if r["severity"] == "warn"]
     by = {k: sum(r["outcome"] == k for r in warns) for k in ("confirmed", "demoted", "open")}
+    infos = [r for r in rows if r["severity"] != "warn"]
+    kinds = sorted({r["outcome"] for r in infos})
     lines += [
         "",
         f"Warnings: {len(warns)}: confirmed {by['confirmed']}, demoted {by['demoted']}, open {by['open']}; "
         f"measured inside the predicted interval: {sum(r['inside'] for r in warns)}; "
-        f"measured below 1.0x: {sum(r['below_one'] for r in warns)}. Info rows (predictions profile did "
-        f"not confirm): {len(rows) - len(warns)}.",
+        f"measured above it: {sum(above(r) for r in warns)}; "
+        f"measured below 1.0x: {sum(r['below_one'] for r in warns)}. Info rows: {len(infos)} (predictions "
+        "profile did not confirm, so it shows them as info, not as warnings; each one's fix measured here: "
+        + (", ".join(f"{k} {sum(r['outcome'] == k for r in infos)}" for k in kinds) or "none")
+        + "). An *open* info row is one whose fix stayed undecided within the budget: the product makes "
+        "no claim on it.",
     ]
     for name, err in failed.items():
         lines.append(f"- {name}: the profile run failed: {err}")

@@ -81,8 +81,9 @@ class Finding:
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Worst first: by severity, then by the cost that is sure (largest first): the lower bound of the
     saving's interval (``data["saving_ci_s"]``) where the finding has one, else its measured cost; then by
-    id for stability."""
-    return sorted(findings, key=lambda f: (-f.severity.rank, -sure_saving(f), f.id))
+    the measured cost (a lower bound of 0 still ranks a measured cost above no measurement); then by id
+    for stability."""
+    return sorted(findings, key=lambda f: (-f.severity.rank, -sure_saving(f), -(f.est_saving_s or 0.0), f.id))
 
 
 def sure_saving(f: Finding) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pitstop.findings import Severity
 from pitstop.profile.facts import GpuSampler
 from pitstop.profile.rules import findings_for
@@ -73,6 +75,14 @@ def test_data_wait_ranks_first_with_its_measured_cost():
 def test_all_workers_busy_is_a_different_finding():
     found, _ = findings_for(steps(data_wait_s=0.06), {"loaders": [loader(num_workers=8)]}, cores=8)
     assert "dataloader.workers" not in ids(found) and "dataloader.slow" in ids(found)
+    # 60% of the step, but no run can time a change to the input pipeline: info, saying why
+    slow = next(f for f in found if f.id == "dataloader.slow")
+    assert (
+        slow.severity is Severity.INFO
+        and slow.est_saving_s == pytest.approx(0.06)
+        and slow.data["confirmed"] is False
+    )
+    assert "not confirmed" in slow.evidence and "pitstop cannot inject" in slow.evidence
 
 
 def test_healthy_run_says_so_and_raises_nothing():
@@ -126,6 +136,21 @@ def test_sync_loop_cost_includes_the_loop_between_calls():
     assert abs(f.est_saving_s - 0.00525) < 1e-9 and abs(f.share - 0.2625) < 1e-9
     assert f.data["loop_s"] == 0.005 and f.data["sync_s"] == 0.00025
     assert f.severity is Severity.WARN and ".tolist()" in f.fix_code and f.location == "t.py:9"
+    # the same sync part in every block of steps: its interval confirms the warning
+    assert f.data["confirmed"] is True and f.data["saving_ci_s"] == pytest.approx([0.00525, 0.00525])
+
+
+def test_a_sync_part_in_one_stretch_of_the_run_is_not_a_warning():
+    sites = [{"location": "t.py:9", "method": "item", "count": 30, "measured_count": 30, "time_s": 0.03}]
+    # 12 steps, all the sync time in the first three: 2.5 ms on average, 12.5% of the step
+    run = [
+        StepRecord(index=i, start_s=i * 0.02, total_s=0.02, syncs=1, sync_s=0.01 if i < 3 else 0.0)
+        for i in range(12)
+    ]
+    found, _ = findings_for(run, {"sync_sites": sites}, cores=2)
+    f = next(f for f in found if f.id == "sync.item")
+    assert f.share >= 0.05 and f.severity is Severity.INFO and f.data["confirmed"] is False
+    assert f.data["saving_ci_s"][0] < 0.05 * 0.02 and "not confirmed" in f.evidence
 
 
 def test_cuda_only_rules_with_fake_measurements():
@@ -142,7 +167,12 @@ def test_cuda_only_rules_with_fake_measurements():
     assert by["parallel.dataparallel"].severity is Severity.WARN
     assert by["gpu.idle"].severity is Severity.WARN and "41%" in by["gpu.idle"].title
     assert by["optimizer.foreach"].est_saving_s is None  # not probed: no claimed saving
-    assert ids(found)[0] == "dataloader.pin_memory"  # the only one with a measured cost
+    # a measured cost, but no run times its fix (pinning alone does not overlap the copies): info, saying so
+    pin = by["dataloader.pin_memory"]
+    assert (
+        pin.severity is Severity.INFO and pin.data["confirmed"] is False and pin.data["saving_ci_s"] is None
+    )
+    assert "not confirmed" in pin.evidence and "non_blocking=True copy is a code change" in pin.evidence
 
 
 def test_persistent_workers_cost_is_the_restart_amortised():
@@ -157,6 +187,9 @@ def test_persistent_workers_cost_is_the_restart_amortised():
     found, _ = findings_for(steps(n=20, data_wait_s=0.01), {"loaders": [ld]}, cores=2)
     f = next(f for f in found if f.id == "dataloader.persistent_workers")
     assert abs(f.est_saving_s - 0.05) < 1e-9  # (0.51 - 0.01) s per restart / 10 batches per epoch
+    # half the step, read off the first batches rather than measured with the fix: info, saying so
+    assert f.severity is Severity.INFO and f.data["saving_ci_s"] is None
+    assert "not measured with the fix" in f.evidence and "--candidates persistent_workers" in f.evidence
 
 
 def test_no_step_reports_what_was_measured():

@@ -61,6 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from pitstop.profile import workers_confirm
     from pitstop.profile.malloc_confirm import BUDGET_S, maybe_confirm, worth_confirming
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
@@ -109,6 +110,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if show:
             err.print(f"pitstop profile: timing the page-fault fix in fresh runs (at most {BUDGET_S:.0f} s)")
         maybe_confirm(spec, result)  # the malloc probe cannot be interleaved in one process
+    if workers_confirm.worth_confirming(result):
+        if show:
+            err.print(
+                f"pitstop profile: timing the DataLoader workers fix in fresh runs (at most {BUDGET_S:.0f} s)"
+            )
+        workers_confirm.maybe_confirm(spec, result)  # workers share the cores: measured, not modelled
     report = result.report()
     report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
     if o.verify and result.ok:

@@ -126,6 +126,26 @@ def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none
     return replace(f, severity=severity, evidence=f"{f.evidence}; not confirmed: {ci}{bar}", data=data)
 
 
+# finding id -> why its saving cannot be measured with its fix applied: such a finding is at most info
+UNTIMED: dict[str, str] = {
+    "dataloader.slow": "its fix is a change to the input pipeline (smaller decodes, cached tensors) that "
+    "pitstop cannot inject, so no run has measured it",
+    recipe("pin_memory").finding: "pinning alone (what pitstop can inject) does not overlap the copies; "
+    "the non_blocking=True copy is a code change no run here has measured",
+    recipe("persistent_workers").finding: "the saving is read off the first batch of each fresh worker "
+    "pool, not measured with the fix (`pitstop fix --candidates persistent_workers` times it)",
+}
+
+
+def untimed(f: Finding, bd: Breakdown) -> Finding:
+    """``f`` at most info when its fix cannot be timed (``UNTIMED``), with the reason in its evidence."""
+    why = UNTIMED.get(f.id)
+    if why is None or f.severity.rank <= Severity.INFO.rank or f.est_saving_s is None:
+        return f
+    return judged(f, None, bd.median_total_s, f"no interval: {why}")
+
+
 def apply(found: list[Finding], bd: Breakdown) -> list[Finding]:
-    """Every probe-based finding in ``found`` confirmed by its interval, or demoted to info."""
-    return [confirm(f, bd) for f in found]
+    """Every probe-based finding in ``found`` confirmed by its interval, or demoted to info; those whose
+    fix cannot be timed (``UNTIMED``) at most info."""
+    return [untimed(confirm(f, bd), bd) for f in found]

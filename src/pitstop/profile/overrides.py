@@ -78,6 +78,12 @@ class Overrides:
             raise ValueError(f"Overrides has no field {override!r}")
         return cls(**{head: value})
 
+    @classmethod
+    def workers(cls, n: int) -> Overrides:
+        """The workers fix: ``n`` DataLoader worker processes, kept between epochs (what ``pitstop fix``
+        times and what the profile's fresh runs confirm the workers finding with)."""
+        return cls(dataloader={"num_workers": n, "persistent_workers": True})
+
     def is_empty(self) -> bool:
         return self == Overrides()
 

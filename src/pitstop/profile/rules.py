@@ -256,7 +256,8 @@ def findings_for(
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
-    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type)  # the data wait's interval
+    # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
+    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
     if not any(f.severity.rank >= Severity.WARN.rank for f in found):
         unmeasured = sorted(
             {

@@ -131,12 +131,7 @@ def _workers(s: _Script, kind: str, why: str) -> Built:
     cores = usable_cores()
     values = s.cfg.workers_values or tuple(sorted({min(8, cores), min(8, 2 * cores)}))
     return [
-        Candidate(
-            f"num_workers={w}",
-            kind,
-            Overrides(dataloader={"num_workers": w, "persistent_workers": True}),
-            why,
-        )
+        Candidate(f"num_workers={w}", kind, Overrides.workers(w), why)
         for w in values
         if w != s.workers_now and w > 0
     ]

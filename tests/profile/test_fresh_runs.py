@@ -1,11 +1,15 @@
-"""The page-fault prediction timed in fresh runs, plain vs glibc's env (fake runner: no child process)."""
+"""Predictions timed in fresh runs of the script, as it is vs with the fix (fake runner: no child process):
+the page faults (plain vs glibc's env) and the DataLoader workers (as it is vs the workers injected)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pitstop.findings import Severity
+from pitstop.profile import fresh_runs
 from pitstop.profile import malloc_confirm as mc
+from pitstop.profile import workers_confirm as wk
+from pitstop.profile.overrides import Overrides
 from pitstop.profile.rules import findings_for
 from pitstop.profile.runner import RunResult, RunSpec
 from pitstop.profile.timeline import StepRecord
@@ -14,31 +18,42 @@ from pitstop.train.host_memory import GLIBC_ENV
 JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]
 
 
-def steps(total, n=10, faults=4000, jitter=None):
+def steps(total, n=10, faults=4000, jitter=None, wait=0.0):
     j = jitter or [1.0] * n
     return [
         StepRecord(
             index=i,
             start_s=i * total,
             total_s=total * j[i % len(j)],
-            forward_s=total / 2,
+            forward_s=total / 2 - wait,
+            data_wait_s=wait,
             minor_faults=faults,
         )
         for i in range(n)
     ]
 
 
-class FakeRunner:
-    """Step times by configuration: ``kept`` under glibc's env, ``plain`` without; a run-to-run factor."""
+def glibc(spec: RunSpec) -> bool:
+    return bool(spec.env.get("MALLOC_MMAP_THRESHOLD_"))
 
-    def __init__(self, plain, kept, run_factor=(1.0, 1.04, 0.97, 1.02)):
+
+def workers_on(spec: RunSpec) -> bool:
+    return bool(spec.overrides.dataloader.get("num_workers"))
+
+
+class FakeRunner:
+    """Step times by configuration: ``kept`` where ``fixed(spec)`` (default: under glibc's env), ``plain``
+    otherwise; every run its own speed factor."""
+
+    def __init__(self, plain, kept, run_factor=(1.0, 1.04, 0.97, 1.02), fixed=glibc, faults=4000):
         self.plain, self.kept, self.run_factor, self.specs = plain, kept, run_factor, []
+        self.fixed, self.faults = fixed, faults
 
     def __call__(self, spec: RunSpec) -> RunResult:
         self.specs.append(spec)
         f = self.run_factor[len(self.specs) % len(self.run_factor)]  # every run its own speed
-        t = (self.kept if spec.env.get("MALLOC_MMAP_THRESHOLD_") else self.plain) * f
-        return RunResult(0, None, steps(t, jitter=JITTER), [], {}, None, 1.0)
+        t = (self.kept if self.fixed(spec) else self.plain) * f
+        return RunResult(0, None, steps(t, faults=self.faults, jitter=JITTER), [], {}, None, 1.0)
 
 
 PREDICTS_WARN = {
@@ -136,12 +151,8 @@ def nanogpt_profiled():
     )
 
 
-class NanoGptRunner(FakeRunner):
-    def __call__(self, spec: RunSpec) -> RunResult:
-        self.specs.append(spec)
-        f = self.run_factor[len(self.specs) % len(self.run_factor)]
-        t = (self.kept if spec.env.get("MALLOC_MMAP_THRESHOLD_") else self.plain) * f
-        return RunResult(0, None, steps(t, faults=854, jitter=JITTER), [], {}, None, 1.0)
+def NanoGptRunner(plain, kept):
+    return FakeRunner(plain, kept, faults=854)
 
 
 def test_nanogpt_shape_page_faults_predicted_in_process_only_are_info():
@@ -170,3 +181,97 @@ def test_nanogpt_shape_page_faults_confirmed_by_fresh_runs_warn_with_the_interva
     lo, hi = f.data["saving_ci_s"]
     assert 0.05 * 0.055 <= lo <= f.est_saving_s <= hi
     assert "confirmed: saving" in f.evidence and "95% CI" in f.evidence
+
+
+# ------------------------------------------------------------------------------------ DataLoader workers
+
+LOADER = {
+    "location": "train.py:12",
+    "num_workers": 0,
+    "batches_seen": 24,
+    "batches_per_epoch": 6,
+    "wait_s": 1.8,
+    "first_batch_s": [0.075],
+    "iterators": 4,
+}
+
+
+# the slow_loader shape of the issue: 75% of a 100 ms step waiting for data, 2 usable cores
+def loader_profiled():
+    return RunResult(
+        0, None, steps(0.1, n=12, wait=0.075), [], {}, None, 5.0, data={"loaders": [dict(LOADER)]}
+    )
+
+
+def workers_finding(result):
+    found, _ = findings_for(result.steps, result.data, cores=2)
+    return next(f for f in found if f.id == "dataloader.workers")
+
+
+def test_only_a_data_wait_that_would_warn_is_timed_again():
+    assert wk.worth_confirming(loader_profiled(), cores=2)
+    small = RunResult(
+        0, None, steps(0.1, n=12, wait=0.001), [], {}, None, 5.0, data={"loaders": [dict(LOADER)]}
+    )
+    runner = FakeRunner(0.1, 0.1, fixed=workers_on)
+    assert not wk.worth_confirming(small, cores=2)
+    assert not wk.maybe_confirm(RunSpec(["python", "t.py"]), small, runner, cores=2) and runner.specs == []
+    done = loader_profiled()
+    done.data[wk.KEY] = {}
+    assert not wk.worth_confirming(done, cores=2)  # measured once already
+
+
+def test_the_fix_runs_inject_the_suggested_workers_alternating_with_the_script_as_it_is():
+    runner = FakeRunner(plain=0.1, kept=0.07, fixed=workers_on)
+    result = loader_profiled()
+    spec = RunSpec(["python", "t.py"], overrides=Overrides(dataloader={"pin_memory": True}))
+    assert wk.maybe_confirm(spec, result, runner, cores=2)
+    injected = [bool(s.overrides.dataloader.get("num_workers")) for s in runner.specs]
+    assert injected[:4] == [False, True, True, False] and len(injected) == 2 * fresh_runs.MAX_ROUNDS
+    fixed = runner.specs[1].overrides.dataloader
+    assert fixed == {"pin_memory": True, **Overrides.workers(2).dataloader}  # the script's own kept
+    assert all(not s.probes and s.steps == wk.STEPS for s in runner.specs)
+    assert result.data[wk.KEY]["num_workers"] == 2 and result.data[wk.KEY]["rounds"] == fresh_runs.MAX_ROUNDS
+
+
+def test_a_measured_gain_smaller_than_the_wait_is_the_prediction():
+    # the issue's slow_loader: 75% of the step waits (a 4x model), the fix measured about 1.4x
+    runner = FakeRunner(plain=0.1, kept=0.07, fixed=workers_on)
+    result = loader_profiled()
+    wk.maybe_confirm(RunSpec(["python", "t.py"]), result, runner, cores=2)
+    f = workers_finding(result)
+    assert f.severity is Severity.WARN and f.data["confirmed"] is True
+    speedup = 0.1 / (0.1 - f.est_saving_s)
+    assert speedup == pytest.approx(1 / 0.7, rel=0.05)  # the measured speed-up, not the 4x of the wait
+    lo, hi = f.data["saving_ci_s"]
+    assert 0.005 <= lo <= f.est_saving_s <= hi < 0.075
+    assert "timed in fresh runs of the script, as it is vs num_workers=2 (persistent), 4 rounds" in f.evidence
+    assert f.data["two_process"]["interval"]["rounds"] == 4
+
+
+def test_no_gain_of_the_workers_in_fresh_runs_leaves_the_finding_info():
+    result = loader_profiled()
+    wk.maybe_confirm(
+        RunSpec(["python", "t.py"]), result, FakeRunner(plain=0.1, kept=0.1, fixed=workers_on), cores=2
+    )
+    f = workers_finding(result)
+    assert f.severity is Severity.INFO and f.data["confirmed"] is False
+    assert f.est_saving_s == pytest.approx(0.0, abs=0.004) and "not confirmed" in f.evidence
+
+
+def test_fix_runs_that_fail_say_so_and_leave_the_finding_info():
+    def failing(spec):
+        if spec.overrides.dataloader.get("num_workers"):
+            return RunResult(1, "worker crashed", [], [], {}, None, 1.0, status="failed")
+        return RunResult(0, None, steps(0.1), [], {}, None, 1.0)
+
+    result = loader_profiled()
+    wk.maybe_confirm(RunSpec(["python", "t.py"]), result, failing, cores=2)
+    f = workers_finding(result)
+    assert f.severity is Severity.INFO and f.data["saving_ci_s"] is None
+    assert "the fresh runs measured nothing (worker crashed" in f.evidence
+
+
+def test_without_fresh_runs_the_model_of_the_wait_judges_it():
+    f = workers_finding(loader_profiled())
+    assert "two_process" not in f.data and "blocks of the run's steps" in f.evidence

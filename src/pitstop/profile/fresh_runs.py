@@ -1,0 +1,91 @@
+"""A prediction timed in fresh runs of the script: as it is vs with its fix, in interleaved rounds.
+
+Some fixes cannot be timed inside the profiled process: glibc's malloc thresholds cannot be lowered
+again once raised, and DataLoader workers change which processes share the cores. Such a prediction
+is timed again in fresh child processes of the script, alternating the script as it is and the
+script with ``variant`` applied to its ``RunSpec`` (an env, ``Overrides``), in rotating rounds of a few
+steps each within ``budget_s``; the per-step times go through ``pitstop.measure``. The record gives
+base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
+bounds (``pitstop.profile.probes.saving``), or ``errors`` saying why a run measured nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pitstop.measure import Arm, Settings, interleave
+from pitstop.profile.runner import RunResult, RunSpec, run
+
+BUDGET_S = 30.0  # wall time for all the child runs together
+STEPS, WARMUP = 10, 3  # per child run
+MAX_ROUNDS = 4
+
+Runner = Callable[[RunSpec], RunResult]
+
+
+def timed(
+    spec: RunSpec,
+    variant: Callable[[RunSpec], RunSpec],
+    runner: Runner = run,
+    budget_s: float = BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
+    steps: int = STEPS,
+    rounds: int = MAX_ROUNDS,
+) -> dict[str, Any]:
+    """Rotating rounds of fresh runs of ``spec``'s script, as it is vs ``variant(spec)``, ``steps``
+    measured steps each, ``rounds`` rounds unless the budget ends them first; their saving and the
+    speed-up's verdict."""
+    from pitstop.profile.probes import Timed, saving
+
+    plain, fixed = Arm("plain"), Arm("fixed")
+    start = clock()
+    errors: list[str] = []
+
+    def sample(name: str) -> list[float] | None:
+        left = max(5.0, budget_s - (clock() - start))
+        short = replace(
+            spec,
+            steps=steps,
+            warmup=WARMUP,
+            full=False,
+            trace=False,
+            probes=False,
+            quiet=True,
+            timeout=min(left, spec.timeout or left),
+        )
+        r = runner(variant(short) if name == "fixed" else short)
+        if not r.ok or not r.steps:
+            errors.append(r.error or f"run ended with status {r.status}")
+            return None
+        return [s.total_s for s in r.steps if not s.eval]
+
+    try:
+        interleave(
+            plain,
+            [fixed],
+            sample,
+            Settings(budget_s=budget_s, min_rounds=rounds, max_rounds=rounds),
+            clock=clock,
+        )
+    except KeyboardInterrupt:
+        errors.append("interrupted")
+    out: dict[str, Any] = {
+        "rounds": sum(1 for b, c in zip(plain.rounds, fixed.rounds, strict=False) if b and c),
+        "steps_each_side": [plain.steps, fixed.steps],
+        "budget_s": budget_s,
+        "verdict": fixed.verdict,
+    }
+    if errors:
+        out["errors"] = errors
+    base = [v for r in plain.rounds for v in r]
+    new = [v for r in fixed.rounds for v in r]
+    if base and new:
+        t = Timed(
+            {"plain": statistics.median(base), "fixed": statistics.median(new)}, {"fixed": fixed.interval}
+        )
+        out.update(saving(t, "plain", "fixed"))
+    return out
