@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import shlex
 import statistics
 import sys
@@ -172,7 +173,7 @@ def main() -> int:
         f"- command: `{command}`",
         f"- method: `pitstop.measure` rounds with `fix`'s default settings (rotating order, {args.warmup} "
         f"warm-up + {steps_text} timed steps per run, MAD outliers, per-round ratio of medians with a 95% "
-        f"Student t interval (99% for the hurt rule), decided after each round from round "
+        f"Student t interval (99% for the hurt rule and for the last look's helped rule), decided after each round from round "
         f"{args.min_rounds}, at most {args.max_rounds} rounds, min_gain {100 * args.min_gain:.0f}%, "
         f"{args.budget:g} s per comparison with {args.startup:g} s of start-up charged per run); a step is "
         f"{BASE_UNITS} matmuls of {N}x{N} float32 on one thread, the planted candidate {PLANTED_UNITS} of "
@@ -184,8 +185,18 @@ def main() -> int:
         "| test | comparisons | helped | hurt | no change | undecided | rate | target | median rounds "
         "| median estimate | median interval width |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        _row("A/A (candidate = baseline)", "helped <= 1 of 20 (<= 5%)", aa, "helped"),
-        _row("planted 1.2x", "decided >= 9 of 10 (>= 90%)", planted, "decided"),
+        _row(
+            "A/A (candidate = baseline)",
+            f"helped <= {args.aa_repeats // 20} of {args.aa_repeats} (<= 5%)",
+            aa,
+            "helped",
+        ),
+        _row(
+            "planted 1.2x",
+            f"decided >= {math.ceil(0.9 * args.planted_repeats)} of {args.planted_repeats} (>= 90%)",
+            planted,
+            "decided",
+        ),
         "",
         f"A/A false-positive rate (called helped): {aa_helped} of {len(aa['verdicts'])} "
         f"({100 * aa_helped / len(aa['verdicts']):.0f}%); planted 1.2x called helped in {decided} of "
