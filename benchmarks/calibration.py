@@ -218,6 +218,7 @@ def by_hand(row: dict[str, Any], f: Any, cmd: list[str], args: argparse.Namespac
         budget_s=budget,
         steps=args.steps or 30,
         rounds=args.max_rounds,
+        min_rounds=3,  # decided as fix decides: from round 3, or at the last look
     )
     iv = Interval(**two["interval"]) if two.get("interval") else None
     verdict = two.get("verdict") or "not measured"

@@ -35,10 +35,12 @@ def timed(
     clock: Callable[[], float] = time.monotonic,
     steps: int = STEPS,
     rounds: int = MAX_ROUNDS,
+    min_rounds: int | None = None,
 ) -> dict[str, Any]:
     """Rotating rounds of fresh runs of ``spec``'s script, as it is vs ``variant(spec)``, ``steps``
     measured steps each, ``rounds`` rounds unless the budget ends them first; their saving and the
-    speed-up's verdict."""
+    speed-up's verdict. ``min_rounds`` (default: ``rounds``, i.e. all of them) is the round from which
+    a verdict may stop the runs."""
     from pitstop.profile.probes import Timed, saving
 
     plain, fixed = Arm("plain"), Arm("fixed")
@@ -68,7 +70,7 @@ def timed(
             plain,
             [fixed],
             sample,
-            Settings(budget_s=budget_s, min_rounds=rounds, max_rounds=rounds),
+            Settings(budget_s=budget_s, min_rounds=min_rounds or rounds, max_rounds=rounds),
             clock=clock,
         )
     except KeyboardInterrupt:
