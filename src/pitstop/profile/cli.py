@@ -113,7 +113,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if workers_confirm.worth_confirming(result):
         if show:
             err.print(
-                f"pitstop profile: timing the DataLoader workers fix in fresh runs (at most {BUDGET_S:.0f} s)"
+                f"pitstop profile: timing the DataLoader workers fix in fresh runs (at most {workers_confirm.BUDGET_S:.0f} s)"
             )
         workers_confirm.maybe_confirm(spec, result)  # workers share the cores: measured, not modelled
     report = result.report()
