@@ -11,18 +11,14 @@
 from __future__ import annotations
 
 from pitstop.tune.apply import Site, Unplaced, _first_line, _need_torch, _script_file
+from pitstop.tune.fix_dist import ddp_location
 from pitstop.tune.patch import keyword_edit
 
 DDP_NAMES = ("DistributedDataParallel", "DDP")
 
 
-def _ddp_location(site: Site) -> str | None:
-    ddp = (site.config.get("distributed") or {}).get("ddp") or []
-    return ddp[0].get("location") if ddp else None
-
-
 def apply_static_graph(site: Site) -> None:
-    fe, line = site.file_at(_ddp_location(site), "static_graph")
+    fe, line = site.file_at(ddp_location(site.config), "static_graph")
     for name in (*DDP_NAMES, None):
         try:
             fe.text = keyword_edit(fe.text, line, {"static_graph": True}, name)

@@ -59,12 +59,16 @@ def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Any], 
     raise KeyError(kind)
 
 
+def ddp_location(config: dict[str, Any]) -> str | None:
+    """file:line where the profile saw the (first) DistributedDataParallel model built."""
+    ddp = (config.get("distributed") or {}).get("ddp") or []
+    return ddp[0].get("location") if ddp else None
+
+
 def snippet(kind: str, overrides: dict[str, Any], config: dict[str, Any]) -> tuple[str, str | None]:
     """(code, file:line) of a distributed fix: the registry's snippet, at the DDP model's line."""
-    ddp = (config.get("distributed") or {}).get("ddp") or []
-    at = ddp[0].get("location") if ddp else None
     value = overrides.get("num_threads") if kind == "threads" else overrides.get("ddp_no_sync")
-    return recipe(kind).code(value=value), None if kind == "threads" else at
+    return recipe(kind).code(value=value), None if kind == "threads" else ddp_location(config)
 
 
 def worker_script(launcher: str, args: list[str]) -> str | None:
