@@ -132,10 +132,9 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
         m.verdict, m.speedup = "baseline", 1.0 if m.median else None
         m.reason = m.errors[0] if m.errors else ""
         return
+    settings = Settings(min_gain=min_gain, min_rounds=cfg.min_rounds)
     # judged once the rounds are over: the last look's rule applies
-    m.interval, engine = judge_rounds(
-        base.arm.rounds, m.arm.rounds, Settings(min_gain=min_gain, min_rounds=cfg.min_rounds), final=True
-    )
+    m.interval, engine = judge_rounds(base.arm.rounds, m.arm.rounds, settings, final=True)
     m.speedup = m.interval.estimate if m.interval else None
     m.speed_only = False
     if m.errors and not m.steps_per_s:
@@ -173,8 +172,8 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
     m.reason = {
         HELPED: f"the interval lies above {1 + min_gain:.2f}x"
         if not faster_not_by_margin(m.interval, min_gain)
-        else "faster for sure: the 99% interval lies above 1.00x when the budget ended "
-        f"(a gain under {100 * min_gain:.0f}% is not excluded)",
+        else f"faster for sure: the {100 * settings.hurt_confidence:.0f}% interval lies above 1.00x when "
+        f"the budget ended (a gain under {100 * min_gain:.0f}% is not excluded)",
         HURT: "the interval lies below 1.00x",
         NO_CHANGE: f"the interval lies within 1.00x \u00b1{100 * min_gain:.0f}%",
         UNDECIDED: "the budget ended before the interval decided",
