@@ -324,7 +324,7 @@ class CommRecorder:
                 group, hook = st["default"]
                 st["default"] = None
                 if getattr(ddp, "_comm_hooks", None):
-                    pass
+                    pass  # the script registered its own hook: timed where it was registered
                 elif st["facts"]["device"] == "cpu" and ddp_timers.start(ddp):
                     st["timers"] = True
                 else:
