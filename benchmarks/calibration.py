@@ -1,8 +1,8 @@
 """Do profile's predictions come true? Each prediction's saving next to what `pitstop fix` measured.
 
 For each script:
-  1. `pitstop profile` (probes on, and the fresh-run timings where the page-fault or the workers
-     prediction would warn: `profile.malloc_confirm`, `profile.workers_confirm`) gives its findings. A
+  1. `pitstop profile` (probes on, and the fresh-run timings where the page-fault, the workers, the
+     autocast or the channels_last prediction would warn: `profile.fresh_confirm`) gives its findings. A
      row is every finding with a predicted saving that has a fix `fix` can inject
      (`tune.fix.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
      `--fixed`), or none at all (`profile.confirm.UNTIMED`: profile shows it as info, and the row says
@@ -89,8 +89,7 @@ def outcome(severity: str, verdict: str, after: str) -> str:
 
 
 def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | None]:
-    from pitstop.profile import workers_confirm
-    from pitstop.profile.malloc_confirm import maybe_confirm
+    from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.profile.runner import RunSpec, run
 
     cmd = [sys.executable, f"examples/{name}.py", *({**SCRIPTS, **OPTIONAL}[name])]
@@ -99,8 +98,7 @@ def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | 
     prof = run(spec)
     if not prof.ok:
         return None, cmd, prof.error or prof.status
-    maybe_confirm(spec, prof)
-    workers_confirm.maybe_confirm(spec, prof)
+    confirm_all(spec, prof)  # the fresh-run timings `pitstop profile` makes of would-be warnings
     return prof.report(), cmd, None
 
 

@@ -59,8 +59,9 @@ def test_lightning_closure_is_forward_and_backward(tmp_path, manual):
     assert top.location.endswith(f"{name}:{line_of(name, 'loader = DataLoader(')}")
     bd = check_parts(result, report)
     assert bd["boundary"] == "optimizer.step()"
-    # the training step and backward run inside optimizer.step(closure): they are not optimizer time
-    assert bd["optimizer_s"] < bd["forward_s"] + bd["backward_s"]
+    # the training step and backward run inside optimizer.step(closure): every step attributes them as
+    # forward and backward, and check_parts shows no time counted twice (not also as optimizer time)
+    assert all(s.forward_s > 0 and s.backward_s > 0 for s in result.steps), result.steps
 
 
 def test_hf_trainer(tmp_path):

@@ -61,8 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from pitstop.profile import workers_confirm
-    from pitstop.profile.malloc_confirm import BUDGET_S, maybe_confirm, worth_confirming
+    from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
@@ -106,16 +105,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
-    if worth_confirming(result) and spec.probes:
-        if show:
-            err.print(f"pitstop profile: timing the page-fault fix in fresh runs (at most {BUDGET_S:.0f} s)")
-        maybe_confirm(spec, result)  # the malloc probe cannot be interleaved in one process
-    if workers_confirm.worth_confirming(result):
-        if show:
-            err.print(
-                f"pitstop profile: timing the DataLoader workers fix in fresh runs (at most {workers_confirm.BUDGET_S:.0f} s)"
-            )
-        workers_confirm.maybe_confirm(spec, result)  # workers share the cores: measured, not modelled
+    # predictions that would warn, timed again in fresh runs with the fix injected
+    confirm_all(spec, result, say=(lambda m: err.print(f"pitstop profile: {m}")) if show else None)
     report = result.report()
     report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
     if o.verify and result.ok:

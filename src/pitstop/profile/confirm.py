@@ -34,19 +34,19 @@ def _self(f: Finding) -> dict[str, Any]:
     return f.data
 
 
-def _host_memory(f: Finding) -> dict[str, Any]:
-    """The two-process measurement when it ran (``pitstop.profile.malloc_confirm``), else the in-process
-    before/after probe."""
+def _fresh_or_self(f: Finding) -> dict[str, Any]:
+    """The fresh runs' measurement when it measured a saving (``pitstop.profile.fresh_confirm``), else
+    the in-process probe."""
     two = f.data.get("two_process") or {}
     return two if "saving_s" in two else f.data
 
 
 # finding id -> the probe record its saving was predicted from
 PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
-    recipe("amp").finding: _self,
-    recipe("channels_last").finding: _self,
+    recipe("amp").finding: _fresh_or_self,
+    recipe("channels_last").finding: _fresh_or_self,
     recipe("cudnn_benchmark").finding: _self,
-    recipe("host_memory").finding: _host_memory,
+    recipe("host_memory").finding: _fresh_or_self,
     recipe("tf32").finding: _self,
     "precision.fp16": _fp16,
     recipe("foreach").finding: _optimizer,
@@ -83,8 +83,8 @@ def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown)
     """The fresh processes' saving replaces the prediction scaled from the in-process probe."""
     saved = max(0.0, probe["saving_s"])
     text = (
-        f"; two fresh runs of the script, plain vs glibc's env, {probe.get('rounds', 0)} rounds: median step "
-        f"{ms(probe['base_s'])} vs {ms(probe['new_s'])}"
+        f"; fresh runs of the script, as it is vs {probe.get('variant') or 'with the fix'}, "
+        f"{probe.get('rounds', 0)} rounds: median step {ms(probe['base_s'])} vs {ms(probe['new_s'])}"
     )
     share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
     return replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share)
@@ -104,8 +104,13 @@ def confirm(f: Finding, bd: Breakdown) -> Finding:
         f = _measured_in_two_processes(f, probe, bd)
     why_none = _no_interval_reason(probe)
     two = f.data.get("two_process")
-    if bounds is None and two and probe is not two:
-        why_none += f"; the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
+    if two and probe is not two:
+        # the fresh runs were to decide and measured nothing: the in-process interval does not stand in
+        bounds = None
+        why_none = (
+            f"the fresh runs with the fix measured nothing ({'; '.join(two.get('errors') or ['no step'])}); "
+            + why_none
+        )
     return judged(f, bounds, step, why_none)
 
 

@@ -48,7 +48,7 @@ def two_process(
     def glibc(s: RunSpec) -> RunSpec:
         return replace(s, env={**s.env, **GLIBC_ENV})
 
-    return {**timed(spec, glibc, runner, budget_s, clock), "env": dict(GLIBC_ENV)}
+    return {**timed(spec, glibc, runner, budget_s, clock), "env": dict(GLIBC_ENV), "variant": "glibc's env"}
 
 
 def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run) -> bool:

@@ -1,0 +1,137 @@
+"""The model probes' predictions (autocast, channels_last) timed again in fresh runs when they would warn
+(fake runner: no child process), and judged by that interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from pitstop.findings import Severity
+from pitstop.profile import fresh_confirm as fc
+from pitstop.profile.overrides import Overrides
+from pitstop.profile.rules import findings_for
+from pitstop.profile.runner import RunResult, RunSpec
+from pitstop.profile.timeline import StepRecord
+
+JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]
+STEP = 0.1
+
+
+def steps(total, n=20):
+    return [
+        StepRecord(index=i, start_s=i * total, total_s=total * JITTER[i % len(JITTER)], forward_s=total / 2)
+        for i in range(n)
+    ]
+
+
+# the in-process probe: fp32 60 ms vs bf16 30 ms of a 100 ms step, its interval wholly above 5% of it
+AMP = {
+    "dtype": "bfloat16",
+    "base_s": 0.06,
+    "new_s": 0.03,
+    "saving_s": 0.03,
+    "saving_lo_s": 0.026,
+    "saving_hi_s": 0.034,
+}
+CL = {"base_s": 0.06, "new_s": 0.05, "saving_s": 0.01, "saving_lo_s": 0.008, "saving_hi_s": 0.012}
+MODEL = {"name": "Net", "conv2d_layers": 2, "param_dtypes": ["float32"], "first_location": "train.py:30"}
+
+
+def profiled(**probes):
+    data = {"probes": {k: dict(v) for k, v in probes.items()}, "models": [MODEL], "device": "cpu"}
+    return RunResult(0, None, steps(STEP), [], {}, None, 5.0, data=data)
+
+
+def finding(result, fid="precision.amp"):
+    found, _ = findings_for(result.steps, result.data, cores=2)
+    return next(f for f in found if f.id == fid)
+
+
+class Runner:
+    """Step times by configuration: ``fixed`` s where ``on(spec)``, ``plain`` s otherwise; each run its
+    own speed factor, as fresh processes have."""
+
+    def __init__(self, plain, fixed, on=lambda s: bool(s.overrides.autocast), fail_fixed=False):
+        self.plain, self.fixed, self.on, self.fail_fixed, self.specs = plain, fixed, on, fail_fixed, []
+
+    def __call__(self, spec: RunSpec) -> RunResult:
+        self.specs.append(spec)
+        if self.on(spec) and self.fail_fixed:
+            return RunResult(
+                1, "RuntimeError: expected scalar type BFloat16", [], [], {}, None, 1.0, status="failed"
+            )
+        f = (1.0, 1.04, 0.97, 1.02)[len(self.specs) % 4]
+        return RunResult(0, None, steps((self.fixed if self.on(spec) else self.plain) * f), [], {}, None, 1.0)
+
+
+def test_only_a_model_probe_that_warns_in_process_is_timed_again():
+    assert fc.model_probes_to_time(profiled(precision=AMP)) == ["amp"]
+    assert fc.model_probes_to_time(profiled(precision=AMP, channels_last=CL)) == ["amp", "channels_last"]
+    small = {**AMP, "saving_s": 0.002, "new_s": 0.058, "saving_lo_s": 0.001, "saving_hi_s": 0.003}
+    assert fc.model_probes_to_time(profiled(precision=small)) == []  # info already: nothing to confirm
+    wide = {**AMP, "saving_lo_s": -0.01}
+    assert fc.model_probes_to_time(profiled(precision=wide)) == []  # in-process interval not confirming
+    assert fc.model_probes_to_time(profiled(precision={**AMP, "two_process": {"rounds": 0}})) == []
+
+
+def test_fix_overrides_are_what_fix_injects_on_top_of_the_runs_own():
+    base = Overrides(dataloader={"num_workers": 2})
+    assert fc.fix_overrides("amp", AMP, base) == Overrides(dataloader={"num_workers": 2}, autocast="bfloat16")
+    assert fc.fix_overrides("channels_last", CL) == Overrides(channels_last=True)
+
+
+def test_fresh_runs_alternate_the_script_as_it_is_and_with_autocast_injected():
+    result = profiled(precision=AMP)
+    runner = Runner(plain=STEP, fixed=0.08)
+    assert fc.confirm_all(RunSpec(["python", "t.py"], env={"A": "1"}), result, runner) == ["amp"]
+    on = [bool(s.overrides.autocast) for s in runner.specs]
+    assert on[:4] == [False, True, True, False] and fc.MIN_ROUNDS * 2 <= len(on) <= fc.MAX_ROUNDS * 2
+    assert all(s.env["A"] == "1" and not s.probes and s.steps == fc.STEPS for s in runner.specs)
+    assert {s.overrides.autocast for s in runner.specs} == {None, "bfloat16"}
+    two = result.data["probes"]["precision"]["two_process"]
+    assert two["variant"] == "autocast=bfloat16" and two["saving_s"] == pytest.approx(0.02, rel=0.25)
+
+
+def test_a_smaller_gain_in_fresh_runs_replaces_the_probes_prediction():
+    # the probe promised 30 ms (1.43x); the fresh runs measure 20 ms (1.25x): the warning says 20 ms
+    result = profiled(precision=AMP)
+    fc.confirm_all(RunSpec(["python", "t.py"]), result, Runner(plain=STEP, fixed=0.08))
+    f = finding(result)
+    assert f.severity is Severity.WARN and f.data["confirmed"] is True
+    assert f.est_saving_s == pytest.approx(0.02, rel=0.25)
+    lo, hi = f.data["saving_ci_s"]
+    assert 0.005 <= lo <= f.est_saving_s <= hi and [lo, hi] != [AMP["saving_lo_s"], AMP["saving_hi_s"]]
+    assert "fresh runs of the script, as it is vs autocast=bfloat16" in f.evidence
+
+
+def test_no_gain_in_fresh_runs_leaves_the_warning_info():
+    result = profiled(precision=AMP)
+    fc.confirm_all(RunSpec(["python", "t.py"]), result, Runner(plain=STEP, fixed=STEP))
+    f = finding(result)
+    assert f.severity is Severity.INFO and f.data["confirmed"] is False and "not confirmed" in f.evidence
+    assert f.est_saving_s == pytest.approx(0.0, abs=0.005)
+
+
+def test_fresh_runs_that_fail_with_the_fix_say_so_and_leave_the_finding_info():
+    result = profiled(precision=AMP)
+    fc.confirm_all(RunSpec(["python", "t.py"]), result, Runner(plain=STEP, fixed=0.08, fail_fixed=True))
+    f = finding(result)
+    assert f.severity is Severity.INFO and f.data["confirmed"] is False and f.data["saving_ci_s"] is None
+    assert (
+        "the fresh runs with the fix measured nothing (RuntimeError: expected scalar type BFloat16"
+        in f.evidence
+    )
+
+
+def test_channels_last_is_timed_with_channels_last_injected():
+    result = profiled(channels_last=CL)
+    runner = Runner(plain=STEP, fixed=0.09, on=lambda s: s.overrides.channels_last)
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner) == ["channels_last"]
+    f = finding(result, "memory_format.channels_last")
+    assert f.severity is Severity.WARN and "as it is vs channels_last=True" in f.evidence
+
+
+def test_a_failed_profile_run_times_nothing():
+    result = profiled(precision=AMP)
+    result.status, result.error = "failed", "boom"
+    runner = Runner(plain=STEP, fixed=0.08)
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner) == [] and runner.specs == []
