@@ -67,7 +67,7 @@ HAND_FIXED: dict[str, tuple[str, list[str]]] = {"item_sync": ("sync.item", ["--f
 TOPS: dict[str, str] = {}  # script -> its first-ranked findings, for scripts without a row
 POINT_WARN = 1.05  # an info row's point speed-up that would have been a warning without its interval
 ISA_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
-PROFILE_S = 45.0  # what one script's profile (probes, the two-process page-fault timing) takes, at most
+PROFILE_S = 45.0  # what a script's profile takes (probes; most scripts need no fresh-run timing), kept free for each
 
 
 def wanted(f: Any, point: float | None, all_info: bool) -> bool:
