@@ -146,11 +146,12 @@ class CommRecorder:
         return int(self._step_of())
 
     def _step_totals(self, step: int) -> dict[str, float]:
-        return self.per_step.setdefault(
-            step,
-            {"collective_s": 0.0, "collectives": 0, "ddp_comm_s": 0.0, "ddp_exposed_s": 0.0, "ddp_rounds": 0,
-             "ddp_bytes": 0, "unused_search_s": 0.0, "ddp_forwards": 0},
-        )  # fmt: skip
+        tot = self.per_step.get(step)  # not setdefault: every forward would build the dict to drop it
+        if tot is None:
+            tot = self.per_step[step] = {"collective_s": 0.0, "collectives": 0, "ddp_comm_s": 0.0,
+                                         "ddp_exposed_s": 0.0, "ddp_rounds": 0, "ddp_bytes": 0,
+                                         "unused_search_s": 0.0, "ddp_forwards": 0}  # fmt: skip
+        return tot
 
     def _record(
         self, op: str, loc: str | None, t: float, dt: float, nbytes: int, blocking: bool

@@ -44,6 +44,7 @@ from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
 from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
+from pitstop.profile.timeline import RecordsJson
 from pitstop.profile.torchcalls import install_torch_patches
 from pitstop.profile.where import user_location
 from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
@@ -117,6 +118,7 @@ class Instrumentation:
         self._last_flush = clock()
         self._flush_every = FLUSH_EVERY_S
         self.flush_path: Path | None = None
+        self._records_json = RecordsJson()  # the flushed records' JSON, each record encoded once
         self._cuda_debug_on = False
         self.override_errors: list[str] = []
 
@@ -208,11 +210,13 @@ class Instrumentation:
         elif self.clock.should_close():
             self.close_step(now)
 
-    def _begin(self, now: float) -> None:
-        self.clock.begin(now)
+    def _begin(self, now: float, faults: int | None = None) -> None:
+        """A step begins at ``now``; ``faults``: the page-fault count ``close_step`` just read there (its
+        phases were split there too), so the boundary costs one ``getrusage``, not two."""
+        self.clock.begin(now, split=faults is None)
         self.step_loss = None
         self._h2d_events = []
-        self._faults0 = minor_page_faults()
+        self._faults0 = minor_page_faults() if faults is None else faults
         self._eval_seen = False
         self.syncs.new_step()
         if not self.warm_done and len(self.records) >= self.cfg.warmup:
@@ -221,16 +225,12 @@ class Instrumentation:
     def close_step(self, now: float) -> None:
         """End the current step at ``now``, record it, begin the next; stop after the measured steps."""
         n = len(self.records)
-        rec = {
-            "index": n,
-            "start_s": (self.clock.step_start or now) - self.t0,
-            **self.clock.times(now),
-            "syncs": self.syncs.count,
-            "minor_faults": minor_page_faults() - self._faults0,
-            "warmup": n < self.cfg.warmup,
-            "traced": bool(self.tracer is not None and self.tracer.active),
-            "eval": self._eval_seen,
-        }
+        faults = minor_page_faults()
+        start = self.clock.step_start or now
+        rec = self.clock.times(now)  # the phases and total_s, in a fresh dict: the record grows from it
+        rec.update(index=n, start_s=start - self.t0, syncs=self.syncs.count, minor_faults=faults - self._faults0,
+                   warmup=n < self.cfg.warmup, traced=bool(self.tracer is not None and self.tracer.active),
+                   eval=self._eval_seen)  # fmt: skip
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
@@ -242,7 +242,7 @@ class Instrumentation:
         if now - self._last_flush > self._flush_every:
             self._last_flush = now
             self.flush("running")
-        self._begin(now)
+        self._begin(now, faults)
         done = len(self.records) - self.cfg.warmup
         if not self.cfg.full and done >= self.cfg.steps:
             if self.cfg.on_done is not None:
@@ -433,7 +433,8 @@ class Instrumentation:
         t = clock()
         data = self.snapshot(status, final=False)
         data.update(extra)
-        write_json_atomic(self.flush_path, data)
+        steps = self._records_json.text(data.pop("steps"))
+        write_json_atomic(self.flush_path, data, {"steps": steps})
         # a long --full run grows the record: flush less often so writing it stays under ~2% of the time
         if len(self.records) >= 1000:
             self._flush_every = max(FLUSH_EVERY_S, 50 * (clock() - t))
@@ -485,9 +486,14 @@ def shutdown_loader_workers(inst: Instrumentation) -> None:
     _shutdown_workers(inst.loaders)
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: dict[str, Any], encoded: dict[str, str] | None = None) -> None:
+    """``data`` as JSON, replacing ``path`` at once; ``encoded``: more keys whose values are JSON already."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     from pitstop.findings import jsonable
 
-    tmp.write_text(json.dumps(jsonable(data), allow_nan=False))
+    text = json.dumps(jsonable(data), allow_nan=False)
+    if encoded:
+        more = ",".join(f"{json.dumps(k)}:{v}" for k, v in encoded.items())
+        text = f"{text[:-1]}{',' if data else ''}{more}}}"
+    tmp.write_text(text)
     os.replace(tmp, path)

@@ -133,18 +133,22 @@ class StepClock:
             self.mode = BY_BACKWARD
             self.step_start = None  # the iterations so far ran as one: count from the next boundary
 
-    def begin(self, now: float) -> None:
+    def begin(self, now: float, split: bool = True) -> None:
+        """A step begins at ``now``; ``split`` False: ``times(now)`` just split the phases there."""
         self.step_start = now
-        self.stepped = set()
+        self.stepped.clear()
         self.backwards = 0
         self.last_end = None
-        self.phases.split(now)
+        if split:
+            self.phases.split(now)
 
     def times(self, now: float) -> dict[str, float]:
-        """The closing step's total and exclusive phase seconds."""
+        """The closing step's exclusive phase seconds (``PHASES``) and "total_s"."""
         assert self.step_start is not None
         acc = self.phases.split(now)
-        return {"total_s": now - self.step_start, **{p: acc[p] for p in PHASES}}
+        del acc[CLOSURE]
+        acc["total_s"] = now - self.step_start
+        return acc
 
     def pending_end(self) -> float | None:
         """Where a step left open at the end of the script ends, if it holds a step's work."""

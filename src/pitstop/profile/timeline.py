@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -115,3 +116,31 @@ def steps_per_s(steps: list[StepRecord]) -> float:
         return 0.0
     med = statistics.median(s.total_s for s in steps)
     return 1.0 / med if med > 0 else 0.0
+
+
+class RecordsJson:
+    """The JSON text of a growing list of step records, each record serialised once: the periodic flush
+    of a long run rewrites every record each second, and re-encoding them all was most of its cost."""
+
+    def __init__(self) -> None:
+        self._last: Any = None  # the last record encoded
+        self._n = 0
+        self._chunks: list[str] = []
+
+    def text(self, records: list[dict[str, Any]]) -> str:
+        """``records`` as a JSON array. Records already encoded are not read again: they must not change
+        once appended (a list whose first ones were dropped is encoded afresh)."""
+        from pitstop.findings import jsonable
+
+        if self._n and (len(records) < self._n or records[self._n - 1] is not self._last):
+            self._n, self._chunks = 0, []
+        n = len(records)
+        if n > self._n:
+            new = records[self._n : n]
+            try:  # plain numbers, as the hooks record them: no need to walk them through jsonable
+                text = json.dumps(new, allow_nan=False)
+            except (TypeError, ValueError):  # a NaN, a numpy scalar: as every other record is written
+                text = json.dumps(jsonable(new), allow_nan=False)
+            self._chunks.append(text[1:-1])
+            self._n, self._last = n, records[-1]
+        return "[" + ",".join(c for c in self._chunks if c) + "]"

@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 import sysconfig
+from typing import Any
 
 import torch
 
@@ -29,6 +30,11 @@ def is_user_file(filename: str) -> bool:
     return not os.path.abspath(filename).startswith(_LIB_PREFIXES)
 
 
+# (id(code), bytecode offset) -> (code, "file:line"): a frame's f_lineno scans its code's line table,
+# microseconds in a long script, and the same call sites (a loop's backward, a collective) come every step
+_SITES: dict[tuple[int, int], tuple[Any, str]] = {}
+
+
 def user_location(depth: int = 2) -> str | None:
     """``file:line`` of the innermost frame in user code, walking out from the caller's caller."""
     try:
@@ -38,7 +44,11 @@ def user_location(depth: int = 2) -> str | None:
     while frame is not None:
         code = frame.f_code
         if is_user_file(code.co_filename):
-            return location(code.co_filename, frame.f_lineno)
+            key = (id(code), frame.f_lasti)
+            hit = _SITES.get(key)
+            if hit is None or hit[0] is not code:
+                hit = _SITES[key] = (code, location(code.co_filename, frame.f_lineno))
+            return hit[1]
         frame = frame.f_back
     return None
 
