@@ -143,4 +143,4 @@ class RecordsJson:
                 text = json.dumps(jsonable(new), allow_nan=False)
             self._chunks.append(text[1:-1])
             self._n, self._last = n, records[-1]
-        return "[" + ",".join(c for c in self._chunks if c) + "]"
+        return "[" + ",".join(self._chunks) + "]"

@@ -46,7 +46,7 @@ def user_location(depth: int = 2) -> str | None:
         if is_user_file(code.co_filename):
             key = (id(code), frame.f_lasti)
             hit = _SITES.get(key)
-            if hit is None or hit[0] is not code:
+            if hit is None:  # the entry holds its code object, so no other code can take its id
                 hit = _SITES[key] = (code, location(code.co_filename, frame.f_lineno))
             return hit[1]
         frame = frame.f_back
