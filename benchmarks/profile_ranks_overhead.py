@@ -12,7 +12,12 @@ the machine disturbs far less than wall time. Rank 0 also reads, over the same s
 launcher (torchrun) and of the process above it (`pitstop profile` in a profiled run). The requirement is
 < 5% of step time per rank. The machine, its load and other processes' CPU share are recorded.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_overhead.py [--rounds 6] [--steps 200]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_overhead.py [--rounds 6] [--steps 200] [--pin]
+
+With ``--pin`` each rank runs on a core of its own: where two ranks share two cores unpinned, how the
+scheduler places them and the backend's threads changes a run's step time by about 10% from one launch
+to the next (this EPYC: s.d. of log median step time 0.09 unpinned, 0.03 pinned), which hides a few
+percent of overhead in any number of rounds one can afford. Results go to ``profile_ranks_overhead_pinned.md``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "profile_ranks_overhead.md"
+RESULTS_PINNED = ROOT / "benchmarks" / "results" / "profile_ranks_overhead_pinned.md"
 sys.path.insert(0, str(ROOT / "src"))
 
 from pitstop.host.load import OtherCpu, load_average, load_line  # noqa: E402
@@ -44,6 +50,9 @@ import torch, torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 torch.set_num_threads(1)
+if os.environ.get("BENCH_PIN"):  # this thread, and the backend's threads started after it, on one core
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[int(os.environ["LOCAL_RANK"]) % len(cores)]})
 dist.init_process_group("gloo")
 steps, warm = int(sys.argv[1]), 10
 TICK = os.sysconf("SC_CLK_TCK")
@@ -81,6 +90,9 @@ out = {"times": times, "cpu_s": (own_cpu_s() - c0) / n, "launcher_cpu_s": (cpu_s
        "above_cpu_s": (cpu_s(above)[0] - a0) / n}
 with open(os.path.join(os.environ["BENCH_OUT"], f"rank-{dist.get_rank()}.json"), "w") as f:
     json.dump(out, f)
+del model, opt  # torch 2.14's gloo can abort at exit while a freed all-reduce still holds a Python object
+__import__("gc").collect()
+dist.barrier()
 dist.destroy_process_group()
 """
 
@@ -91,7 +103,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_run(script: Path, steps: int, profiled: bool, tries: int = 3) -> dict[int, dict]:
+def one_run(script: Path, steps: int, profiled: bool, pin: bool = False, tries: int = 3) -> dict[int, dict]:
     """Each rank's timed steps and CPU of one launch. A launch that fails is run again, with its error
     shown (seen here: a rank aborted by gloo, in plain runs as in profiled ones)."""
     for attempt in range(tries):
@@ -105,6 +117,8 @@ def one_run(script: Path, steps: int, profiled: bool, tries: int = 3) -> dict[in
             "PYTHONPATH": str(ROOT / "src"),
             "MASTER_ADDR": "127.0.0.1",
         }
+        if pin:
+            env["BENCH_PIN"] = "1"
         p = subprocess.run(
             cmd if profiled else torchrun, env=env, capture_output=True, text=True, timeout=600
         )
@@ -148,6 +162,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--pin", action="store_true", help="each rank's main thread on a core of its own")
     a = ap.parse_args()
     script = Path(tempfile.mkdtemp(prefix="pitstop-bench-ranks-")) / "ddp_workload.py"
     script.write_text(WORKLOAD)
@@ -157,7 +172,7 @@ def main() -> int:
     runs: dict[str, list[dict[int, dict]]] = {PLAIN: [], PROFILED: []}
     for r in range(a.rounds):
         for name in rotated([PLAIN, PROFILED], r):
-            runs[name].append(one_run(script, a.steps, name == PROFILED))
+            runs[name].append(one_run(script, a.steps, name == PROFILED, a.pin))
     share, load_text = other.share(), load_line(load0)
 
     def per_round(name: str, rank: int, key: str) -> list[list[float]]:
@@ -184,11 +199,19 @@ def main() -> int:
         f"- machine: {machine()}",
         f"- load: {load_text}; other processes used {100 * share:.0f}% of the CPUs during the runs",
         "- command: `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_overhead.py "
-        f"--rounds {a.rounds} --steps {a.steps}`",
+        f"--rounds {a.rounds} --steps {a.steps}{' --pin' if a.pin else ''}`",
         "- method: each round runs `torchrun` plain and under `pitstop profile --full --no-probes`, the order "
         "rotated every round; overhead = profiled / plain, geometric mean over rounds of the ratio of "
         "median step times (CPU: of CPU seconds per timed step), 95% Student t interval over rounds "
         "(`pitstop.measure.speedup_interval`)",
+        "- ranks pinned: "
+        + (
+            "yes: each rank's main thread, and the gloo threads it starts, on a core of its own "
+            "(`os.sched_setaffinity` in the workload, as a launcher's core binding does); pitstop's threads, "
+            "started before the script, keep the whole CPU set"
+            if a.pin
+            else "no: the scheduler places the ranks' threads"
+        ),
         "",
         "| rank | plain ms/step | profiled ms/step | step time overhead | plain CPU ms/step | profiled CPU ms/step "
         "| CPU overhead | requirement < 5% (step time) |",
@@ -218,8 +241,9 @@ def main() -> int:
         + "; ".join(_medians(r) for r in runs[PROFILED]),
     ]
     text = "\n".join(lines) + "\n"
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
+    out = RESULTS_PINNED if a.pin else RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
     print(text)
     return 0
 

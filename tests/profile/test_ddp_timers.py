@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 from types import SimpleNamespace
 
-from pitstop.profile.ddp_timers import WHAT, TimerRounds
+from pitstop.profile.ddp_timers import SAMPLE, WHAT, TimerRounds, recorded
 
 
 class Rec:
@@ -16,6 +20,11 @@ class Rec:
         self.current = None
         self.beats: list[int] = []
         self.rounds: list[tuple] = []
+        self.counted: dict[int, int] = {}  # rounds counted per step
+
+    def _step_totals(self, step: int) -> dict:
+        tot = self.__dict__.setdefault("totals", {}).setdefault(step, {"ddp_rounds": 0})
+        return tot
 
     def step(self) -> int:
         return self.steps
@@ -32,7 +41,13 @@ class DDP:
 
     def __init__(self) -> None:
         self.ints: dict[str, int] = {"iteration": 0}
-        self.logger = SimpleNamespace(_get_ddp_logging_data=lambda: SimpleNamespace(ints_map=dict(self.ints)))
+        self.reads = 0
+
+        def read() -> SimpleNamespace:
+            self.reads += 1
+            return SimpleNamespace(ints_map=dict(self.ints))
+
+        self.logger = SimpleNamespace(_get_ddp_logging_data=read)
 
 
 def ns(s: float) -> int:
@@ -97,3 +112,73 @@ def test_backward_after_a_syncing_forward_is_the_current_collective_until_it_ret
     timers.backward_begin("train.py:9", 6.0)
     timers.backward_end(failed=True)  # a peer gone: the rank stays reported as waiting there
     assert rec.current == (WHAT, "train.py:9", 6.0)
+    timers.backward_end(failed=False)
+    assert rec.totals[0]["ddp_rounds"] == 1  # the backward that raised is not a round
+
+
+REDUCER = """
+import json, tempfile, torch, torch.distributed as dist
+from torch import nn
+from pitstop.profile import ddp_timers
+dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/s", rank=0, world_size=1)
+m = nn.parallel.DistributedDataParallel(nn.Linear(4, 4))
+seen = []
+for i in range(1, 31):
+    out = m(torch.randn(2, 4))
+    if i == 1:
+        assert ddp_timers.start(m)
+    seen.append(m.logger._get_ddp_logging_data().ints_map.get("iteration"))
+    out.sum().backward()
+print(json.dumps(seen))
+"""
+
+
+def test_recorded_is_the_reducer_s_own_sampling(tmp_path):
+    """Which iterations this torch's reducer records at ``SAMPLE``: each forward logs the one before it."""
+    script = tmp_path / "reducer_sample.py"
+    script.write_text(REDUCER)
+    src = Path(__file__).resolve().parents[2] / "src"
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(p.stdout.strip().splitlines()[-1])
+    logged = sorted({it for it in seen if it})
+    assert logged == [it for it in range(1, 30) if recorded(it)]
+    assert SAMPLE > 1 and 11 not in logged
+
+
+def test_timers_are_read_only_after_recorded_iterations_and_every_round_is_counted():
+    rec, ddp = Rec(), DDP()
+    timers, st = TimerRounds(rec), state(ddp)
+    for it in range(1, 17):  # iteration `it`: its forward reads iteration it-1, where that one was recorded
+        rec.steps = it - 1
+        if recorded(it - 1):
+            ddp.ints = iteration(it - 1, fwd=it, first=it + 0.010, ready=it + 0.012, end=it + 0.015)
+        timers.forward(ddp, st)
+        timers.backward_begin("train.py:9", float(it))
+        timers.backward_end(failed=False)
+    assert ddp.reads == 1 + 10 + 1  # the first forward, iterations 1-10, then 12 (not 11, 13, 14, 15)
+    assert [r[0] for r in rec.rounds] == [*range(0, 10), 11]  # the step of each timed iteration
+    assert all(rec.totals[s]["ddp_rounds"] == 1 for s in range(16))
+    assert st["pending"][0] == 16
+
+
+def test_a_count_behind_the_reducer_catches_up_at_the_next_read():
+    rec, ddp = Rec(), DDP()
+    timers, st = TimerRounds(rec), state(ddp)
+    ddp.ints = {"iteration": 7}  # the script ran syncing forwards before pitstop saw its DDP model
+    timers.forward(ddp, st)
+    assert st["pending"][0] == 8
+
+
+def test_one_backward_through_two_synced_models_is_two_rounds():
+    rec, g, d = Rec(), DDP(), DDP()
+    timers = TimerRounds(rec)
+    timers.forward(g, state(g))  # a GAN's generator, then its discriminator on the fake batch
+    timers.forward(d, state(d))
+    timers.backward_begin("train.py:9", 1.0)
+    timers.backward_end(failed=False)
+    assert rec.totals[0]["ddp_rounds"] == 2
+    timers.backward_begin("train.py:12", 2.0)  # a backward with no syncing forward before it
+    timers.backward_end(failed=False)
+    assert rec.totals[0]["ddp_rounds"] == 2

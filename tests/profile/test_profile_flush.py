@@ -1,4 +1,4 @@
-"""The periodic flush: each step record encoded once, the file the same JSON as a whole encoding."""
+"""The periodic flush: step records appended to the steps log once each, read back as one list."""
 
 from __future__ import annotations
 
@@ -7,40 +7,86 @@ import math
 
 import numpy as np
 
-from pitstop.profile.hooks import write_json_atomic
-from pitstop.profile.timeline import RecordsJson
+from pitstop.profile.hooks import Config, Instrumentation, write_json_atomic
+from pitstop.profile.runner import _collect, _steps_so_far
+from pitstop.profile.timeline import STEPS_LOG, StepsLog, steps_from_log
 
 
 def _rec(i: int, **extra: object) -> dict[str, object]:
     return {"index": i, "total_s": 0.01 * (i + 1), "warmup": i < 2, **extra}
 
 
-def test_records_json_grows_and_matches_encoding_them_all():
-    enc, records = RecordsJson(), []
-    assert json.loads(enc.text(records)) == []
+def _lines(path):
+    """The records in the log (its first line is its generation)."""
+    first, *rest = path.read_text().splitlines()
+    assert "generation" in json.loads(first)
+    return [json.loads(line) for line in rest]
+
+
+def test_steps_log_appends_each_record_once(tmp_path):
+    log, records = StepsLog(tmp_path / STEPS_LOG), []
+    assert log.write(records) == 0 and _lines(log.path) == []
     for i in range(5):
         records.append(_rec(i))
-        assert json.loads(enc.text(records)) == records
-    assert json.loads(enc.text(records)) == records  # no new record: the same text
+        assert log.write(records) == i + 1
+        assert _lines(log.path) == records
+    size = log.path.stat().st_size
+    assert log.write(records) == 5 and log.path.stat().st_size == size  # nothing new: nothing written
 
 
-def test_records_json_starts_afresh_when_the_records_were_dropped():
-    enc, records = RecordsJson(), [_rec(0), _rec(1), _rec(2)]
-    enc.text(records)
+def test_steps_log_starts_afresh_when_the_records_were_dropped(tmp_path):
+    log, records = StepsLog(tmp_path / STEPS_LOG), [_rec(0), _rec(1), _rec(2)]
+    log.write(records)
     records.clear()  # micro-steps dropped, then as many new steps as before and more
     records.extend([_rec(0, eval=True), _rec(1, eval=True), _rec(2), _rec(3)])
-    assert json.loads(enc.text(records)) == records
+    assert log.write(records) == 4 and _lines(log.path) == records
+    records.clear()
+    assert log.write(records) == 0 and _lines(log.path) == []
 
 
-def test_records_json_writes_nan_and_numpy_values_as_every_record_is_written():
-    enc = RecordsJson()
-    records = [_rec(0, h2d_gpu_s=math.nan), _rec(1, syncs=np.int64(3))]
-    assert json.loads(enc.text(records)) == [_rec(0, h2d_gpu_s=None), _rec(1, syncs=3)]
+def test_a_stale_log_of_an_earlier_run_is_replaced(tmp_path):
+    (tmp_path / STEPS_LOG).write_text(json.dumps(_rec(7)) + "\n")
+    log = StepsLog(tmp_path / STEPS_LOG)
+    assert log.write([_rec(0)]) == 1 and _lines(log.path) == [_rec(0)]
 
 
-def test_write_json_atomic_adds_keys_encoded_already(tmp_path):
+def test_steps_log_writes_nan_and_numpy_values_as_every_record_is_written(tmp_path):
+    log = StepsLog(tmp_path / STEPS_LOG)
+    log.write([_rec(0, h2d_gpu_s=math.nan), _rec(1, syncs=np.int64(3))])
+    assert _lines(log.path) == [_rec(0, h2d_gpu_s=None), _rec(1, syncs=3)]
+
+
+def test_only_the_counted_lines_of_the_same_generation_are_read_back(tmp_path):
+    # a crash after appending and before the measurements file named the new lines, or mid-line
+    head = json.dumps({"generation": 2}) + "\n"
+    lines = "".join(json.dumps(_rec(i)) + "\n" for i in range(3))
+    (tmp_path / STEPS_LOG).write_text(head + lines + '{"index": 3, "to')
+    running = {"status": "running", "steps_log": STEPS_LOG, "steps_count": 2, "steps_generation": 2}
+    assert steps_from_log(running, tmp_path)["steps"] == [_rec(0), _rec(1)]
+    # written afresh (the records were dropped) after the record was: none of it is the record's
+    assert steps_from_log({**running, "steps_generation": 1}, tmp_path)["steps"] == []
+    final = {"status": "completed", "steps": [_rec(0)], "steps_log": STEPS_LOG, "steps_count": 3}
+    assert steps_from_log(final, tmp_path)["steps"] == [_rec(0)]  # the final record holds its own steps
+    assert steps_from_log({"steps_log": "missing.jsonl", "steps_count": 2}, tmp_path)["steps"] == []
+
+
+def test_a_flush_of_a_run_cut_short_is_collected_with_its_steps(tmp_path):
+    inst = Instrumentation(Config(warmup=1, steps=10, full=True, out_dir=tmp_path))
+    inst.flush_path = tmp_path / "measurements.json"
+    inst.records.extend(_rec(i, warmup=i < 1, start_s=0.01 * i) for i in range(4))
+    inst.flush("running")
+    inst.records.append(_rec(4, warmup=False, start_s=0.04))
+    inst.flush("running")
+    flushed = json.loads(inst.flush_path.read_text())
+    assert "steps" not in flushed and flushed["steps_count"] == 5
+    assert _steps_so_far(inst.flush_path) == 5
+    from pitstop.profile.runner import RunSpec
+
+    res = _collect(RunSpec(command=["python", "x.py"]), inst.flush_path, -9, None, 1.0)
+    assert res.status == "killed" and [s.index for s in res.warmup_steps + res.steps] == [0, 1, 2, 3, 4]
+
+
+def test_write_json_atomic_writes_infinities_as_null(tmp_path):
     path = tmp_path / "m.json"
-    write_json_atomic(path, {"status": "running", "x": math.inf}, {"steps": "[1,2]"})
-    assert json.loads(path.read_text()) == {"status": "running", "x": None, "steps": [1, 2]}
-    write_json_atomic(path, {}, {"steps": "[]"})
-    assert json.loads(path.read_text()) == {"steps": []}
+    write_json_atomic(path, {"status": "running", "x": math.inf})
+    assert json.loads(path.read_text()) == {"status": "running", "x": None}

@@ -190,7 +190,8 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
     import torch
 
     from pitstop.profile.facts import finish_optimizer_facts
-    from pitstop.profile.hooks import shutdown_loader_workers, write_json_atomic
+    from pitstop.profile.hooks import write_json_atomic
+    from pitstop.profile.loaders import shutdown_loader_workers
 
     inst.close_pending()
     inst.uninstall()
@@ -201,7 +202,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
                 inst.captured.device = p.device
                 break
     if stop_workers:
-        shutdown_loader_workers(inst)
+        shutdown_loader_workers(inst.loaders)
     if inst.gpu_sampler is not None:
         inst.gpu_sampler.stop()
     cuda = inst.captured.device is not None and inst.captured.device.type == "cuda"

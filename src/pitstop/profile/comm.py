@@ -149,8 +149,8 @@ class CommRecorder:
         tot = self.per_step.get(step)  # not setdefault: every forward would build the dict to drop it
         if tot is None:
             tot = self.per_step[step] = {"collective_s": 0.0, "collectives": 0, "ddp_comm_s": 0.0,
-                                         "ddp_exposed_s": 0.0, "ddp_rounds": 0, "ddp_bytes": 0,
-                                         "unused_search_s": 0.0, "ddp_forwards": 0}  # fmt: skip
+                                         "ddp_exposed_s": 0.0, "ddp_rounds": 0, "ddp_timed_rounds": 0,
+                                         "ddp_bytes": 0, "unused_search_s": 0.0, "ddp_forwards": 0}  # fmt: skip
         return tot
 
     def _record(
@@ -378,7 +378,7 @@ class CommRecorder:
         """A backward's all-reduce timed as a whole (``ddp_timers``): launched at ``first``, every gradient
         ready at ``ready``, done at ``end``."""
         rnd = self._new_round(step, first, loc)
-        rnd.update(last_launch=ready, closed=True, spans=(end - first, end - ready),
+        rnd.update(last_launch=ready, closed=True, spans=(end - first, end - ready), counted=True,
                    buckets=[{"launch": first, "done": end, "bytes": nbytes, "events": None}])  # fmt: skip
 
     # ------------------------------------------------------------------------------ results
@@ -398,7 +398,8 @@ class CommRecorder:
             tot = self._step_totals(rnd["step"])
             tot["ddp_comm_s"] += comm
             tot["ddp_exposed_s"] += exposed
-            tot["ddp_rounds"] += 1
+            tot["ddp_timed_rounds"] += 1
+            tot["ddp_rounds"] += 0 if rnd.get("counted") else 1  # a timers' round was counted at its backward
             tot["ddp_bytes"] += sum(b["bytes"] for b in rnd["buckets"])
             if len(self.calls) < MAX_CALLS:
                 self.calls.append({"op": DDP_OP, "seq": rnd["seq"], "step": rnd["step"],

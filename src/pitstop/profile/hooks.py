@@ -38,13 +38,12 @@ from pitstop.profile.captured import Captured, CapturedLoader
 from pitstop.profile.device_time import DeviceTimer
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.loaders import LoaderTables, install_loader_patches
-from pitstop.profile.loaders import shutdown_loader_workers as _shutdown_workers
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
 from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
-from pitstop.profile.timeline import RecordsJson
+from pitstop.profile.timeline import STEPS_LOG, StepsLog
 from pitstop.profile.torchcalls import install_torch_patches
 from pitstop.profile.where import user_location
 from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
@@ -118,7 +117,7 @@ class Instrumentation:
         self._last_flush = clock()
         self._flush_every = FLUSH_EVERY_S
         self.flush_path: Path | None = None
-        self._records_json = RecordsJson()  # the flushed records' JSON, each record encoded once
+        self._steps_log: StepsLog | None = None  # the flushed records, each written once
         self._cuda_debug_on = False
         self.override_errors: list[str] = []
 
@@ -411,6 +410,8 @@ class Instrumentation:
         self.counts["optimizer_steps"] += 1
         if self.clock.optimizer_stepped(opt, now):
             self._drop_records()
+        elif self.warm_done and not self.models.narrowed:
+            self.models.narrow(self.patches)  # outside any module call: its hooks may go
 
     # ------------------------------------------------------------------------------------ output
     def sync_site_rows(self) -> list[dict[str, Any]]:
@@ -428,16 +429,16 @@ class Instrumentation:
         }
 
     def flush(self, status: str, **extra: Any) -> None:
+        """The measurements so far to ``flush_path``, the step records appended to the steps log beside it."""
         if self.flush_path is None:
             return
-        t = clock()
         data = self.snapshot(status, final=False)
         data.update(extra)
-        steps = self._records_json.text(data.pop("steps"))
-        write_json_atomic(self.flush_path, data, {"steps": steps})
-        # a long --full run grows the record: flush less often so writing it stays under ~2% of the time
-        if len(self.records) >= 1000:
-            self._flush_every = max(FLUSH_EVERY_S, 50 * (clock() - t))
+        if self._steps_log is None or self._steps_log.path.parent != self.flush_path.parent:
+            self._steps_log = StepsLog(self.flush_path.with_name(STEPS_LOG))
+        data["steps_count"] = self._steps_log.write(data.pop("steps"))
+        data.update(steps_log=STEPS_LOG, steps_generation=self._steps_log.generation)
+        write_json_atomic(self.flush_path, data)
 
     def snapshot(self, status: str, final: bool = True) -> dict[str, Any]:
         facts = []
@@ -481,19 +482,10 @@ class Instrumentation:
         }
 
 
-def shutdown_loader_workers(inst: Instrumentation) -> None:
-    """Stop DataLoader worker processes the stopped script left behind (a for-loop left by an exception)."""
-    _shutdown_workers(inst.loaders)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any], encoded: dict[str, str] | None = None) -> None:
-    """``data`` as JSON, replacing ``path`` at once; ``encoded``: more keys whose values are JSON already."""
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON, replacing ``path`` at once."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     from pitstop.findings import jsonable
 
-    text = json.dumps(jsonable(data), allow_nan=False)
-    if encoded:
-        more = ",".join(f"{json.dumps(k)}:{v}" for k, v in encoded.items())
-        text = f"{text[:-1]}{',' if data else ''}{more}}}"
-    tmp.write_text(text)
+    tmp.write_text(json.dumps(jsonable(data), allow_nan=False))
     os.replace(tmp, path)

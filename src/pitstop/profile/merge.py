@@ -231,6 +231,11 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
         k: sum(r.get(k, 0.0) for r in rows) / n
         for k in ("collective_s", "ddp_comm_s", "ddp_exposed_s", "ddp_rounds", "unused_search_s", "ddp_bytes")
     }
+    # DDP rounds timed on a sample of iterations (pitstop.profile.ddp_timers): their mean times the rounds
+    timed = sum(r.get("ddp_timed_rounds", r.get("ddp_rounds", 0)) for r in rows)
+    mean["ddp_timed_rounds"] = timed / n
+    for k in ("ddp_comm_s", "ddp_exposed_s", "ddp_bytes"):
+        mean[k] = mean[k] * max(1.0, mean["ddp_rounds"] / mean["ddp_timed_rounds"]) if timed else 0.0
     return {
         "rank": rank,
         "status": res.status,

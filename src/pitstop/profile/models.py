@@ -7,16 +7,24 @@ already known). Nothing is registered on the modules themselves, so the script's
 ``torch.save``, ``torch.jit.script`` and ``torch.export`` as without pitstop. Under ``torch.compile`` /
 ``torch.export`` tracing the hooks return at once (``torch.compiler.is_compiling()``, a constant there),
 so they add no graph break; a compiled model's call is timed from its ``OptimizedModule``.
+
+While any global forward hook exists, torch sends every module call through its slower hooked path (about
+2.5 us a call over its fast path, plus the hooks): a cost per module call, which grows with the model. So
+once the warm-up is over, where every timed forward was a ``DistributedDataParallel`` module's, the hooks
+go and the forwards are timed from ``DistributedDataParallel.forward`` (torch's class, patched like the
+DataLoader's): one wrapper call a step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules import module as _module
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pitstop.profile.where import user_location
 from pitstop.train.memory_format import channels_last_input
@@ -40,6 +48,9 @@ class ModelHooks:
         self.autocast_ctx: list[Any] = []
         self.handles: list[Any] = []
         self.top: list[torch.nn.Module] = []  # the top-level forward in progress (one, or none)
+        self.only_ddp = True  # every timed forward so far was a DDP module's
+        self.narrowed = False  # narrow() has decided
+        self.wrapped = False  # DistributedDataParallel.forward times the forwards now
 
     def install(self, patches: Patches) -> None:
         self.handles = [
@@ -64,6 +75,7 @@ class ModelHooks:
 
     def uninstall(self, keep_handles: bool = False) -> None:
         """Remove the hooks (``keep_handles``: they stay registered, for a later ``uninstall``)."""
+        self.wrapped = False
         for h in [] if keep_handles else self.handles:
             h.remove()
             # RemovableHandle does not clear the with_kwargs table of global forward hooks
@@ -79,18 +91,27 @@ class ModelHooks:
             return None
         depth = self.depth
         self.depth = depth + 1
-        if depth or torch.jit.is_tracing() or not self.inst.forward_allowed():
+        if depth or not self._timed(module):
             return None
+        self.top.append(module)
+        return self.inst.forward_begin(module, args)
+
+    def _timed(self, module: torch.nn.Module) -> bool:
+        """Whether a call no other module call encloses is a forward to time: of a model (one found now,
+        if new), not under tracing, data loading or backward."""
+        if torch.jit.is_tracing() or not self.inst.forward_allowed():
+            return False
         if id(module) not in self.model_ids:
             if id(module) in self.part_ids or next(module.parameters(), None) is None:
-                return None
+                return False
             inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule of a known model
             if isinstance(inner, torch.nn.Module) and id(inner) in self.model_ids:
                 self.model_ids.add(id(module))
             else:
                 self.add_model(module)
-        self.top.append(module)
-        return self.inst.forward_begin(module, args)
+        if not isinstance(module, DDP) or type(module).forward is not DDP.forward:
+            self.only_ddp = False  # (a subclass with a forward of its own would bypass the wrapper)
+        return True
 
     def post(self, module: torch.nn.Module, args: Any, *rest: Any) -> Any:
         # (args, kwargs, output) after a forward; (args, output) when forward raised (always_call)
@@ -108,6 +129,50 @@ class ModelHooks:
         if len(rest) == 2 and torch.is_grad_enabled():
             self.inst.captured.last_inputs = (args, rest[0])
         return self.inst.forward_end(module, rest[-1])
+
+    def narrow(self, patches: Patches) -> None:
+        """After the warm-up, outside any module call: where every timed forward was a DDP module's and no
+        input override is on, time them from ``DistributedDataParallel.forward`` and remove the global
+        hooks. Decided once."""
+        self.narrowed = True
+        ov = self.inst.cfg.overrides
+        if (
+            not (self.only_ddp and self.model_ids)
+            or self.depth
+            or self.top
+            or ov.channels_last
+            or ov.autocast
+        ):
+            return
+        self.uninstall()
+        patches.patch(DDP, "forward", self._ddp_forward(DDP.forward))
+        self.wrapped = True
+
+    def _ddp_forward(self, orig: Any) -> Any:
+        hooks, inst = self, self.inst
+
+        @functools.wraps(orig)
+        def forward(module: DDP, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling() or hooks.depth or not hooks._timed(module):
+                return orig(module, *args, **kwargs)
+            inst.forward_begin(module, args)
+            hooks.depth = 1
+            try:
+                out = orig(module, *args, **kwargs)
+            except BaseException:
+                hooks.depth = 0
+                if hooks.wrapped:
+                    inst.forward_end(module, None)
+                raise
+            hooks.depth = 0
+            if not hooks.wrapped:  # measuring stopped inside this forward (detach): as the inert hooks
+                return out
+            if torch.is_grad_enabled():
+                inst.captured.last_inputs = (args, kwargs)
+            inst.forward_end(module, out)
+            return out
+
+        return forward
 
     def add_model(self, module: torch.nn.Module) -> None:
         inst = self.inst

@@ -5,6 +5,7 @@ Built only from ``Report.sections["ranks"]`` and ``["distributed"]``, so a saved
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pitstop.findings import Report
@@ -80,14 +81,7 @@ def rank_blocks(report: Report) -> list[Block]:
         x = [float(s["index"]) for s in steps] if len(steps) > len(x) else x
         series[f"rank {r['rank']} step"] = [s["total_s"] * ms for s in steps]
         series[f"rank {r['rank']} data"] = [s["data_wait_s"] * ms for s in steps]
-        series[f"rank {r['rank']} waiting"] = [
-            (
-                (per.get(str(s["index"])) or {}).get("ddp_exposed_s", 0.0)
-                + (per.get(str(s["index"])) or {}).get("collective_s", 0.0)
-            )
-            * ms
-            for s in steps
-        ]
+        series[f"rank {r['rank']} waiting"] = [_waiting(per.get(str(s["index"])) or {}) * ms for s in steps]
     n = len(x)
     blocks.append(
         line_chart(
@@ -147,3 +141,11 @@ def print_ranks(report: Report, console: Any) -> None:
                 f" ({r['status']}): step {r['breakdown']['median_step_s'] * 1000:.1f} ms median; {shown} ms"
             )
         )
+
+
+def _waiting(row: dict[str, Any]) -> float:
+    """A step's time waiting in collectives; NaN (not drawn) for a step whose DDP rounds were not timed
+    (the reducer's timers are read on a sample of iterations)."""
+    if row.get("ddp_rounds", 0) > row.get("ddp_timed_rounds", row.get("ddp_rounds", 0)):
+        return math.nan
+    return row.get("ddp_exposed_s", 0.0) + row.get("collective_s", 0.0)

@@ -52,7 +52,7 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
-from pitstop.profile.timeline import StepRecord, steps_per_s
+from pitstop.profile.timeline import StepRecord, steps_from_log, steps_per_s
 from pitstop.profile.watchdog import hang_summary, read_watchdog, request_stacks
 
 MEASUREMENTS = "measurements.json"
@@ -379,7 +379,8 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def _steps_so_far(path: Path) -> int:
     try:
-        return len(json.loads(path.read_text()).get("steps", []))
+        data = json.loads(path.read_text())
+        return int(data.get("steps_count") or len(data.get("steps") or []))
     except (OSError, ValueError):
         return 0
 
@@ -403,8 +404,8 @@ def _collect(
     spec: RunSpec, path: Path, returncode: int, status_override: str | None, wall: float
 ) -> RunResult:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = steps_from_log(json.loads(path.read_text()), path.parent)
+    except (OSError, ValueError, AttributeError):
         data = {}
     return collect_data(spec, data, returncode, status_override, wall, out_dir=path.parent)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 # The parts of a step, in the order they are drawn. "other" is the rest of forward+backward time:
@@ -118,29 +119,64 @@ def steps_per_s(steps: list[StepRecord]) -> float:
     return 1.0 / med if med > 0 else 0.0
 
 
-class RecordsJson:
-    """The JSON text of a growing list of step records, each record serialised once: the periodic flush
-    of a long run rewrites every record each second, and re-encoding them all was most of its cost."""
+STEPS_LOG = "steps.jsonl"
 
-    def __init__(self) -> None:
-        self._last: Any = None  # the last record encoded
+
+class StepsLog:
+    """A run's step records as JSON lines beside its measurements file, for the periodic flush: each
+    record is written once, appended, so a flush costs the new records, not the whole run (rewriting
+    every record each second grew with a long ``--full`` run). The flushed measurements name the log and
+    how many of its lines count (``steps_log``, ``steps_count``); ``steps_from_log`` reads them back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last: Any = None  # the last record written
         self._n = 0
-        self._chunks: list[str] = []
+        self._started = False
+        self.generation = 0  # written afresh this many times: the log's first line, and the record's
 
-    def text(self, records: list[dict[str, Any]]) -> str:
-        """``records`` as a JSON array. Records already encoded are not read again: they must not change
-        once appended (a list whose first ones were dropped is encoded afresh)."""
+    def write(self, records: list[dict[str, Any]]) -> int:
+        """Append the records not written yet; a list whose first ones were dropped (micro-steps of an
+        accumulation loop) is written afresh. Records must not change once written. Returns how many
+        lines of the log are ``records``."""
         from pitstop.findings import jsonable
 
-        if self._n and (len(records) < self._n or records[self._n - 1] is not self._last):
-            self._n, self._chunks = 0, []
-        n = len(records)
-        if n > self._n:
-            new = records[self._n : n]
+        fresh = not self._started or len(records) < self._n or (self._n and records[self._n - 1] is not self._last)
+        if fresh:
+            self._n = 0
+            self.generation += 1
+        new = records[self._n :]
+        if new or fresh:
             try:  # plain numbers, as the hooks record them: no need to walk them through jsonable
-                text = json.dumps(new, allow_nan=False)
+                lines = [json.dumps(r, allow_nan=False) for r in new]
             except (TypeError, ValueError):  # a NaN, a numpy scalar: as every other record is written
-                text = json.dumps(jsonable(new), allow_nan=False)
-            self._chunks.append(text[1:-1])
-            self._n, self._last = n, records[-1]
-        return "[" + ",".join(self._chunks) + "]"
+                lines = [json.dumps(jsonable(r), allow_nan=False) for r in new]
+            if fresh:
+                lines.insert(0, json.dumps({"generation": self.generation}))
+            with open(self.path, "w" if fresh else "a") as f:
+                f.write("".join(line + "\n" for line in lines))
+            self._started = True
+        self._n = len(records)
+        self._last = records[-1] if records else None
+        return self._n
+
+
+def steps_from_log(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``data`` (a flushed measurements record) with its ``steps`` read from the log it names, up to the
+    count it gives: lines after those (appended before a crash cut the flush short) do not count, nor does
+    a log written afresh after the record (its first line, the generation, differs)."""
+    name, count = data.get("steps_log"), int(data.get("steps_count") or 0)
+    if "steps" in data or not isinstance(name, str):
+        return data
+    steps: list[dict[str, Any]] = []
+    try:
+        with open(folder / Path(name).name) as f:
+            if json.loads(f.readline() or "{}").get("generation") != data.get("steps_generation"):
+                return {**data, "steps": []}
+            for line in f:
+                if len(steps) >= count:
+                    break
+                steps.append(json.loads(line))
+    except (OSError, ValueError):
+        pass
+    return {**data, "steps": steps}
