@@ -115,7 +115,6 @@ class Instrumentation:
         self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.device_time)
         self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.gpu_memory)
         self._last_flush = clock()
-        self._flush_every = FLUSH_EVERY_S
         self.flush_path: Path | None = None
         self._steps_log: StepsLog | None = None  # the flushed records, each written once
         self._cuda_debug_on = False
@@ -238,7 +237,7 @@ class Instrumentation:
             self.tracer.step()
         if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
             self._install_cuda_sync_debug()
-        if now - self._last_flush > self._flush_every:
+        if now - self._last_flush > FLUSH_EVERY_S:
             self._last_flush = now
             self.flush("running")
         self._begin(now, faults)

@@ -132,7 +132,6 @@ class StepsLog:
         self.path = path
         self._last: Any = None  # the last record written
         self._n = 0
-        self._started = False
         self.generation = 0  # written afresh this many times: the log's first line, and the record's
 
     def write(self, records: list[dict[str, Any]]) -> int:
@@ -141,7 +140,7 @@ class StepsLog:
         lines of the log are ``records``."""
         from pitstop.findings import jsonable
 
-        fresh = not self._started or len(records) < self._n or (self._n and records[self._n - 1] is not self._last)
+        fresh = not self.generation or len(records) < self._n or (self._n and records[self._n - 1] is not self._last)
         if fresh:
             self._n = 0
             self.generation += 1
@@ -155,7 +154,6 @@ class StepsLog:
                 lines.insert(0, json.dumps({"generation": self.generation}))
             with open(self.path, "w" if fresh else "a") as f:
                 f.write("".join(line + "\n" for line in lines))
-            self._started = True
         self._n = len(records)
         self._last = records[-1] if records else None
         return self._n
