@@ -62,7 +62,8 @@ def train(steps: int) -> int:
 
 
 # --- cell 2: profile the training function where it runs
-with pitstop.Profiler(steps=8, warmup=2) as prof:
+# 12 measured steps: 4 blocks of 3 give the data wait's saving an interval (pitstop.profile.wait_confirm)
+with pitstop.Profiler(steps=12, warmup=2) as prof:
     ran = train(args.steps)
 
 # --- cell 3: the report (in Jupyter, `prof` alone shows the HTML report)

@@ -195,7 +195,7 @@ def test_notebook_style_example_ranks_the_planted_loader_first(tmp_path):
     example = Path(__file__).resolve().parents[2] / "examples" / "notebook_style.py"
     out = tmp_path / "r.json"
     r = subprocess.run(
-        [sys.executable, str(example), "--images", "48", "--steps", "14", "--json", str(out)],
+        [sys.executable, str(example), "--images", "48", "--steps", "16", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -205,7 +205,7 @@ def test_notebook_style_example_ranks_the_planted_loader_first(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["findings"][0]["id"] == "dataloader.workers"
     assert doc["findings"][0]["location"].endswith("notebook_style.py:" + str(_loop_line(example)))
-    assert "trained 14 steps; measured 8" in r.stdout
+    assert "trained 16 steps; measured 12" in r.stdout
 
 
 def _loop_line(path) -> int:

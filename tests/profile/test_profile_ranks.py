@@ -209,6 +209,41 @@ def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
     assert by_id(report, "distributed.failure")
 
 
+LATE_SIGTERM = """
+import os, signal
+import torch
+import torch.distributed as dist
+from pitstop.profile import bootstrap
+
+dist.init_process_group("gloo")
+# the launcher's SIGTERM (a peer has failed) arriving after the script ended, while this rank reports
+bootstrap.ON_END.append(lambda: os.kill(os.getpid(), signal.SIGTERM))
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(4):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+raise ValueError("planted failure after 4 steps")
+"""
+
+
+def test_stop_signal_after_the_script_failed_keeps_its_report(tmp_path):
+    """A rank whose script raised is then sent SIGTERM by the launcher: its report is the script's error,
+    with every distributed section, not an interruption of the report being written."""
+    script = tmp_path / "late_sigterm.py"
+    script.write_text(LATE_SIGTERM)
+    spec = RunSpec(command=[*torchrun(nproc=1)[:-1], str(script)], steps=10, warmup=1, timeout=120,
+                   quiet=True, env={"MASTER_ADDR": "127.0.0.1"}, cwd=str(tmp_path))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    rank0 = res.ranks[0]
+    assert rank0.status == "error"
+    assert rank0.error.startswith("ValueError: planted failure after 4 steps"), rank0.error
+    assert "finalize_error" not in rank0.data
+    dist = rank0.data["distributed"]
+    assert dist["signal"] is None
+    assert dist["state"]["rank"] == 0 and "comm" in dist
+
+
 def test_rank_that_exits_while_the_other_is_in_all_reduce(tmp_path):
     res, report = profile(tmp_path, steps=10, EXIT_AT="5")
     assert not res.ok

@@ -25,6 +25,8 @@ MEASUREMENTS = "measurements.json"
 # final record is written
 ON_INSTALL: list[Any] = []
 ON_FINISH: list[Any] = []
+# fn() the moment the script has ended, however it ended (before the report is made)
+ON_END: list[Any] = []
 # fn(model) -> (model to probe or None, why not): a rank of a launch probes a copy outside DDP, or none
 ON_PROBES: list[Any] = []
 
@@ -95,14 +97,18 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     status, error, tb, code = "completed", None, None, 0
     watchdog = Watchdog(inst).start()  # stacks of a hang / slow step, before the script is stopped
     try:
-        inst.install()
-        for fn in ON_INSTALL:
-            fn(inst)
-        inst.flush("running")
-        if kind == "module":
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(target, run_name="__main__")
+        try:
+            inst.install()
+            for fn in ON_INSTALL:
+                fn(inst)
+            inst.flush("running")
+            if kind == "module":
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+        finally:
+            for fn in ON_END:
+                fn()
     except StopProfiling:
         status = "stopped"
     except SystemExit as e:

@@ -81,6 +81,7 @@ def activate() -> None:
     worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
     bootstrap.ON_INSTALL.append(worker.on_install)
     bootstrap.ON_FINISH.append(worker.on_finish)
+    bootstrap.ON_END.append(worker.on_end)
     bootstrap.ON_PROBES.append(worker.probe_model)
     sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
     bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
@@ -121,6 +122,7 @@ class RankWorker:
         self.stopping: int | None = None  # the step boundary this rank waits at for the others to stop
         self.stop_note: str | None = None  # why it stopped without them (None: all stopped together)
         self.stop_timeout_s = 600.0
+        self.ended = False  # the script is over: reporting, stop signals no longer interrupt
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
 
@@ -143,17 +145,21 @@ class RankWorker:
         if threads:
             self._force_threads(int(threads))
         if threading.current_thread() is threading.main_thread():
-
-            def on_stop(signum: int, frame: Any) -> None:
-                if self.signal is not None:
-                    return  # the launcher's SIGTERM after our SIGINT: one interrupt, then report in peace
-                self.signal = signal.Signals(signum).name
-                raise KeyboardInterrupt
-
             with contextlib.suppress(ValueError, OSError):
-                signal.signal(signal.SIGTERM, on_stop)
-                signal.signal(signal.SIGINT, on_stop)
+                signal.signal(signal.SIGTERM, self.on_stop)
+                signal.signal(signal.SIGINT, self.on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+
+    def on_stop(self, signum: int, frame: Any) -> None:
+        """SIGINT/SIGTERM: stop the script. A later signal (the launcher's SIGTERM after our SIGINT, or after a
+        peer failed while this rank was already reporting its own error) must not cut the report short."""
+        if self.signal is not None or self.ended:
+            return
+        self.signal = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    def on_end(self) -> None:
+        self.ended = True
 
     @staticmethod
     def _tell_backwards(inst: Any, timers: Any) -> None:
