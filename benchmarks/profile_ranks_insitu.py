@@ -6,11 +6,13 @@ After a warm-up, blocks of 100 steps alternate between everything on and the per
 (the backward wrappers, the DDP forward and `_post_forward` wrappers with the reducer's timer logging
 on pitstop's sample of iterations, the optimizer step hooks, the step boundary), both ranks switching at the same step. The
 difference of each pair of blocks, in step time and in the main thread's CPU time, is averaged over the
-pairs with a 95% interval. Launch-to-launch spread falls out (both arms run in the same processes);
+pairs of a launch, and over launches with a 95% interval: the two arms run in the same processes, but
+unpinned, how a launch's threads happen to be scheduled moves the difference itself (in one session,
++1.6% to +6.7% between launches of 30 pairs), so launches, not pairs, are the unit;
 what is not switched (the loader wrappers, pitstop's threads, the parent) is in
 `profile_ranks_overhead.py`'s end-to-end figures.
 
-    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_insitu.py [--pairs 30]
+    flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_insitu.py [--launches 6] [--pairs 12]
 
 Runs unpinned and pinned (each rank on a core of its own) and writes
 `benchmarks/results/profile_ranks_insitu.md`.
@@ -116,8 +118,10 @@ def worker(pairs: int, out: Path) -> None:
 
 
 def interval(xs: list[float]) -> str:
+    from pitstop.measure import t_quantile
+
     m = statistics.fmean(xs)
-    half = 2.045 * statistics.stdev(xs) / len(xs) ** 0.5  # Student t, 29 degrees of freedom
+    half = t_quantile(0.95, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
     return f"{1e6 * m:+.0f} us (95% CI {1e6 * (m - half):+.0f} to {1e6 * (m + half):+.0f})"
 
 
@@ -139,7 +143,8 @@ def launch(pairs: int, pin: bool) -> dict[int, list[dict]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=30)
+    ap.add_argument("--pairs", type=int, default=12, help="pairs of blocks in each launch")
+    ap.add_argument("--launches", type=int, default=6, help="torchrun launches per configuration")
     ap.add_argument("--worker", action="store_true")
     a = ap.parse_args()
     if a.worker:
@@ -152,30 +157,48 @@ def main() -> int:
     from pitstop.host.load import OtherCpu, load_average, load_line
 
     start, load0, other = dt.datetime.now(dt.UTC), load_average(), OtherCpu()
-    table = []
+    table, spread = [], []
     for pin in (False, True):
-        for rank, rows in sorted(launch(a.pairs, pin).items()):
-            wall = [r["on"][0] - r["off"][0] for r in rows]
-            cpu = [r["on"][1] - r["off"][1] for r in rows]
-            off = statistics.median(r["off"][0] for r in rows)
-            share = statistics.fmean(wall) / off
-            table.append(f"| {'yes' if pin else 'no'} | {rank} | {1e3 * off:.2f} | {interval(wall)} | "
-                         f"{100 * share:+.1f}% | {interval(cpu)} |")  # fmt: skip
+        # rank -> per launch: (mean step-time difference, mean CPU difference, median step off)
+        per: dict[int, list[tuple[float, float, float]]] = {}
+        for _ in range(a.launches):
+            for rank, rows in sorted(launch(a.pairs, pin).items()):
+                per.setdefault(rank, []).append((
+                    statistics.fmean(r["on"][0] - r["off"][0] for r in rows),
+                    statistics.fmean(r["on"][1] - r["off"][1] for r in rows),
+                    statistics.median(r["off"][0] for r in rows),
+                ))  # fmt: skip
+        for rank, launches in sorted(per.items()):
+            wall, cpu, off = ([x[i] for x in launches] for i in range(3))
+            share = statistics.fmean(wall) / statistics.fmean(off)
+            table.append(f"| {'yes' if pin else 'no'} | {rank} | {1e3 * statistics.median(off):.2f} | "
+                         f"{interval(wall)} | {100 * share:+.1f}% | {interval(cpu)} |")  # fmt: skip
+            spread.append(f"- pinned {'yes' if pin else 'no'}, rank {rank}: "
+                          + ", ".join(f"{100 * w / o:+.1f}%" for w, _c, o in launches))  # fmt: skip
     text = "\n".join([
-        f"# profile: per-step instruments of a rank, switched off and on in the same processes ({a.pairs} pairs)",
+        f"# profile: per-step instruments of a rank, switched off and on in the same processes "
+        f"({a.launches} launches of {a.pairs} pairs)",
         "",
         f"- date: {start:%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
         f"- load: {load_line(load0)}; other processes used {100 * other.share():.0f}% of the CPUs during the runs",
-        f"- command: `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_insitu.py --pairs {a.pairs}`",
+        "- command: `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_insitu.py "
+        f"--launches {a.launches} --pairs {a.pairs}`",
         f"- method: 2-rank gloo torchrun, the rank's instruments as `pitstop profile -- torchrun` installs them; "
-        f"pairs of {BLOCK}-step blocks, per-step instruments on / off (order alternating), both ranks switching "
-        "at the same step; mean of the pair differences with a 95% Student t interval. Not switched: loader "
-        "wrappers, pitstop's threads, the parent (see profile_ranks_overhead.md for end-to-end figures)",
+        f"in each launch, pairs of {BLOCK}-step blocks, per-step instruments on / off (order alternating), both "
+        "ranks switching at the same step; a launch's figure is the mean of its pair differences, and the "
+        "table gives the mean over launches with a 95% Student t interval over launches (how the processes "
+        "happen to be scheduled differs from one launch to the next, unpinned, and moves the difference too). "
+        "Not switched: loader wrappers, pitstop's threads, the parent (see profile_ranks_overhead.md for "
+        "end-to-end figures)",
         "",
         "| pinned | rank | step ms (off) | step time, on - off | share of the step | main-thread CPU, on - off |",
         "| --- | --- | --- | --- | --- | --- |",
         *table,
+        "",
+        "Step-time difference of each launch, as a share of its step:",
+        "",
+        *spread,
         "",
     ])  # fmt: skip
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

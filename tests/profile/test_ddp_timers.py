@@ -21,6 +21,7 @@ class Rec:
         self.beats: list[int] = []
         self.rounds: list[tuple] = []
         self.counted: dict[int, int] = {}  # rounds counted per step
+        self.graph_reads: list[int] = []  # the steps whose forward read the reducer's graph facts
 
     def _step_totals(self, step: int) -> dict:
         tot = self.__dict__.setdefault("totals", {}).setdefault(step, {"ddp_rounds": 0})
@@ -34,6 +35,9 @@ class Rec:
 
     def add_round(self, *args) -> None:
         self.rounds.append(args)
+
+    def _note_graph(self, ddp, facts) -> None:
+        self.graph_reads.append(self.steps)
 
 
 class DDP:
@@ -150,17 +154,20 @@ def test_recorded_is_the_reducer_s_own_sampling(tmp_path):
 def test_timers_are_read_only_after_recorded_iterations_and_every_round_is_counted():
     rec, ddp = Rec(), DDP()
     timers, st = TimerRounds(rec), state(ddp)
-    for it in range(1, 17):  # iteration `it`: its forward reads iteration it-1, where that one was recorded
+    sampled = next(i for i in range(11, 100) if recorded(i))  # the first recorded after the first 10
+    for it in range(1, sampled + 2):  # iteration `it`: its forward reads iteration it-1 where that was recorded
         rec.steps = it - 1
         if recorded(it - 1):
             ddp.ints = iteration(it - 1, fwd=it, first=it + 0.010, ready=it + 0.012, end=it + 0.015)
         timers.forward(ddp, st)
         timers.backward_begin("train.py:9", float(it))
         timers.backward_end(failed=False)
-    assert ddp.reads == 1 + 10 + 1  # the first forward, iterations 1-10, then 12 (not 11, 13, 14, 15)
-    assert [r[0] for r in rec.rounds] == [*range(0, 10), 11]  # the step of each timed iteration
-    assert all(rec.totals[s]["ddp_rounds"] == 1 for s in range(16))
-    assert st["pending"][0] == 16
+    assert ddp.reads == 1 + 10 + 1  # the first forward, iterations 1-10, then `sampled`, none between
+    assert [r[0] for r in rec.rounds] == [*range(0, 10), sampled - 1]  # the step of each timed iteration
+    assert all(rec.totals[s]["ddp_rounds"] == 1 for s in range(sampled + 1))
+    assert st["pending"][0] == sampled + 1
+    # the reducer's graph facts (static graph, unused parameters) are read with the timers, not every forward
+    assert rec.graph_reads == [*range(0, 11), sampled]
 
 
 def test_a_count_behind_the_reducer_catches_up_at_the_next_read():

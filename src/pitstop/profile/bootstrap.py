@@ -16,6 +16,7 @@ import os
 import runpy
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,8 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
                 error, tb = _describe_error(e)  # again, with that handler gone: the user's file:line
             error = f"{error}; then {type(late).__name__}: {late}"
         inst.oom = save_oom_snapshot(e, out_dir)  # CUDA OOM: allocator snapshot next to the report
-        dead = _dead_workers(inst)
+        # a worker that died mid-batch breaks the pipe the script reads first: give it time to be reaped
+        dead = _dead_workers(inst, 1.0 if isinstance(e, ConnectionError | EOFError) else 0.0)
         if dead and "DataLoader worker" not in error:
             error = f"{error}; {dead}"
         e.__traceback__ = None
@@ -172,12 +174,17 @@ def _run_exit_handlers() -> None:
         atexit._run_exitfuncs()
 
 
-def _dead_workers(inst: Any) -> str | None:
-    """'DataLoader worker (pid N) exited with code C' for workers of the script's loaders that died."""
+def _dead_workers(inst: Any, wait_s: float = 0.0) -> str | None:
+    """'DataLoader worker (pid N) exited with code C' for workers of the script's loaders that died.
+    ``wait_s``: how long to give a worker that is still exiting (its end closed the pipe the script read
+    from, but the process is not reaped yet) to be seen dead, in all."""
     dead = []
+    deadline = time.monotonic() + wait_s
     with contextlib.suppress(Exception):
         for _ref, workers, _loader in inst.worker_pools:
             for w in workers:
+                if w.exitcode is None and wait_s > 0:
+                    w.join(max(0.0, deadline - time.monotonic()))
                 if w.exitcode not in (None, 0):
                     dead.append(f"DataLoader worker (pid {w.pid}) exited with code {w.exitcode}")
     return "; ".join(dead) or None

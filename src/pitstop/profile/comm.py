@@ -143,7 +143,7 @@ class CommRecorder:
 
     # ------------------------------------------------------------------------------ records
     def step(self) -> int:
-        return int(self._step_of())
+        return self._step_of()
 
     def _step_totals(self, step: int) -> dict[str, float]:
         tot = self.per_step.get(step)  # not setdefault: every forward would build the dict to drop it
@@ -336,9 +336,10 @@ class CommRecorder:
             facts = st["facts"] if st is not None else None
             if facts is not None and torch.is_grad_enabled():
                 rec._step_totals(rec.step())["ddp_forwards"] += 1
-                rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
-                if st.get("timers") and ddp.require_backward_grad_sync:
-                    rec.timers.forward(ddp, st)
+                if not st.get("timers"):
+                    rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
+                elif ddp.require_backward_grad_sync:
+                    rec.timers.forward(ddp, st)  # reads it with the timers, on their sample
             if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
                 return orig(ddp, output)
             t = clock()

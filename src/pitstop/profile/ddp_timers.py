@@ -27,7 +27,7 @@ import contextlib
 from typing import Any
 
 WHAT = "DDP gradient all-reduce"
-SAMPLE = 4  # after the first 10 iterations, the reducer records every SAMPLE-th
+SAMPLE = 8  # after the first 10 iterations, the reducer records every SAMPLE-th
 
 
 def start(ddp: Any) -> bool:
@@ -62,6 +62,7 @@ class TimerRounds:
         pending = st.get("pending")
         nxt = pending[0] + 1 if pending else 1
         if pending is None or recorded(pending[0]):
+            self.rec._note_graph(ddp, st["facts"])  # the reducer's record of the last backward, sampled too
             data = _data(ddp)
             if data is None:
                 return

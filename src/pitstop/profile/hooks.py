@@ -217,7 +217,7 @@ class Instrumentation:
         self._faults0 = minor_page_faults() if faults is None else faults
         self._eval_seen = False
         self.syncs.new_step()
-        if not self.warm_done and len(self.records) >= self.cfg.warmup:
+        if not self._warm_done and len(self.records) >= self.cfg.warmup:
             self._warmup_finished()
 
     def close_step(self, now: float) -> None:
@@ -349,7 +349,8 @@ class Instrumentation:
         facts = self.model_facts.get(id(module))
         if facts is not None and "autocast" not in facts:
             facts.update(forward_facts(module, args, _call_kwargs()))
-        return self.models.override_inputs(module, args)
+        ov = self.cfg.overrides
+        return self.models.override_inputs(module, args) if ov.channels_last or ov.autocast else None
 
     def forward_end(self, module: torch.nn.Module, output: Any) -> Any:
         """A top-level forward ended; returns a replacement output (autocast override) or None."""
@@ -357,7 +358,8 @@ class Instrumentation:
         self.clock.phases.exit(FORWARD, now)
         self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
-        return self.models.override_output(module, output)
+        models = self.models
+        return models.override_output(module, output) if models.pending_cl or models.autocast_ctx else None
 
     def backward_begin(self, loss: torch.Tensor | None, now: float) -> None:
         if self.clock.mode == BY_BACKWARD and (self.clock.step_start is None or self.clock.backwards):
@@ -409,7 +411,7 @@ class Instrumentation:
         self.counts["optimizer_steps"] += 1
         if self.clock.optimizer_stepped(opt, now):
             self._drop_records()
-        elif self.warm_done and not self.models.narrowed:
+        elif self._warm_done and not self.models.narrowed:
             self.models.narrow(self.patches)  # outside any module call: its hooks may go
 
     # ------------------------------------------------------------------------------------ output

@@ -1,0 +1,184 @@
+"""What `pitstop profile`'s per-step instruments cost, counted in instructions (valgrind's callgrind).
+
+Step times on a shared 2-core machine swing by more than the instruments cost, and in a 2-rank job
+the swing depends on how each launch happens to be scheduled. An instruction count does not: the same
+steps give the same count, so it says exactly how much work the instruments add to a step, and which
+part adds it. It is not a time (cache misses and the scheduler are what make the difference between the
+two), so it complements the timed benchmarks (`profile_ranks_overhead.py`, `profile_ranks_insitu.py`)
+and replaces none of them.
+
+One process, a 1-rank gloo group and a DDP model (so that the rank's instruments have a reducer to
+read), three configurations, each in its own process under callgrind:
+
+- plain: no pitstop;
+- instruments: `Instrumentation` installed as `pitstop profile` installs it in the script's process;
+- instruments + rank: with the rank worker too (`RankWorker.on_install`), as under `pitstop profile --
+  torchrun`.
+
+Each process steps past pitstop's warm-up, then counts the user-space instructions of its steps
+(callgrind's client requests, from a 3-line C helper compiled here). The periodic flush and the rank's
+state file are written per second of wall time; under callgrind a second is a few steps, so they are
+switched off for the count (their cost is in the timed benchmarks). Two models: a tiny one (the
+instruments' share is large) and the rank benchmarks' workload.
+
+    .venv/bin/python benchmarks/profile_step_instructions.py
+
+Needs valgrind, a C compiler and valgrind's headers (Debian: `apt-get install valgrind gcc`); says so
+and stops where one is missing. Writes `benchmarks/results/profile_step_instructions.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime as dt
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "profile_step_instructions.md"
+STEPS = {"tiny": 96, "workload": 24}  # multiples of the reducer-timer sample (8): the same share of reads
+WARM = 40
+CONFIGS = ("plain", "instruments", "rank")
+MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64)}  # in, hidden, out, batch
+HELPER = """#include <valgrind/callgrind.h>
+void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
+void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
+"""
+
+
+def worker(config: str, model_name: str, helper: str) -> None:
+    import ctypes
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="pitstop-instr-"))
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+    if config != "plain":
+        import pitstop.profile.hooks as hooks
+        import pitstop.profile.rank_worker as rank_worker
+        from pitstop.profile.hooks import Config, Instrumentation
+
+        # the flush and the rank's state file are written per second of wall time: a few steps under callgrind
+        hooks.FLUSH_EVERY_S = rank_worker.WATCH_S = float("inf")
+        inst = Instrumentation(Config(steps=10, warmup=5, full=True, out_dir=tmp, probes=False))
+        inst.flush_path = tmp / "measurements.json"
+        inst.install()
+        if config == "rank":
+            from pitstop.profile.rank_worker import RankWorker
+
+            RankWorker(0, tmp).on_install(inst)
+    n_in, hidden, n_out, batch = MODELS[model_name]
+    layers = [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(batch, n_in), torch.randint(0, n_out, (batch,))
+
+    def step() -> None:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(WARM):  # past the warm-up (the DDP forward wrapper in place) and the reducer's first 10
+        step()
+    cg = ctypes.CDLL(helper)
+    cg.cg_start()
+    for _ in range(STEPS[model_name]):
+        step()
+    cg.cg_stop()
+    os._exit(0)  # the instruments stay installed: leave without running torch's exit path
+
+
+def missing() -> str | None:
+    if not shutil.which("valgrind"):
+        return "valgrind is not installed (Debian: apt-get install valgrind)"
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        return "no C compiler for the 3-line callgrind helper (Debian: apt-get install gcc)"
+    if not Path("/usr/include/valgrind/callgrind.h").exists():
+        return "valgrind's headers are missing (/usr/include/valgrind/callgrind.h)"
+    return None
+
+
+def build_helper(folder: Path) -> Path:
+    src, lib = folder / "cgctl.c", folder / "libcgctl.so"
+    src.write_text(HELPER)
+    cc = shutil.which("cc") or shutil.which("gcc") or "cc"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+def count(config: str, model_name: str, helper: Path, folder: Path) -> int:
+    out = folder / f"cg-{model_name}-{config}.out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
+         __file__, "--worker", config, model_name, str(helper)],
+        env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    m = re.search(r"Collected : (\d+)", p.stderr)
+    if m is None:
+        raise RuntimeError(f"{model_name}/{config}: no count from callgrind: {p.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", nargs=3, metavar=("CONFIG", "MODEL", "HELPER"))
+    a = ap.parse_args()
+    if a.worker:
+        worker(*a.worker)
+        return 0
+    why = missing()
+    if why:
+        print(f"profile_step_instructions: cannot count: {why}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from profile_ranks_overhead import machine
+
+    start = dt.datetime.now(dt.UTC)
+    folder = Path(tempfile.mkdtemp(prefix="pitstop-instr-"))
+    helper = build_helper(folder)
+    jobs = [(c, m) for m in MODELS for c in CONFIGS]
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        got = dict(zip(jobs, pool.map(lambda j: count(*j, helper, folder), jobs), strict=True))
+    rows = []
+    for m in MODELS:
+        plain, inst, rank = (got[(c, m)] / STEPS[m] for c in CONFIGS)
+        rows.append(
+            f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}; {STEPS[m]} steps) | {plain / 1e3:,.0f}k | "
+            f"+{(inst - plain) / 1e3:,.1f}k ({100 * (inst - plain) / plain:+.1f}%) | "
+            f"+{(rank - inst) / 1e3:,.1f}k | +{(rank - plain) / 1e3:,.1f}k ({100 * (rank - plain) / plain:+.1f}%) |"
+        )
+    text = "\n".join([
+        "# profile: instructions a step, plain and with pitstop's per-step instruments (callgrind)",
+        "",
+        f"- date: {start:%Y-%m-%d %H:%M} UTC",
+        f"- machine: {machine()}",
+        "- command: `.venv/bin/python benchmarks/profile_step_instructions.py`",
+        "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model, user-space "
+        f"instructions of all threads over the steps after {WARM} (past pitstop's warm-up), divided by the steps; "
+        "the periodic flush and the rank's state-file thread off (they run per second of wall time, which "
+        "is a few steps under callgrind; about 0.35 ms of CPU a second for the flush). Counts, not times: "
+        "the same on a quiet or a busy machine",
+        "",
+        "| model | plain, per step | instruments | the rank's, on top | both (as under torchrun) |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ])  # fmt: skip
+    RESULTS.write_text(text)
+    print(f"{text}\nwritten to {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
