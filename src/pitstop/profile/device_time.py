@@ -61,15 +61,6 @@ class DeviceTimer:
         self.synchronize = torch.cuda.synchronize
         self.enabled = True
 
-    def maybe_enable(self, device: Any) -> None:
-        """On the first step boundary where the script trains on CUDA."""
-        if self.enabled or self.error or device is None or getattr(device, "type", None) != "cuda":
-            return
-        try:
-            self.enable_cuda()
-        except Exception as e:
-            self.error = f"CUDA events unavailable: {type(e).__name__}: {e}"
-
     def _event(self) -> Any:
         assert self.event_factory is not None
         ev = self.event_factory()
@@ -84,12 +75,15 @@ class DeviceTimer:
         self._cur.append((name, host_t, self._event()))
 
     def close_step(self, index: int, host_t: float, device: Any = None) -> None:
-        """The step ``index`` ended at ``host_t``; the same event opens the next step."""
+        """The step ``index`` ended at ``host_t``; the same event opens the next step. Timing starts at the
+        first step boundary where the script trains on CUDA."""
         if not self.enabled:
-            if getattr(device, "type", None) != "cuda":  # every step of a CPU run: kept short
+            if self.error or getattr(device, "type", None) != "cuda":  # every step of a CPU run: kept short
                 return
-            self.maybe_enable(device)
-            if not self.enabled:
+            try:
+                self.enable_cuda()
+            except Exception as e:
+                self.error = f"CUDA events unavailable: {type(e).__name__}: {e}"
                 return
         try:
             ev = self._event()

@@ -135,7 +135,7 @@ class RankWorker:
         self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
         self._beaten = -1
         self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.comm = CommRecorder(
+        self.comm = CommRecorder(  # the records list is cleared, never rebound: its len is the step
             step_of=inst.records.__len__, warmup_of=lambda i: i < warmup, beat=self._beat
         )
         self.comm.install()
