@@ -201,7 +201,7 @@ def test_cuda_sync_debug_warnings_are_counted_at_the_user_line():
         inst.record_cuda_sync()  # what the warnings hook calls for each reported sync
 
     user_code_calling_torch()
-    inst.in_sync = True
+    inst.syncs.busy = True
     user_code_calling_torch()  # already timed by a wrapper: not counted twice
     (row,) = inst.sync_site_rows()
     assert row["method"] == "cuda-sync" and row["measured_count"] == 1
@@ -252,3 +252,50 @@ def test_gradscaler_loop_gives_one_step_per_iteration(instrument):
     inst.close_pending()
     assert len(inst.records) == 5
     assert all(r["optimizer_s"] > 0 for r in inst.records)
+
+
+class _Listener:
+    """Records what the instrumentation tells a rank's all-reduce timers about each backward."""
+
+    def __init__(self) -> None:
+        self.armed = 1
+        self.calls: list[tuple] = []
+
+    def backward_begin(self, location, now) -> None:
+        self.calls.append(("begin", location))
+
+    def backward_end(self, failed: bool) -> None:
+        self.calls.append(("end", failed))
+
+
+def test_backward_listener_is_told_where_each_backward_runs_and_whether_it_raised(instrument):
+    inst = instrument(steps=100, warmup=0)
+    inst.backward_listener = listener = _Listener()
+    x = torch.randn(4, 3, requires_grad=True)
+    (x * 2).sum().backward()  # BACKWARD-LINE
+    assert listener.calls[0][0] == "begin"
+    assert listener.calls[0][1].endswith(f"{Path(__file__).name}:{_line('BACKWARD-LINE')}")
+    assert listener.calls[1] == ("end", False)
+
+    def fail(grad):
+        raise RuntimeError("peer gone")
+
+    y = x * 3
+    y.register_hook(fail)
+    with pytest.raises(RuntimeError, match="peer gone"):
+        y.sum().backward()
+    assert listener.calls[-1] == ("end", True)  # the rank stays reported as blocked there
+    try:
+        raise ValueError("handled by the script")
+    except ValueError:
+        (x * 4).sum().backward()  # an exception being handled around a backward is not the backward's
+    assert listener.calls[-1] == ("end", False)
+    listener.armed = 0
+    (x * 5).sum().backward()
+    assert listener.calls[-2:] == [("end", False), ("end", False)]  # told of the end only
+    assert [c[0] for c in listener.calls].count("begin") == 3
+    assert inst.counts["backwards"] == 4
+
+
+def _line(marker: str) -> int:
+    return next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if marker in t and "_line(" not in t)

@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -94,7 +95,8 @@ class CommRecorder:
     """One per rank. ``step()`` says which step a call belongs to; ``snapshot()`` is what the rank writes."""
 
     def __init__(self, step_of: Any = None, warmup_of: Any = None, beat: Any = None) -> None:
-        self._step_of = step_of or (lambda: 0)
+        # which step a call belongs to (an attribute, not a method: called several times a step)
+        self.step: Callable[[], int] = step_of or (lambda: 0)
         self._beat = beat or (lambda step: None)  # told the step at each collective (the rank's heartbeat)
         self._warmup_of = warmup_of or (lambda i: False)
         self.wall0 = time.time() - clock()  # perf_counter -> wall clock, for skew across ranks
@@ -142,9 +144,6 @@ class CommRecorder:
         self._patches.undo()
 
     # ------------------------------------------------------------------------------ records
-    def step(self) -> int:
-        return self._step_of()
-
     def _step_totals(self, step: int) -> dict[str, float]:
         tot = self.per_step.get(step)  # not setdefault: every forward would build the dict to drop it
         if tot is None:
@@ -321,7 +320,9 @@ class CommRecorder:
         @functools.wraps(orig)
         def _post_forward(ddp: Any, output: Any) -> Any:
             st = rec._ddp_state.get(id(ddp))
-            if st is not None and st["default"] is not None:
+            if st is None:
+                return orig(ddp, output)
+            if st["default"] is not None:
                 group, hook = st["default"]
                 st["default"] = None
                 if getattr(ddp, "_comm_hooks", None):
@@ -333,14 +334,15 @@ class CommRecorder:
                         rec._register(ddp, group, rec.timed_hook(hook, ddp))
                     except Exception as e:  # e.g. a builtin hook registered: leave it, say why untimed
                         st["facts"]["hook_error"] = f"{type(e).__name__}: {e}"
-            facts = st["facts"] if st is not None else None
-            if facts is not None and torch.is_grad_enabled():
-                rec._step_totals(rec.step())["ddp_forwards"] += 1
-                if not st.get("timers"):
-                    rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
-                elif ddp.require_backward_grad_sync:
-                    rec.timers.forward(ddp, st)  # reads it with the timers, on their sample
-            if facts is None or not facts["find_unused_parameters"] or not torch.is_grad_enabled():
+            if not torch.is_grad_enabled():
+                return orig(ddp, output)
+            facts = st["facts"]
+            rec._step_totals(rec.step())["ddp_forwards"] += 1
+            if not st.get("timers"):
+                rec._note_graph(ddp, facts)  # the reducer's record of the last backward, before it resets
+            elif ddp.require_backward_grad_sync:
+                rec.timers.forward(ddp, st)  # reads it with the timers, on their sample
+            if not facts["find_unused_parameters"]:
                 return orig(ddp, output)
             t = clock()
             try:

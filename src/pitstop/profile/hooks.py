@@ -113,6 +113,8 @@ class Instrumentation:
         self.tracer: Any = None
         self.gpu_sampler: GpuSampler | None = None
         self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.device_time)
+        # told of each top-level backward while its ``armed`` is set (a rank's DDP all-reduce: ddp_timers)
+        self.backward_listener: Any = None
         self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.gpu_memory)
         self._last_flush = clock()
         self.flush_path: Path | None = None
@@ -127,14 +129,6 @@ class Instrumentation:
     @warm_done.setter
     def warm_done(self, value: bool) -> None:
         self._warm_done = self.syncs.measuring = value
-
-    @property
-    def in_sync(self) -> bool:
-        return self.syncs.busy
-
-    @in_sync.setter
-    def in_sync(self, value: bool) -> None:
-        self.syncs.busy = value
 
     @property
     def worker_pools(self) -> list[tuple[Any, list[Any], CapturedLoader]]:
@@ -312,7 +306,8 @@ class Instrumentation:
 
     def batch_loaded(self, batch: Any) -> None:
         self.captured.last_batch = batch
-        self.device_timer.mark("data_ready", clock())
+        if self.device_timer.enabled:
+            self.device_timer.mark("data_ready", clock())
 
     def copy_begin(self, now: float) -> None:
         self.clock.phases.enter(H2D, now)
@@ -333,17 +328,14 @@ class Instrumentation:
                     gpu_memory.start_history()
                 self._install_cuda_sync_debug()
 
-    def forward_allowed(self) -> bool:
-        """Module calls inside data loading or backward (checkpoint recomputation) are not forwards."""
-        return not (self.in_next or self.in_backward)
-
     def forward_begin(self, module: torch.nn.Module, args: tuple[Any, ...]) -> Any:
         """A top-level forward starts; returns replacement args (input overrides) or None."""
         now = clock()
         self.boundary(now)
         start = clock()
         self.clock.phases.enter(FORWARD, start)
-        self.device_timer.mark("fwd_start", start)
+        if self.device_timer.enabled:  # (CUDA only: a CPU step skips the call)
+            self.device_timer.mark("fwd_start", start)
         if not torch.is_grad_enabled():
             self._eval_seen = True  # a validation pass ran inside this step: the timeline can set it apart
         facts = self.model_facts.get(id(module))
@@ -356,7 +348,8 @@ class Instrumentation:
         """A top-level forward ended; returns a replacement output (autocast override) or None."""
         now = clock()
         self.clock.phases.exit(FORWARD, now)
-        self.device_timer.mark("fwd_end", now)
+        if self.device_timer.enabled:
+            self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
         models = self.models
         return models.override_output(module, output) if models.pending_cl or models.autocast_ctx else None
@@ -368,13 +361,20 @@ class Instrumentation:
         if self.step_loss is None and loss is not None:
             self.step_loss = loss.detach()
         self.clock.phases.enter(BACKWARD, now)
+        listener = self.backward_listener
+        if listener is not None and listener.armed:
+            listener.backward_begin(user_location(2), now)
 
-    def backward_end(self, now: float) -> None:
+    def backward_end(self, now: float, failed: bool = False) -> None:
+        """A top-level backward ended at ``now``; ``failed``: it raised."""
         self.clock.phases.exit(BACKWARD, now)
-        self.device_timer.mark("bwd_end", now)
+        if self.device_timer.enabled:
+            self.device_timer.mark("bwd_end", now)
         self.in_backward = False
         self.counts["backwards"] += 1
         self.clock.backward_done(now)
+        if self.backward_listener is not None:
+            self.backward_listener.backward_end(failed)
 
     def optimizer_begin(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         """Before ``opt.step()``; a closure passed to it is wrapped so that its time is not the
@@ -407,7 +407,8 @@ class Instrumentation:
     def optimizer_end(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         now = clock()
         self.clock.phases.exit(OPTIMIZER, now)
-        self.device_timer.mark("opt_end", now)
+        if self.device_timer.enabled:
+            self.device_timer.mark("opt_end", now)
         self.counts["optimizer_steps"] += 1
         if self.clock.optimizer_stepped(opt, now):
             self._drop_records()

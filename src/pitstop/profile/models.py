@@ -99,7 +99,10 @@ class ModelHooks:
     def _timed(self, module: torch.nn.Module) -> bool:
         """Whether a call no other module call encloses is a forward to time: of a model (one found now,
         if new), not under tracing, data loading or backward."""
-        if torch.jit.is_tracing() or not self.inst.forward_allowed():
+        inst = self.inst
+        # module calls inside data loading or backward (checkpoint recomputation) are not forwards;
+        # torch.jit.is_tracing() less its is_scripting() check (this is never scripted, nor compiled)
+        if inst.in_next or inst.in_backward or torch._C._is_tracing():
             return False
         if id(module) not in self.model_ids:
             if id(module) in self.part_ids or next(module.parameters(), None) is None:

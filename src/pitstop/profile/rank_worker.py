@@ -31,7 +31,8 @@ ENV_PARENT = "PITSTOP_PARENT_PID"
 ENV_RANK_PID = "PITSTOP_RANK_PID"
 ENV_LAUNCHER_PID = "PITSTOP_LAUNCHER_PID"
 STATE = "state.json"
-HEARTBEAT = "heartbeat"  # the step of the rank's last collective: one pwrite each, read if it dies
+HEARTBEAT = "heartbeat"  # the step of the rank's last collective, read if it dies
+HEARTBEAT_BYTES = 13  # b"%12d\n"
 WATCH_S = 0.2
 
 
@@ -87,6 +88,24 @@ def activate() -> None:
     bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
 
 
+def _heartbeat_map(path: Path) -> Any:
+    """``path`` (HEARTBEAT_BYTES long) mapped shared into memory, or None where that fails. A beat is then a
+    store into the page cache, no system call, and survives the process being killed."""
+    import mmap
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, HEARTBEAT_BYTES)  # NUL bytes until the first beat: not a step to a reader
+        return mmap.mmap(fd, HEARTBEAT_BYTES)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def process_facts() -> dict[str, Any]:
     """Threads and CPUs of this process, as the scheduler sees them."""
     import torch
@@ -134,12 +153,14 @@ class RankWorker:
         warmup = inst.cfg.warmup
         self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
         self._beaten = -1
-        self._beat_fd = os.open(self.out / HEARTBEAT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._beat_map = _heartbeat_map(self.out / HEARTBEAT)
         self.comm = CommRecorder(  # the records list is cleared, never rebound: its len is the step
             step_of=inst.records.__len__, warmup_of=lambda i: i < warmup, beat=self._beat
         )
         self.comm.install()
-        self._tell_backwards(inst, self.comm.timers)
+        # a DDP model timed by its reducer's timers has no hook in its all-reduce: the rank's backward calls
+        # say when it may be blocked there (``current``, read when a peer dies)
+        inst.backward_listener = self.comm.timers
         if not inst.cfg.full:
             inst.cfg.on_done = self._stop_together
         threads = inst.cfg.overrides.num_threads
@@ -161,29 +182,6 @@ class RankWorker:
 
     def on_end(self) -> None:
         self.ended = True
-
-    @staticmethod
-    def _tell_backwards(inst: Any, timers: Any) -> None:
-        """A DDP model timed by its reducer's timers has no hook in its all-reduce: the rank's backward
-        calls say when it may be blocked there (``current``, read when a peer dies)."""
-        from pitstop.profile.where import user_location
-
-        begin, end = inst.backward_begin, inst.backward_end
-        handled: list[BaseException | None] = [None]  # an exception the script was handling around it
-
-        def backward_begin(loss: Any, now: float) -> None:
-            begin(loss, now)
-            if timers.armed:
-                handled[0] = sys.exc_info()[1]
-                timers.backward_begin(user_location(2), now)
-
-        def backward_end(now: float) -> None:
-            end(now)
-            # called from the backward wrapper's `finally`: a new exception on its way out is the backward's
-            exc = sys.exc_info()[1]
-            timers.backward_end(failed=exc is not None and exc is not handled[0])
-
-        inst.backward_begin, inst.backward_end = backward_begin, backward_end
 
     def _stop_together(self) -> None:
         """After the measured steps: wait at this step boundary for every rank, then stop."""
@@ -207,8 +205,8 @@ class RankWorker:
         if step == self._beaten:  # every collective of a step says the same
             return
         self._beaten = step
-        with contextlib.suppress(OSError):
-            os.pwrite(self._beat_fd, b"%12d\n" % step, 0)
+        if self._beat_map is not None:
+            self._beat_map[:] = b"%12d\n" % step
 
     def _force_threads(self, n: int) -> None:
         """The ``num_threads`` override: n intra-op threads, whatever the script asks for later."""

@@ -106,8 +106,11 @@ def _make_backward(inst: Instrumentation, orig: Any, loss_arg: bool) -> Any:
         loss = args[0] if loss_arg and args else None
         inst.backward_begin(loss if isinstance(loss, torch.Tensor) else None, clock())
         try:
-            return orig(*args, **kwargs)
-        finally:
-            inst.backward_end(clock())
+            out = orig(*args, **kwargs)
+        except BaseException:
+            inst.backward_end(clock(), failed=True)
+            raise
+        inst.backward_end(clock())
+        return out
 
     return backward

@@ -1,0 +1,56 @@
+"""A rank's heartbeat: the step of its last collective, in a file mapped into memory, read if it dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from pitstop.profile import rank_worker as rw
+from pitstop.profile import ranks
+
+
+def _state(d: Path, step: int) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / rw.STATE).write_text(json.dumps({"rank": 0, "pid": 0, "host": None, "step": step, "status": "running"}))
+
+
+def test_heartbeat_of_a_killed_rank_is_read_with_its_last_step(tmp_path):
+    d = rw.rank_dir(tmp_path, 0)
+    _state(d, 3)  # the watchdog's last state lags the heartbeat
+    code = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from pitstop.profile.rank_worker import RankWorker, HEARTBEAT, _heartbeat_map
+        w = RankWorker(0, Path({str(d)!r}))
+        w._beaten, w._beat_map = -1, _heartbeat_map(w.out / HEARTBEAT)
+        for step in (5, 5, 7):
+            w._beat(step)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ}, capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert (d / rw.HEARTBEAT).read_bytes() == b"%12d\n" % 7
+    st = ranks.read_states(tmp_path)[0]
+    assert st["collective_step"] == 7 and st["step"] == 7
+
+
+def test_heartbeat_before_any_collective_is_not_a_step(tmp_path):
+    d = rw.rank_dir(tmp_path, 0)
+    _state(d, 2)
+    beat = rw._heartbeat_map(d / rw.HEARTBEAT)
+    assert beat is not None
+    st = ranks.read_states(tmp_path)[0]
+    assert "collective_step" not in st and st["step"] == 2
+
+
+def test_heartbeat_where_the_file_cannot_be_made_is_skipped(tmp_path):
+    assert rw._heartbeat_map(tmp_path / "missing-dir" / rw.HEARTBEAT) is None
+    w = rw.RankWorker(0, tmp_path)
+    w._beaten, w._beat_map = -1, None
+    w._beat(4)  # no file, no error: the rank trains on
+    assert w._beaten == 4
