@@ -42,10 +42,15 @@ def test_heartbeat_of_a_killed_rank_is_read_with_its_last_step(tmp_path):
 def test_heartbeat_before_any_collective_is_not_a_step(tmp_path):
     d = rw.rank_dir(tmp_path, 0)
     _state(d, 2)
-    beat = rw._heartbeat_map(d / rw.HEARTBEAT)
-    assert beat is not None
+    (d / rw.HEARTBEAT).write_bytes(b"%12d\n" % 40)  # a previous run's, in the same folder
+    old = rw._heartbeat_map(d / rw.HEARTBEAT)
+    beat = rw._heartbeat_map(d / rw.HEARTBEAT)  # a rank restarted while the old mapping lives on
+    assert beat is not None and old is not None
     st = ranks.read_states(tmp_path)[0]
     assert "collective_step" not in st and st["step"] == 2
+    old[:] = b"%12d\n" % 9  # the old mapping's file was replaced, not truncated: no SIGBUS, not read
+    assert "collective_step" not in ranks.read_states(tmp_path)[0]
+    assert [p.name for p in d.iterdir() if p.name.startswith(".")] == []
 
 
 def test_heartbeat_where_the_file_cannot_be_made_is_skipped(tmp_path):

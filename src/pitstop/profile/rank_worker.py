@@ -90,17 +90,24 @@ def activate() -> None:
 
 def _heartbeat_map(path: Path) -> Any:
     """``path`` (HEARTBEAT_BYTES long) mapped shared into memory, or None where that fails. A beat is then a
-    store into the page cache, no system call, and survives the process being killed."""
+    store into the page cache, no system call, and survives the process being killed. The file is made
+    under another name and renamed into place: a file someone else still maps is replaced, never truncated
+    (a store into a truncated mapping would kill that process with SIGBUS)."""
     import mmap
 
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError:
         return None
     try:
         os.ftruncate(fd, HEARTBEAT_BYTES)  # NUL bytes until the first beat: not a step to a reader
-        return mmap.mmap(fd, HEARTBEAT_BYTES)
+        beat = mmap.mmap(fd, HEARTBEAT_BYTES)
+        os.replace(tmp, path)
+        return beat
     except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         return None
     finally:
         os.close(fd)
