@@ -59,3 +59,20 @@ def test_heartbeat_where_the_file_cannot_be_made_is_skipped(tmp_path):
     w._beaten, w._beat_map = -1, None
     w._beat(4)  # no file, no error: the rank trains on
     assert w._beaten == 4
+
+
+def test_heartbeat_that_cannot_be_mapped_leaves_no_earlier_run_s_beat(tmp_path, monkeypatch):
+    import mmap
+
+    d = rw.rank_dir(tmp_path, 0)
+    _state(d, 2)
+    (d / rw.HEARTBEAT).write_bytes(b"%12d\n" % 40)  # a previous run's, in a reused --out-dir
+
+    def refuse(*a, **kw):
+        raise OSError(19, "No such device")  # a filesystem without shared writable mappings
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    assert rw._heartbeat_map(d / rw.HEARTBEAT) is None
+    assert sorted(p.name for p in d.iterdir()) == [rw.STATE]
+    st = ranks.read_states(tmp_path)[0]
+    assert "collective_step" not in st and st["step"] == 2

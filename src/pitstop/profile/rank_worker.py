@@ -96,21 +96,23 @@ def _heartbeat_map(path: Path) -> Any:
     import mmap
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = -1
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError:
-        return None
-    try:
-        os.ftruncate(fd, HEARTBEAT_BYTES)  # NUL bytes until the first beat: not a step to a reader
-        beat = mmap.mmap(fd, HEARTBEAT_BYTES)
+        # NUL bytes until the first beat (not a step to a reader), written, not ftruncate'd: the file's block
+        # is claimed here, so a full disk is an OSError now rather than a SIGBUS at the first beat
+        os.write(fd, bytes(HEARTBEAT_BYTES))
+        beat = mmap.mmap(fd, HEARTBEAT_BYTES)  # ValueError where the write fell short
         os.replace(tmp, path)
         return beat
     except (OSError, ValueError):
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        for p in (tmp, path):  # no heartbeat rather than an earlier run's, read as this one's
+            with contextlib.suppress(OSError):
+                os.unlink(p)
         return None
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def process_facts() -> dict[str, Any]:
