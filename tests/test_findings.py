@@ -108,7 +108,8 @@ def test_written_reports_get_the_umask_mode(tmp_path):
 
 
 def test_ranking_within_a_severity_uses_the_saving_lower_bound_when_known():
-    # a: 20 ms predicted but only 2 ms sure; b: 10 ms with 8 ms sure; c: 5 ms measured, no interval.
+    # a: 20 ms predicted but only 2 ms sure; b: 10 ms with 8 ms sure; c: 5 ms measured, no interval;
+    # d: a 4 ms prediction judged without an interval, so nothing of it is sure.
     a = Finding(
         id="a.x", severity=Severity.WARN, title="", est_saving_s=0.02, data={"saving_ci_s": [0.002, 0.03]}
     )
@@ -117,7 +118,10 @@ def test_ranking_within_a_severity_uses_the_saving_lower_bound_when_known():
     )
     c = Finding(id="c.x", severity=Severity.WARN, title="", est_saving_s=0.005)
     none = Finding(id="d.x", severity=Severity.WARN, title="", est_saving_s=0.004, data={"saving_ci_s": None})
-    assert [f.id for f in rank_findings([a, c, none, b])] == ["b.x", "c.x", "d.x", "a.x"]
+    assert [f.id for f in rank_findings([a, c, none, b])] == ["b.x", "c.x", "a.x", "d.x"]
+    # a lower bound under 0 is no sure saving either: the larger estimate breaks the tie
+    neg = Finding(id="f.x", severity=Severity.WARN, title="", est_saving_s=0.003, data={"saving_ci_s": [-0.001, 0.006]})
+    assert [f.id for f in rank_findings([none, neg])] == ["d.x", "f.x"]
     # severity still comes first
     err = Finding(id="e.x", severity=Severity.ERROR, title="")
     assert rank_findings([b, err])[0] is err

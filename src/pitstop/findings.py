@@ -79,19 +79,23 @@ class Finding:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Worst first: by severity, then by the cost that is sure (largest first): the lower bound of the
-    saving's interval (``data["saving_ci_s"]``) where the finding has one, else its measured cost; then by
-    the measured cost (a lower bound of 0 still ranks a measured cost above no measurement); then by id
-    for stability."""
+    """Worst first: by severity, then by the cost that is sure (largest first, ``sure_saving``); then by
+    the estimated cost (a sure part of 0 still ranks a larger estimate above a smaller one or none);
+    then by id for stability."""
     return sorted(findings, key=lambda f: (-f.severity.rank, -sure_saving(f), -(f.est_saving_s or 0.0), f.id))
 
 
 def sure_saving(f: Finding) -> float:
-    """The lower bound of the finding's saving interval when it has one, else its measured cost (or 0)."""
-    ci = f.data.get("saving_ci_s") if isinstance(f.data, dict) else None
+    """The part of the finding's cost that is sure: the lower bound of its saving's interval
+    (``data["saving_ci_s"]``) where it has one; 0 for a prediction judged without an interval
+    (``saving_ci_s`` present but None: nothing of it was confirmed); else its measured cost (or 0)."""
+    data = f.data if isinstance(f.data, dict) else {}
+    if "saving_ci_s" not in data:
+        return f.est_saving_s or 0.0
+    ci = data["saving_ci_s"]
     if isinstance(ci, list | tuple) and ci and isinstance(ci[0], int | float):
-        return float(ci[0])
-    return f.est_saving_s or 0.0
+        return max(0.0, float(ci[0]))
+    return 0.0
 
 
 @dataclass

@@ -81,7 +81,10 @@ def test_accelerate_backward(tmp_path):
     result, report = profile(tmp_path, name, steps=8)
     top = report.ranked()[0]
     assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in report.ranked()]
-    assert top.location.endswith(f"{name}:{line_of(name, 'correct.append(bool(preds[i] == yb[i]))')}")
+    # three syncs a sample, as many calls each and within noise of each other in cost: the finding
+    # names the costliest of them, which may be any of the loop's three lines
+    loop = line_of(name, "correct.append(bool(preds[i] == yb[i]))")
+    assert any(top.location.endswith(f"{name}:{n}") for n in (loop, loop + 1, loop + 2)), top.location
     bd = check_parts(result, report)
     assert bd["boundary"] == "optimizer.step()"
 
