@@ -55,7 +55,12 @@ def test_a_before_after_probe_says_why_it_has_no_interval():
     )
     f = next(f for f in found if f.id == "host.page_faults")
     assert f.severity is Severity.INFO and "cannot be interleaved" in f.evidence
-    assert "summary.healthy" in [g.id for g in found]  # nothing confirmed costs 5%
+    # nothing confirmed costs 5%, but a 13 ms estimate on a 100 ms step was not confirmed: not healthy
+    ids = [g.id for g in found]
+    assert "summary.healthy" not in ids
+    verdict = next(g for g in found if g.id == "summary.unconfirmed")
+    assert verdict.data["unconfirmed"] == ["host.page_faults"]
+    assert "host.page_faults 13.3 ms a step (13%; no interval)" in verdict.evidence
 
 
 def test_page_fault_interval_scales_with_the_run_faults():

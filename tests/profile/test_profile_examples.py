@@ -127,7 +127,7 @@ def test_page_faults_are_counted_per_step_and_probed_on_cpu():
 
     spec = RunSpec(
         command=[sys.executable, str(EXAMPLES / "conv_fp32.py")],
-        steps=6,
+        steps=12,
         warmup=2,
         quiet=True,
         env={"OMP_NUM_THREADS": "1"},
@@ -139,4 +139,6 @@ def test_page_faults_are_counted_per_step_and_probed_on_cpu():
     assert not kept.config["override_errors"]
     base = run(dataclasses.replace(spec, overrides=Overrides(), probes=False))
     per_step = {name: [s.minor_faults for s in r.steps] for name, r in (("base", base), ("kept", kept))}
-    assert statistics.median(per_step["kept"]) < statistics.median(per_step["base"]) / 2, per_step
+    # glibc's dynamic mmap threshold makes the plain steps' faults vary (0 to ~4,000 a step): their
+    # mean over 12 steps, not a median of a few, is what falls
+    assert statistics.fmean(per_step["kept"]) < statistics.fmean(per_step["base"]) / 2, per_step

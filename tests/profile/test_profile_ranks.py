@@ -172,6 +172,9 @@ def test_ranks_out_of_lockstep_stop_together_at_the_same_step(tmp_path):
     assert {r: d["stopped_at"] for r, d in dists.items()} == {0: 9, 1: 9}  # warm-up + measured steps
     assert all(d["stop_note"] is None for d in dists.values())  # agreed through the store, not timed out
     assert all(len(rr.steps) == 7 for rr in res.ranks.values())
+    # other processes' CPU use, the launcher and its ranks excluded, is measured for the launch
+    assert 0.0 <= res.data["other_cpu_share"] <= 1.0
+    assert sum(f.id.startswith("summary.") for f in res.report().findings) <= 1  # one verdict, not one a rank
 
 
 def test_ranks_that_count_steps_differently_are_reported_at_the_stop(tmp_path):
@@ -207,6 +210,7 @@ def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
     assert res.error.startswith("rank 1: ValueError: planted failure at step 5 (at ")
     assert {r["rank"] for r in report.sections["ranks"]} == {0, 1}
     assert by_id(report, "distributed.failure")
+    assert "other_cpu_share" not in res.data  # a failed launch: its ranks' CPU may be unaccounted
 
 
 LATE_SIGTERM = """

@@ -135,3 +135,30 @@ def test_profile_cli_at_80_columns_prints_whole_ids_and_locations(tmp_path, monk
     assert all(len(line) <= 80 for line in lines)
     assert any("sync.item" in line and "ms/step" in line for line in lines)
     assert any(line.endswith("a_training_script_with_a_long_name.py:10") for line in lines)
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_the_run_s_verdict_heads_the_report(width, tmp_path):
+    from pitstop.report.html import render_html
+
+    unsure = Finding(
+        id="dataloader.workers",
+        severity=Severity.INFO,
+        title="Training waits for data",
+        est_saving_s=0.136,
+        share=0.38,
+        data={"confirmed": False, "saving_ci_s": [-0.6, 0.2]},
+    )
+    verdict = Finding(
+        id="summary.unconfirmed",
+        severity=Severity.INFO,
+        title="Nothing confirmed at 5% of the step, but 1 larger estimate was not confirmed <b>",
+    )
+    rep = Report(tool="profile", findings=[unsure, verdict])
+    console = Console(width=width, record=True, color_system=None)
+    print_report(rep, console)
+    text = console.export_text()
+    assert text.index("summary.unconfirmed") < text.index("dataloader.workers")
+    html = render_html(rep)
+    assert "<p class='verdict'><b>Nothing confirmed at 5% of the step" in html and "&lt;b&gt;" in html
+    assert html.index("class='verdict'") < html.index("id='findings'")

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pitstop.findings import Finding, Report, Severity
+from pitstop.findings import Finding, Report
 from pitstop.host import cpu
 from pitstop.profile import rank_worker as rw
+from pitstop.profile import summary
 from pitstop.profile.runner import MEASUREMENTS, RunResult, RunSpec, _collect
 from pitstop.profile.timeline import breakdown
 
@@ -290,25 +291,18 @@ def build_ranks_report(result: RanksResult) -> Report:
         if not res.steps:
             continue
         for f in findings_for(res.steps, res.data, cores)[0]:
-            if f.id == "summary.healthy":
+            if f.id.startswith("summary."):  # one verdict for the launch, below
                 continue
             f.title = f"rank {r}: {f.title}"
             f.data = {**f.data, "rank": r}
             findings.append(f)
-    if result.ranks and not any(f.severity.rank >= Severity.WARN.rank for f in findings):
-        findings.append(
-            Finding(
-                id="summary.healthy",
-                severity=Severity.INFO,
-                title="No measured problem costs 5% of the step or more, on any rank",
-                evidence=f"{len(result.ranks)} ranks, "
-                + ", ".join(
-                    f"rank {s['rank']} {_ms(s['breakdown']['median_step_s'])}"
-                    for s in summaries
-                    if s["breakdown"]
-                ),
-            )
+    if result.ranks:
+        measured = f"{len(result.ranks)} ranks, " + ", ".join(
+            f"rank {s['rank']} {_ms(s['breakdown']['median_step_s'])}" for s in summaries if s["breakdown"]
         )
+        title = "No measured problem costs 5% of the step or more, on any rank"
+        last = summary.verdict(findings, title, measured, result.data.get("other_cpu_share"))
+        findings += [last] if last else []
     sections: dict[str, Any] = {"ranks": summaries, "distributed": {"skew": skew, "hang": result.hang}}
     if result.steps:
         rank0 = next((s for s in summaries if s["breakdown"]), None)

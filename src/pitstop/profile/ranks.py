@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
+from pitstop.host.load import OtherCpu
 from pitstop.profile import rank_worker as rw
-from pitstop.profile.runner import RunResult, RunSpec, supervise, wait_or_kill
+from pitstop.profile.runner import RunResult, RunSpec, note_other_cpu, supervise, wait_or_kill
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
@@ -97,6 +98,7 @@ def run_ranks(
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
         files = [stdout, stderr]
     cmd = launcher_command(kind, target, args)
+    other = OtherCpu()
     try:
         proc = subprocess.Popen(
             cmd, cwd=spec.cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True
@@ -138,6 +140,7 @@ def run_ranks(
             proc.wait(timeout=5)
     rc = proc.returncode if proc.returncode is not None else -9
     result = collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
+    note_other_cpu(result, other)
     if out_dir is None and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)
         result.out_dir = None

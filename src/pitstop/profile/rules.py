@@ -4,7 +4,8 @@ Every finding's ``est_saving_s`` is what the problem measurably cost per step in
 for data, time blocked in syncs, the difference a probe timed on the script's own model), and ``share``
 that cost over the mean step. A finding costing at least ``WARN_SHARE`` of the step is a warning; less,
 or not measurable here, is info. So ``Report.ranked()`` puts the costliest measured problem first, and
-a run where nothing costs that much says so (``summary.healthy``) instead of inventing a problem.
+a run where nothing costs that much says so (``summary.healthy``) instead of inventing a problem, or,
+where estimates that large were not confirmed, that the run could not decide (``summary.unconfirmed``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host import cpu
-from pitstop.profile import confirm, gpu_rules, wait_confirm
+from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
@@ -258,29 +259,28 @@ def findings_for(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    if not any(f.severity.rank >= Severity.WARN.rank for f in found):
-        unmeasured = sorted(
-            {
-                f.id
-                for f in found
-                if f.est_saving_s is None and f.severity is Severity.INFO and f.id not in MEASURES
-            }
-        )
-        found.append(
-            Finding(
-                id="summary.healthy",
-                severity=Severity.INFO,
-                title="No measured problem costs 5% of the step or more",
-                evidence=f"{bd.n} steps, {ms(bd.median_total_s)} median. Step: "
-                + ", ".join(f"{PART_LABELS[k]} {pct(bd.share(k))}" for k in bd.parts if bd.share(k) >= 0.005)
-                + (
-                    f". Not measurable in this run: {', '.join(unmeasured)} (see `pitstop fix`)"
-                    if unmeasured
-                    else ""
-                ),
-                data={"median_step_s": bd.median_total_s, "steps": bd.n, "unmeasured": unmeasured},
-            )
-        )
+    unmeasured = sorted(
+        {
+            f.id
+            for f in found
+            if f.est_saving_s is None and f.severity is Severity.INFO and f.id not in MEASURES
+        }
+    )
+    measured = (
+        f"{bd.n} steps, {ms(bd.median_total_s)} median. Step: "
+        + ", ".join(f"{PART_LABELS[k]} {pct(bd.share(k))}" for k in bd.parts if bd.share(k) >= 0.005)
+        + (f". Not measurable in this run: {', '.join(unmeasured)} (see `pitstop fix`)" if unmeasured else "")
+    )
+    last = summary.verdict(
+        found,
+        "No measured problem costs 5% of the step or more",
+        measured,
+        data.get("other_cpu_share"),
+        median_step_s=bd.median_total_s,
+        steps=bd.n,
+        unmeasured=unmeasured,
+    )
+    found += [last] if last else []
     return found, bd
 
 

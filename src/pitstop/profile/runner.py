@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
+from pitstop.host.load import OtherCpu
 from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_from_log, steps_per_s
@@ -168,6 +169,13 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
 # ------------------------------------------------------------------------------------------------ run
 
 
+def note_other_cpu(result: RunResult, other: OtherCpu) -> None:
+    """Other processes' share of the CPUs over the run into ``result.data``, where the run ended cleanly:
+    a killed script's unreaped workers would be counted as other processes."""
+    if result.status in ("completed", "stopped"):
+        result.data["other_cpu_share"] = round(other.share(), 4)
+
+
 def run(
     spec: RunSpec,
     out_dir: Path | None = None,
@@ -218,6 +226,7 @@ def run(
     if spec.quiet:
         stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
+    other = OtherCpu()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
@@ -250,6 +259,7 @@ def run(
         _reap_group(proc)
     returncode = proc.returncode if proc.returncode is not None else -9
     result = _collect(spec, measurements, returncode, status_override, time.perf_counter() - start)
+    note_other_cpu(result, other)
     if spec.quiet and result.status == "killed" and not result.data:
         tail = _tail(out / "stderr.txt")
         if tail:

@@ -176,6 +176,10 @@ def render_html(report: Report, blocks: Sequence[Block] = ()) -> str:
         f"<p>{s['total']} findings: {s['error']} error, {s['warn']} warn, {s['info']} info, {s['pass']} pass. "
         f"pitstop {esc(d['pitstop_version'])}, {esc(d['created'])}.</p>"
     )
+    # the run's verdict (only there when nothing warns) under the counts, as the terminal heads with it
+    verdict = next((f for f in report.findings if f.area == "summary"), None)
+    if verdict is not None:
+        summary += f"<p class='verdict'><b>{esc(verdict.title)}</b></p>"
     body = "".join(b.html for b in blocks)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

@@ -25,7 +25,8 @@ def severity_text(sev: Severity) -> Text:
 
 
 def print_report(report: Report, console: Console | None = None, show_pass: bool = True) -> None:
-    """Print findings grouped by area; areas ordered by their worst finding, findings worst first."""
+    """Print findings grouped by area; the run's verdict (``summary``) first, then areas ordered by their
+    worst finding, findings worst first."""
     console = console or Console()
     title = f"pitstop {report.tool}"
     if report.error:
@@ -34,7 +35,10 @@ def print_report(report: Report, console: Console | None = None, show_pass: bool
     areas: dict[str, list[Finding]] = {}
     for area, group in groupby(sorted(findings, key=lambda f: f.area), key=lambda f: f.area):
         areas[area] = rank_findings(list(group))
-    order = sorted(areas, key=lambda a: (-areas[a][0].severity.rank, -sure_saving(areas[a][0]), a))
+    # the run's verdict (only there when nothing warns) heads the report
+    order = sorted(
+        areas, key=lambda a: (a != "summary", -areas[a][0].severity.rank, -sure_saving(areas[a][0]), a)
+    )
     if console.width < WIDE:
         console.print(Text(title, style="bold"))
         print_stacked([(a, areas[a]) for a in order], console, severity_text)

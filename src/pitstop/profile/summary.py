@@ -1,0 +1,89 @@
+"""The run's verdict when no finding warns: healthy, or undecided.
+
+A finding that would warn by its estimate (at least ``WARN_SHARE`` of the step) is demoted to info when
+no interval confirms its saving (``confirm.judged``: a noisy run, a probe that cannot be interleaved, a
+fix no run can time). Such a run is not healthy: a problem may cost that much, and the measurements
+could not tell. ``summary.unconfirmed`` says so and names the estimates; ``summary.healthy`` is kept for
+runs where nothing estimated costs ``WARN_SHARE`` of the step. Where other processes used the CPUs
+during the run (``other_cpu_share``, measured by the runner), the verdict quotes it: their load widens
+every interval.
+"""
+
+from __future__ import annotations
+
+from pitstop.findings import Finding, Severity
+from pitstop.profile.rulekit import WARN_SHARE, ms, pct
+
+BUSY_SHARE = 0.1  # other processes' share of the CPUs worth quoting as a cause of noise
+
+
+def unconfirmed(found: list[Finding]) -> list[Finding]:
+    """Info findings whose estimate is at least ``WARN_SHARE`` of the step but whose saving no interval
+    confirmed, the largest estimate first."""
+    out = [
+        f
+        for f in found
+        if f.severity is Severity.INFO
+        and isinstance(f.data, dict)
+        and f.data.get("confirmed") is False
+        and f.est_saving_s
+        and (f.share or 0.0) >= WARN_SHARE
+    ]
+    return sorted(out, key=lambda f: (-(f.est_saving_s or 0.0), f.id))
+
+
+def _estimate(f: Finding) -> str:
+    ci = f.data.get("saving_ci_s")
+    bounds = (
+        f"95% CI {ms(ci[0])}\u2013{ms(ci[1])}"
+        if isinstance(ci, list | tuple) and len(ci) == 2
+        else "no interval"
+    )
+    rank = f" (rank {f.data['rank']})" if "rank" in f.data else ""
+    return f"{f.id}{rank} {ms(f.est_saving_s or 0.0)} a step ({pct(f.share or 0.0)}; {bounds})"
+
+
+def busy_text(other_cpu_share: float | None) -> str:
+    """A sentence on other processes' CPU use during the run, where it was worth quoting."""
+    if other_cpu_share is None or other_cpu_share < BUSY_SHARE:
+        return ""
+    return f" Other processes used {pct(other_cpu_share)} of the CPUs during the run, which widens every interval."
+
+
+def verdict(
+    found: list[Finding],
+    healthy_title: str,
+    measured: str,
+    other_cpu_share: float | None = None,
+    **data: object,
+) -> Finding | None:
+    """The summary finding for ``found`` (None when one of them warns or errs): ``summary.unconfirmed``
+    where estimates of ``WARN_SHARE`` or more were not confirmed, else ``summary.healthy``.
+    ``measured``: what the run measured (steps, median, the step's parts), for the evidence."""
+    if any(f.severity.rank >= Severity.WARN.rank for f in found):
+        return None
+    busy = busy_text(other_cpu_share)
+    extra = {**data, "other_cpu_share": other_cpu_share}
+    open_ = unconfirmed(found)
+    if not open_:
+        return Finding(
+            id="summary.healthy",
+            severity=Severity.INFO,
+            title=healthy_title,
+            evidence=measured + busy,
+            data=extra,
+        )
+    n = len(open_)
+    return Finding(
+        id="summary.unconfirmed",
+        severity=Severity.INFO,
+        title=f"Nothing confirmed at {pct(WARN_SHARE)} of the step, but {n} larger estimate"
+        f"{'s were' if n > 1 else ' was'} not confirmed",
+        evidence=f"{measured}. Not confirmed: {'; '.join(_estimate(f) for f in open_)}.{busy}",
+        data={**extra, "unconfirmed": [f.id for f in open_]},
+        fix="Each estimate's evidence says why it has no interval, or why its lower bound is under "
+        f"{pct(WARN_SHARE)} of the step. `pitstop fix` times the fixes it can apply against the script as "
+        "it is, in rounds, until their intervals decide; a longer run (`--steps`) or a quieter machine "
+        "narrows the intervals.",
+        est_saving_s=None,
+    )

@@ -1,0 +1,47 @@
+"""The run's verdict when nothing warns: healthy only where no estimate of 5% or more went unconfirmed."""
+
+from __future__ import annotations
+
+from pitstop.findings import Finding, Severity
+from pitstop.profile.summary import unconfirmed, verdict
+
+
+def f(fid: str, est: float | None, share: float, severity=Severity.INFO, **data) -> Finding:
+    return Finding(id=fid, severity=severity, title=fid, est_saving_s=est, share=share, data=data)
+
+
+def test_small_or_confirmed_estimates_leave_the_run_healthy():
+    found = [
+        f("a.small", 0.001, 0.01, confirmed=False, saving_ci_s=None),  # under 5%: nothing to decide
+        f("b.measured", 0.02, 0.2),  # no judgement made (an info that is not a prediction)
+        f("c.pass", None, 0.0, Severity.PASS, confirmed=False),
+    ]
+    v = verdict(found, "healthy title", "10 steps", None, steps=10)
+    assert v is not None and v.id == "summary.healthy" and v.title == "healthy title"
+    assert v.evidence == "10 steps" and v.data["steps"] == 10
+
+
+def test_a_warning_leaves_no_verdict():
+    assert verdict([f("w", 0.02, 0.2, Severity.WARN)], "t", "m") is None
+    assert verdict([f("e", None, 0.0, Severity.ERROR)], "t", "m") is None
+
+
+def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
+    loader = f("dataloader.workers", 0.136, 0.38, confirmed=False, saving_ci_s=[-0.675, 0.227])
+    faults = f("host.page_faults", 0.0245, 0.07, confirmed=False, saving_ci_s=None, rank=1)
+    small = f("x.small", 0.001, 0.01, confirmed=False, saving_ci_s=None)
+    assert [g.id for g in unconfirmed([faults, small, loader])] == ["dataloader.workers", "host.page_faults"]
+    v = verdict([faults, small, loader], "t", "20 steps, 238.4 ms median", 0.48)
+    assert v is not None and v.id == "summary.unconfirmed" and v.severity is Severity.INFO
+    assert "2 larger estimates were not confirmed" in v.title
+    assert v.data["unconfirmed"] == ["dataloader.workers", "host.page_faults"]
+    assert "dataloader.workers 136.0 ms a step (38%; 95% CI -675.0 ms\u2013227.0 ms)" in v.evidence
+    assert "host.page_faults (rank 1) 24.5 ms a step (7%; no interval)" in v.evidence
+    assert "Other processes used 48% of the CPUs" in v.evidence and v.data["other_cpu_share"] == 0.48
+    assert "pitstop fix" in v.fix
+
+
+def test_other_processes_load_is_quoted_only_when_it_matters():
+    assert "Other processes" not in verdict([], "t", "m", 0.05).evidence
+    assert "Other processes used 30%" in verdict([], "t", "m", 0.3).evidence
+    assert "Other processes" not in verdict([], "t", "m", None).evidence
