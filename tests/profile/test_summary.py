@@ -45,3 +45,45 @@ def test_other_processes_load_is_quoted_only_when_it_matters():
     assert "Other processes" not in verdict([], "t", "m", 0.05).evidence
     assert "Other processes used 30%" in verdict([], "t", "m", 0.3).evidence
     assert "Other processes" not in verdict([], "t", "m", None).evidence
+
+
+def test_reconcile_gives_the_verdict_again_after_the_findings_changed():
+    from dataclasses import replace
+
+    from pitstop.findings import Report
+    from pitstop.profile.summary import BASIS, basis, reconcile
+
+    loader = f("dataloader.workers", 0.136, 0.38, confirmed=False, saving_ci_s=[-0.6, 0.2])
+    b = basis("healthy title", "20 steps", None, steps=20)
+    rep = Report(tool="profile", findings=[loader, verdict([loader], **b)], meta={BASIS: b})
+    assert [g.id for g in rep.findings] == ["dataloader.workers", "summary.unconfirmed"]
+    # `pitstop fix` confirmed it on the whole script: a warning, and no verdict beside it
+    rep.findings[0] = replace(loader, severity=Severity.WARN)
+    reconcile(rep)
+    assert [g.id for g in rep.findings] == ["dataloader.workers"]
+    # then a fix run found it no faster (demoted, decided): nothing is left open, the run is healthy
+    rep.findings[0] = replace(loader, data={**loader.data, "fix_measured": {"verdict": "no change"}})
+    reconcile(rep)
+    assert [g.id for g in rep.findings] == ["dataloader.workers", "summary.healthy"]
+    assert rep.by_id("summary.healthy").data["steps"] == 20
+    # a report without a basis (an older report, another tool) is left as it is
+    bare = Report(tool="profile", findings=[replace(loader, severity=Severity.WARN), verdict([], **b)])
+    reconcile(bare)
+    assert len(bare.findings) == 2
+
+
+def test_a_profile_report_keeps_the_basis_of_its_verdict():
+    from pitstop.profile.runner import RunResult
+    from pitstop.profile.summary import BASIS, reconcile
+    from pitstop.profile.timeline import StepRecord
+
+    steps = [
+        StepRecord(index=i, start_s=i * 0.1, total_s=0.1, forward_s=0.05, backward_s=0.04) for i in range(10)
+    ]
+    data = {"other_cpu_share": 0.3, "device": "cpu"}
+    rep = RunResult(0, None, steps, [1.0] * 10, {}, None, 1.0, status="stopped", data=data).report()
+    (v,) = [g for g in rep.findings if g.area == "summary"]
+    assert v.id == "summary.healthy" and "Other processes used 30%" in v.evidence
+    assert rep.meta[BASIS]["steps"] == 10 and rep.to_dict()["meta"][BASIS]["other_cpu_share"] == 0.3
+    reconcile(rep)  # nothing changed: the same verdict, once
+    assert [g.id for g in rep.findings if g.area == "summary"] == ["summary.healthy"]

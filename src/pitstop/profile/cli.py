@@ -61,6 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from pitstop.profile import summary
     from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
@@ -115,6 +116,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if show:
             err.print(f"pitstop profile --verify: timing the top warning's fix (at most {o.verify:.0f} s)")
         verify(report, cmd, o.verify, out_dir)
+    summary.reconcile(report)  # the verdict for the findings as fix's verdicts and --verify left them
     if shows_tables(args):
         print_breakdown(report, Console())
         print_ranks(report, Console())

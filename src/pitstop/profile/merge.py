@@ -296,12 +296,14 @@ def build_ranks_report(result: RanksResult) -> Report:
             f.title = f"rank {r}: {f.title}"
             f.data = {**f.data, "rank": r}
             findings.append(f)
+    basis = None
     if result.ranks:
         measured = f"{len(result.ranks)} ranks, " + ", ".join(
             f"rank {s['rank']} {_ms(s['breakdown']['median_step_s'])}" for s in summaries if s["breakdown"]
         )
         title = "No measured problem costs 5% of the step or more, on any rank"
-        last = summary.verdict(findings, title, measured, result.data.get("other_cpu_share"))
+        basis = summary.basis(title, measured, result.data.get("other_cpu_share"))
+        last = summary.verdict(findings, **basis)
         findings += [last] if last else []
     sections: dict[str, Any] = {"ranks": summaries, "distributed": {"skew": skew, "hang": result.hang}}
     if result.steps:
@@ -322,6 +324,8 @@ def build_ranks_report(result: RanksResult) -> Report:
         "wall_s": round(result.wall_s, 2),
         "usable_cores": cores,
     }
+    if basis is not None:
+        meta[summary.BASIS] = basis
     error = result.error
     for r, res in sorted(result.ranks.items()):
         tb = res.data.get("traceback")

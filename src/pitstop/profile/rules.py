@@ -259,11 +259,21 @@ def findings_for(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
+    last = summary.verdict(found, **verdict_basis(found, bd, data))
+    found += [last] if last else []
+    return found, bd
+
+
+def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:
+    """``summary.basis`` of one run: what it measured, and the findings it could not measure."""
     unmeasured = sorted(
         {
             f.id
             for f in found
-            if f.est_saving_s is None and f.severity is Severity.INFO and f.id not in MEASURES
+            if f.est_saving_s is None
+            and f.severity is Severity.INFO
+            and f.id not in MEASURES
+            and f.area != "summary"
         }
     )
     measured = (
@@ -271,8 +281,7 @@ def findings_for(
         + ", ".join(f"{PART_LABELS[k]} {pct(bd.share(k))}" for k in bd.parts if bd.share(k) >= 0.005)
         + (f". Not measurable in this run: {', '.join(unmeasured)} (see `pitstop fix`)" if unmeasured else "")
     )
-    last = summary.verdict(
-        found,
+    return summary.basis(
         "No measured problem costs 5% of the step or more",
         measured,
         data.get("other_cpu_share"),
@@ -280,8 +289,6 @@ def findings_for(
         steps=bd.n,
         unmeasured=unmeasured,
     )
-    found += [last] if last else []
-    return found, bd
 
 
 def build_report(result: RunResult) -> Report:
@@ -330,6 +337,8 @@ def build_report(result: RunResult) -> Report:
         "usable_cores": cpu.usable_cores(),
         "step_boundary": data.get("step_boundary"),
     }
+    if bd is not None:
+        meta[summary.BASIS] = verdict_basis(findings, bd, data)
     mem = data.get("memory") or {}
     if mem.get("peak_rss_bytes"):
         meta["peak_rss_mib"] = round(mem["peak_rss_bytes"] / 2**20, 1)

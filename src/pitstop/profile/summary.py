@@ -6,26 +6,30 @@ fix no run can time). Such a run is not healthy: a problem may cost that much, a
 could not tell. ``summary.unconfirmed`` says so and names the estimates; ``summary.healthy`` is kept for
 runs where nothing estimated costs ``WARN_SHARE`` of the step. Where other processes used the CPUs
 during the run (``other_cpu_share``, measured by the runner), the verdict quotes it: their load widens
-every interval.
+every interval. Findings that change after the run (`pitstop fix`'s cached verdicts, ``--verify``)
+change the verdict: ``reconcile`` gives it again from the basis kept in the report's meta.
 """
 
 from __future__ import annotations
 
-from pitstop.findings import Finding, Severity
+from pitstop.findings import Finding, Report, Severity
 from pitstop.profile.rulekit import WARN_SHARE, ms, pct
 
 BUSY_SHARE = 0.1  # other processes' share of the CPUs worth quoting as a cause of noise
+BASIS = "verdict_basis"  # Report.meta key: what ``reconcile`` needs to give the verdict again
 
 
 def unconfirmed(found: list[Finding]) -> list[Finding]:
     """Info findings whose estimate is at least ``WARN_SHARE`` of the step but whose saving no interval
-    confirmed, the largest estimate first."""
+    confirmed, the largest estimate first. One whose fix `pitstop fix` measured (``fix_measured``) is
+    decided, not open."""
     out = [
         f
         for f in found
         if f.severity is Severity.INFO
         and isinstance(f.data, dict)
         and f.data.get("confirmed") is False
+        and "fix_measured" not in f.data
         and f.est_saving_s
         and (f.share or 0.0) >= WARN_SHARE
     ]
@@ -87,3 +91,21 @@ def verdict(
         "narrows the intervals.",
         est_saving_s=None,
     )
+
+
+def basis(healthy_title: str, measured: str, other_cpu_share: float | None = None, **data: object) -> dict:
+    """``verdict``'s arguments other than the findings, for ``Report.meta[BASIS]``."""
+    return {"healthy_title": healthy_title, "measured": measured, "other_cpu_share": other_cpu_share, **data}
+
+
+def reconcile(report: Report) -> None:
+    """The report's verdict given again for its findings as they are now (a finding that `pitstop fix`
+    confirmed or disproved, a warning ``--verify`` demoted), from ``report.meta[BASIS]``; a report
+    without a basis is left as it is."""
+    b = report.meta.get(BASIS)
+    if not isinstance(b, dict):
+        return
+    report.findings = [f for f in report.findings if f.area != "summary"]
+    last = verdict(report.findings, **b)
+    if last is not None:
+        report.add(last)
