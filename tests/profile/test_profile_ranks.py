@@ -210,7 +210,7 @@ def test_rank_that_raises_at_step_5_reports_all_ranks(tmp_path):
     assert res.error.startswith("rank 1: ValueError: planted failure at step 5 (at ")
     assert {r["rank"] for r in report.sections["ranks"]} == {0, 1}
     assert by_id(report, "distributed.failure")
-    assert "other_cpu_share" not in res.data  # a failed launch: its ranks' CPU may be unaccounted
+    assert 0.0 <= res.data["other_cpu_share"] <= 1.0  # measured for a failed launch too
 
 
 LATE_SIGTERM = """

@@ -9,6 +9,7 @@ import pytest
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import Interval
 from pitstop.profile import verify as vf
+from pitstop.profile.summary import unconfirmed
 from pitstop.tune import verdict_cache as vc
 from pitstop.tune.fix import FixResult
 from pitstop.tune.fixjudge import Measured
@@ -166,6 +167,8 @@ def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_th
     assert f.data["below_prediction"] is True and "lies below the predicted one" in f.evidence
     amp = report.by_id("precision.amp")
     assert amp.severity is Severity.INFO and "--verify measured 1.02x (95% CI 0.95\u20131.08" in amp.evidence
+    # not disproved (the interval still holds a gain): open, so the run is not called healthy
+    assert amp.data["confirmed"] is False and [g.id for g in unconfirmed(report.findings)] == ["precision.amp"]
     # overlapping the prediction: still open, the warning stands
     report = report_with(amp_warning())
     f = vf.verify(

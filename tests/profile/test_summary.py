@@ -28,6 +28,8 @@ def test_a_warning_leaves_no_verdict():
 
 def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
     loader = f("dataloader.workers", 0.136, 0.38, confirmed=False, saving_ci_s=[-0.675, 0.227])
+    odd = f("x.odd", 0.02, 0.06, confirmed=False, saving_ci_s=[None, None])  # bounds that are not numbers
+    assert "x.odd 20.0 ms a step (6%; no interval)" in verdict([odd], "t", "m").evidence
     faults = f("host.page_faults", 0.0245, 0.07, confirmed=False, saving_ci_s=None, rank=1)
     small = f("x.small", 0.001, 0.01, confirmed=False, saving_ci_s=None)
     assert [g.id for g in unconfirmed([faults, small, loader])] == ["dataloader.workers", "host.page_faults"]
@@ -37,13 +39,13 @@ def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
     assert v.data["unconfirmed"] == ["dataloader.workers", "host.page_faults"]
     assert "dataloader.workers 136.0 ms a step (38%; 95% CI -675.0 ms\u2013227.0 ms)" in v.evidence
     assert "host.page_faults (rank 1) 24.5 ms a step (7%; no interval)" in v.evidence
-    assert "Other processes used 48% of the CPUs" in v.evidence and v.data["other_cpu_share"] == 0.48
+    assert "Other processes used at least 48% of the CPUs" in v.evidence and v.data["other_cpu_share"] == 0.48
     assert "pitstop fix" in v.fix
 
 
 def test_other_processes_load_is_quoted_only_when_it_matters():
     assert "Other processes" not in verdict([], "t", "m", 0.05).evidence
-    assert "Other processes used 30%" in verdict([], "t", "m", 0.3).evidence
+    assert "m. Other processes used at least 30%" in verdict([], "t", "m", 0.3).evidence
     assert "Other processes" not in verdict([], "t", "m", None).evidence
 
 
@@ -83,7 +85,7 @@ def test_a_profile_report_keeps_the_basis_of_its_verdict():
     data = {"other_cpu_share": 0.3, "device": "cpu"}
     rep = RunResult(0, None, steps, [1.0] * 10, {}, None, 1.0, status="stopped", data=data).report()
     (v,) = [g for g in rep.findings if g.area == "summary"]
-    assert v.id == "summary.healthy" and "Other processes used 30%" in v.evidence
+    assert v.id == "summary.healthy" and ". Other processes used at least 30%" in v.evidence
     assert rep.meta[BASIS]["steps"] == 10 and rep.to_dict()["meta"][BASIS]["other_cpu_share"] == 0.3
     reconcile(rep)  # nothing changed: the same verdict, once
     assert [g.id for g in rep.findings if g.area == "summary"] == ["summary.healthy"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pitstop.host.cpu import cpu_has_fast_bf16, usable_cores
+from pitstop.host.load import OtherCpu
 from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -94,12 +95,16 @@ def test_fix_measures_a_speedup_for_the_planted_loader_problem():
         workers_values=(2,),
         timeout=300,
     )
+    other = OtherCpu()
     r = run_fix(cmd, cfg)
+    busy = other.share()
     assert r.baseline.median and len(r.baseline.steps_per_s) == 3
     (workers,) = r.candidates
     assert workers.overrides["dataloader"] == {"num_workers": 2, "persistent_workers": True}
     assert len(workers.steps_per_s) == 3 and workers.speedup is not None
-    assert workers.speedup > 1.0, (workers.steps_per_s, r.baseline.steps_per_s)
+    if workers.speedup <= 1.0 and busy > 0.25:  # the workers' cores were taken while it ran
+        pytest.skip(f"other processes used {busy:.0%} of the CPUs during the fix run")
+    assert workers.speedup > 1.0, (workers.steps_per_s, r.baseline.steps_per_s, busy)
     report, _ = fix_report(r)
     f = report.by_id("fix.workers")
     assert f.location and "slow_loader.py:" in f.location

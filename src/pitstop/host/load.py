@@ -57,6 +57,50 @@ class OtherCpu:
         return self.seconds() / (wall * cpus) if wall > 0 else 0.0
 
 
+class CpuOutsideSession:
+    """CPU time that processes outside one session used while a measurement ran, as a share of the
+    machine's CPUs.
+
+    A script started in a session of its own (``start_new_session``) keeps every process it makes in
+    that session: DataLoader workers, torchrun's ranks, compile workers, even those orphaned when it
+    exits, which ``OtherCpu``'s count of waited-for children would miss. So the processes outside it
+    (and this one) are the other load: their CPU time at the end, less what each had at the start.
+    A process that both started and ended in between is not seen: the share is a lower bound.
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._start = _cpu_by_process(None)
+
+    def share(self, session: int) -> float:
+        """Other processes' CPU time over the wall time times the machine's CPUs, the processes of
+        ``session`` and this one left out."""
+        wall = time.monotonic() - self._t0
+        used = sum(max(0.0, cpu - self._start.get(key, 0.0)) for key, cpu in _cpu_by_process(session).items())
+        cpus = psutil.cpu_count() or 1
+        return used / (wall * cpus) if wall > 0 else 0.0
+
+
+def _cpu_by_process(skip_session: int | None) -> dict[tuple[int, float], float]:
+    """CPU seconds of each live process but this one (keyed by pid and start time: pids are reused),
+    leaving out those in ``skip_session``."""
+    out: dict[tuple[int, float], float] = {}
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "create_time", "cpu_times"]):
+        info = p.info
+        t = info.get("cpu_times")
+        if info["pid"] == me or t is None:
+            continue
+        if skip_session is not None:
+            try:
+                if os.getsid(info["pid"]) == skip_session:
+                    continue
+            except OSError:  # exited since it was listed
+                continue
+        out[(info["pid"], info.get("create_time") or 0.0)] = t.user + t.system
+    return out
+
+
 def _busy_cpu_s() -> float:
     t = psutil.cpu_times()
     # guest time is already inside user time; steal is other VMs', not this machine's processes

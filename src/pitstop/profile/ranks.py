@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
-from pitstop.host.load import OtherCpu
+from pitstop.host.load import CpuOutsideSession
 from pitstop.profile import rank_worker as rw
 from pitstop.profile.runner import RunResult, RunSpec, note_other_cpu, supervise, wait_or_kill
 
@@ -98,7 +98,7 @@ def run_ranks(
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
         files = [stdout, stderr]
     cmd = launcher_command(kind, target, args)
-    other = OtherCpu()
+    other = CpuOutsideSession()
     try:
         proc = subprocess.Popen(
             cmd, cwd=spec.cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True
@@ -140,7 +140,7 @@ def run_ranks(
             proc.wait(timeout=5)
     rc = proc.returncode if proc.returncode is not None else -9
     result = collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
-    note_other_cpu(result, other)
+    note_other_cpu(result, other, proc.pid)  # the launcher's session holds every rank
     if out_dir is None and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)
         result.out_dir = None

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
-from pitstop.host.load import OtherCpu
+from pitstop.host.load import CpuOutsideSession
 from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_from_log, steps_per_s
@@ -169,11 +169,10 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
 # ------------------------------------------------------------------------------------------------ run
 
 
-def note_other_cpu(result: RunResult, other: OtherCpu) -> None:
-    """Other processes' share of the CPUs over the run into ``result.data``, where the run ended cleanly:
-    a killed script's unreaped workers would be counted as other processes."""
-    if result.status in ("completed", "stopped"):
-        result.data["other_cpu_share"] = round(other.share(), 4)
+def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) -> None:
+    """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``) into
+    ``result.data``; ``session``: the script's, whose processes are its own."""
+    result.data["other_cpu_share"] = round(other.share(session), 4)
 
 
 def run(
@@ -226,7 +225,7 @@ def run(
     if spec.quiet:
         stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
-    other = OtherCpu()
+    other = CpuOutsideSession()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
@@ -259,11 +258,11 @@ def run(
         _reap_group(proc)
     returncode = proc.returncode if proc.returncode is not None else -9
     result = _collect(spec, measurements, returncode, status_override, time.perf_counter() - start)
-    note_other_cpu(result, other)
     if spec.quiet and result.status == "killed" and not result.data:
         tail = _tail(out / "stderr.txt")
         if tail:
             result.error = f"{result.error}; its stderr ends with:\n{tail}"
+    note_other_cpu(result, other, proc.pid)  # its own session: start_new_session
     result.out_dir = None if temp and not spec.trace else out
     if temp and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)

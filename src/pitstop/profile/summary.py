@@ -5,8 +5,8 @@ no interval confirms its saving (``confirm.judged``: a noisy run, a probe that c
 fix no run can time). Such a run is not healthy: a problem may cost that much, and the measurements
 could not tell. ``summary.unconfirmed`` says so and names the estimates; ``summary.healthy`` is kept for
 runs where nothing estimated costs ``WARN_SHARE`` of the step. Where other processes used the CPUs
-during the run (``other_cpu_share``, measured by the runner), the verdict quotes it: their load widens
-every interval. Findings that change after the run (`pitstop fix`'s cached verdicts, ``--verify``)
+during the run (``other_cpu_share``: the runner's ``host.load.CpuOutsideSession``, a lower bound), the
+verdict quotes it: their load widens every interval. Findings that change after the run (`pitstop fix`'s cached verdicts, ``--verify``)
 change the verdict: ``reconcile`` gives it again from the basis kept in the report's meta.
 """
 
@@ -21,8 +21,9 @@ BASIS = "verdict_basis"  # Report.meta key: what ``reconcile`` needs to give the
 
 def unconfirmed(found: list[Finding]) -> list[Finding]:
     """Info findings whose estimate is at least ``WARN_SHARE`` of the step but whose saving no interval
-    confirmed, the largest estimate first. One whose fix `pitstop fix` measured (``fix_measured``) is
-    decided, not open."""
+    confirmed, the largest estimate first (``--verify``'s demotion below the predicted interval sets
+    ``confirmed`` False). One whose fix `pitstop fix` measured no faster (``fix_measured``) is decided,
+    not open."""
     out = [
         f
         for f in found
@@ -38,11 +39,8 @@ def unconfirmed(found: list[Finding]) -> list[Finding]:
 
 def _estimate(f: Finding) -> str:
     ci = f.data.get("saving_ci_s")
-    bounds = (
-        f"95% CI {ms(ci[0])}\u2013{ms(ci[1])}"
-        if isinstance(ci, list | tuple) and len(ci) == 2
-        else "no interval"
-    )
+    numbers = isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci)
+    bounds = f"95% CI {ms(ci[0])}\u2013{ms(ci[1])}" if numbers else "no interval"
     rank = f" (rank {f.data['rank']})" if "rank" in f.data else ""
     return f"{f.id}{rank} {ms(f.est_saving_s or 0.0)} a step ({pct(f.share or 0.0)}; {bounds})"
 
@@ -51,7 +49,10 @@ def busy_text(other_cpu_share: float | None) -> str:
     """A sentence on other processes' CPU use during the run, where it was worth quoting."""
     if other_cpu_share is None or other_cpu_share < BUSY_SHARE:
         return ""
-    return f" Other processes used {pct(other_cpu_share)} of the CPUs during the run, which widens every interval."
+    return (
+        f" Other processes used at least {pct(other_cpu_share)} of the CPUs during the run, which widens "
+        "every interval."
+    )
 
 
 def verdict(
@@ -74,7 +75,7 @@ def verdict(
             id="summary.healthy",
             severity=Severity.INFO,
             title=healthy_title,
-            evidence=measured + busy,
+            evidence=measured + (f".{busy}" if busy else ""),
             data=extra,
         )
     n = len(open_)

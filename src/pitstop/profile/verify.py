@@ -93,7 +93,8 @@ def below_prediction(f: Finding, verdict: Finding) -> Finding:
     if f.severity.rank <= Severity.INFO.rank:
         return f
     note = f"; --verify measured {verdict.data['measured_text']}, below the predicted interval"
-    return replace(f, severity=Severity.INFO, evidence=f.evidence + note)
+    # not disproved either (the verdict may still be open): the run's verdict lists it as unconfirmed
+    return replace(f, severity=Severity.INFO, evidence=f.evidence + note, data={**f.data, "confirmed": False})
 
 
 def verify(
