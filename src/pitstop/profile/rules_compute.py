@@ -87,14 +87,14 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
                 severity=Severity.PASS,
                 title="Freed host memory stays mapped: steps do not page-fault their tensors in",
                 evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
-                "(median)",
+                "(mean)",
                 data=data,
             )
         ]
     if "saving_s" not in hm:
         return []
     measured = (
-        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (median); a training step on the "
+        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (mean); a training step on the "
         f"script's last batch: {ms(hm['base_s'])} and {hm['base_faults']:,.0f} faults with malloc as it "
         f"was, {ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
         "(medians, one after the other: the change cannot be undone in the process)"

@@ -85,7 +85,7 @@ class Breakdown:
     median_total_s: float
     parts: dict[str, float]
     syncs_per_step: float
-    faults_per_step: float = 0.0  # median minor page faults
+    faults_per_step: float = 0.0  # mean minor page faults: a step's cost is a mean, as its parts are
 
     def share(self, part: str) -> float:
         return self.parts.get(part, 0.0) / self.total_s if self.total_s > 0 else 0.0
@@ -107,7 +107,7 @@ def breakdown(steps: list[StepRecord]) -> Breakdown | None:
         median_total_s=statistics.median(s.total_s for s in steps),
         parts=parts,
         syncs_per_step=sum(s.syncs for s in steps) / n,
-        faults_per_step=statistics.median(s.minor_faults for s in steps),
+        faults_per_step=sum(s.minor_faults for s in steps) / n,
     )
 
 
