@@ -47,13 +47,13 @@ def fix_overrides(name: str, probe: dict[str, Any], base: Overrides | None = Non
 
 def model_probes_to_time(result: RunResult) -> list[str]:
     """The ``MODEL_PROBES`` whose finding in ``result`` is a warning by its in-process interval."""
-    from pitstop.profile.rules import findings_for
+    from pitstop.profile.rules import problem_findings
 
     probes = result.data.get("probes") or {}
     wanted = [n for n in MODEL_PROBES if "two_process" not in (probes.get(recipe(n).probe or "") or {})]
     if not result.ok or not wanted:
         return []
-    found, _ = findings_for(result.steps, result.data)
+    found, _ = problem_findings(result.steps, result.data)  # the warnings: no verdict needed
     warned = {f.id for f in found if f.severity.rank >= Severity.WARN.rank}
     return [n for n in wanted if recipe(n).finding in warned]
 

@@ -270,7 +270,7 @@ def build_ranks_report(result: RanksResult) -> Report:
         probes_on_ranks,
         skew_summary,
     )
-    from pitstop.profile.rules import findings_for
+    from pitstop.profile.rules import problem_findings
 
     summaries = [rank_summary(r, res) for r, res in sorted(result.ranks.items())]
     for s in summaries:  # a rank that never wrote its final record: its watchdog's last word
@@ -290,9 +290,7 @@ def build_ranks_report(result: RanksResult) -> Report:
     for r, res in sorted(result.ranks.items()):
         if not res.steps:
             continue
-        for f in findings_for(res.steps, res.data, cores)[0]:
-            if f.id.startswith("summary."):  # one verdict for the launch, below
-                continue
+        for f in problem_findings(res.steps, res.data, cores)[0]:  # one verdict for the launch, below
             f.title = f"rank {r}: {f.title}"
             f.data = {**f.data, "rank": r}
             findings.append(f)

@@ -217,7 +217,19 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
 def findings_for(
     steps: list[StepRecord], data: dict[str, Any], cores: int | None = None
 ) -> tuple[list[Finding], Breakdown | None]:
-    """All findings for one run's measurements (``data`` is the child's measurements record)."""
+    """All findings for one run's measurements (``data`` is the child's measurements record): its
+    problems, then the run's verdict (``summary``) where nothing warns."""
+    found, bd = problem_findings(steps, data, cores)
+    if bd is not None:
+        last = summary.verdict(found, **verdict_basis(found, bd, data))
+        found += [last] if last else []
+    return found, bd
+
+
+def problem_findings(
+    steps: list[StepRecord], data: dict[str, Any], cores: int | None = None
+) -> tuple[list[Finding], Breakdown | None]:
+    """The findings for one run's measurements, without the run's verdict."""
     bd = breakdown(steps)
     found: list[Finding] = progress_rules(data)  # hang, timeout, stalls, dead workers
     if bd is None:
@@ -259,21 +271,17 @@ def findings_for(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    last = summary.verdict(found, **verdict_basis(found, bd, data))
-    found += [last] if last else []
     return found, bd
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:
-    """``summary.basis`` of one run: what it measured, and the findings it could not measure."""
+    """``summary.basis`` of one run: what it measured, and which of its problem findings (``found``,
+    no verdict among them) it could not measure."""
     unmeasured = sorted(
         {
             f.id
             for f in found
-            if f.est_saving_s is None
-            and f.severity is Severity.INFO
-            and f.id not in MEASURES
-            and f.area != "summary"
+            if f.est_saving_s is None and f.severity is Severity.INFO and f.id not in MEASURES
         }
     )
     measured = (
@@ -296,7 +304,10 @@ def build_report(result: RunResult) -> Report:
     data = result.data
     if result.status == "not_started":
         return Report(tool="profile", error=result.error, meta={"command": " ".join(result.command)})
-    findings, bd = findings_for(result.steps, data)
+    findings, bd = problem_findings(result.steps, data)
+    basis = verdict_basis(findings, bd, data) if bd is not None else None
+    if basis is not None and (last := summary.verdict(findings, **basis)) is not None:
+        findings.append(last)
     sections: dict[str, Any] = {
         "steps": [s.to_dict() for s in result.warmup_steps + result.steps],
         "losses": result.losses,
@@ -337,8 +348,8 @@ def build_report(result: RunResult) -> Report:
         "usable_cores": cpu.usable_cores(),
         "step_boundary": data.get("step_boundary"),
     }
-    if bd is not None:
-        meta[summary.BASIS] = verdict_basis(findings, bd, data)
+    if basis is not None:
+        meta[summary.BASIS] = basis
     mem = data.get("memory") or {}
     if mem.get("peak_rss_bytes"):
         meta["peak_rss_mib"] = round(mem["peak_rss_bytes"] / 2**20, 1)
