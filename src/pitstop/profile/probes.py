@@ -280,6 +280,7 @@ def _host_memory_probe(
     parameters move with the steps; nothing reads them afterwards)."""
     import time
 
+    from pitstop.host import event_costs
     from pitstop.train import host_memory
 
     # "kept": freed memory already stays mapped, so there is nothing to probe and the rules say so.
@@ -326,6 +327,7 @@ def _host_memory_probe(
         "base_faults": base_faults,
         "new_faults": new_faults,
         "detail": result.detail,
+        "isolated_fault_s": event_costs.page_fault_s(),  # the bound on what one fault may be charged
         # before/after in one process: whatever warmed up in between counts as saving, so no interval
         "confirmed": False,
     }

@@ -3,7 +3,7 @@ for the numbers findings quote."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
@@ -43,6 +43,83 @@ def pct(x: float) -> str:
 def cost(bd: Breakdown, saving: float) -> tuple[float, float]:
     saving = max(0.0, saving)
     return saving, min(1.0, saving / bd.total_s) if bd.total_s > 0 else 0.0
+
+
+FWD_BWD = ("forward_s", "backward_s")
+# finding id -> the parts of the step its saving lives in: fixing it cannot save more than they hold
+PHASE_OF: dict[str, tuple[str, ...]] = {
+    # (dataloader.persistent_workers is not here: its restarts, amortised over the epoch, may fall
+    # outside the measured steps' data wait)
+    recipe("workers").finding or "": ("data_wait_s",),
+    "dataloader.slow": ("data_wait_s",),
+    recipe("pin_memory").finding or "": ("h2d_s",),
+    "sync.item": ("sync_s",),
+    **dict.fromkeys(
+        [recipe(r).finding or r for r in ("amp", "channels_last", "cudnn_benchmark", "tf32")]
+        + ["precision.fp16"],
+        FWD_BWD,
+    ),
+    recipe("foreach").finding or "": ("optimizer_s",),
+}
+
+
+def ceiling(f: Finding, bd: Breakdown, device: str) -> tuple[float, str]:
+    """The most ``f`` can save per step, and what that is: the parts of the step it lives in
+    (``PHASE_OF``), for page faults ``FAULT_COST_MULTIPLE`` x what the run's faults cost in isolation,
+    else the whole step. On a device that runs asynchronously (CUDA) its compute waits wherever the host
+    blocks, so a compute change is bounded by the step without its data wait."""
+    from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
+    from pitstop.profile.timeline import PART_LABELS
+
+    if f.id == recipe("host_memory").finding and (
+        bound := page_fault_bound_s(f.data.get("isolated_fault_s"))
+    ):
+        return bound * bd.faults_per_step, (
+            f"{FAULT_COST_MULTIPLE:g}x what its {bd.faults_per_step:,.0f} faults per step cost on this machine in "
+            f"isolation ({f.data['isolated_fault_s'] * 1e6:.2f} us each)"
+        )
+    parts = PHASE_OF.get(f.id)
+    if parts is None:
+        return bd.total_s, "the whole step"
+    if device != "cpu" and parts in (FWD_BWD, ("optimizer_s",)):
+        parts = tuple(p for p in bd.parts if p != "data_wait_s")
+    return sum(bd.parts.get(p, 0.0) for p in parts), "the " + " + ".join(PART_LABELS[p] for p in parts)
+
+
+def bounded(found: list[Finding], bd: Breakdown, device: str) -> list[Finding]:
+    """``found`` with each finding's saving capped at its ``ceiling``: a measured difference larger than
+    the part of the step the problem lives in is more than that problem (noise, other processes, the
+    probe's own warm-up). A capped finding says so in its evidence and ``data["capped"]``; its interval
+    is capped too, and a warning whose capped saving (or lower bound) is under ``WARN_SHARE`` is info."""
+    return [_bounded(f, bd, device) for f in found]
+
+
+def _bounded(f: Finding, bd: Breakdown, device: str) -> Finding:
+    saved = f.est_saving_s
+    if saved is None or saved <= 0 or f.severity is Severity.PASS:
+        return f
+    limit, what = ceiling(f, bd, device)
+    if saved <= limit * (1 + 1e-9):
+        return f
+    data = {**f.data, "capped": {"from_s": saved, "to_s": limit, "at": what}}
+    ci = data.get("saving_ci_s")
+    if ci:
+        data["saving_ci_s"] = ci = [min(ci[0], limit), min(ci[1], limit)]
+    share = min(1.0, limit / bd.total_s) if bd.total_s > 0 else 0.0
+    severity = f.severity
+    if severity is Severity.WARN and (
+        share < WARN_SHARE or (ci is not None and ci[0] < WARN_SHARE * bd.median_total_s)
+    ):
+        severity = Severity.INFO
+    return replace(
+        f,
+        severity=severity,
+        evidence=f"{f.evidence}; capped at {what} ({ms(limit)} per step): the {ms(saved)} measured is more "
+        "than that holds, the rest is not this problem's",
+        data=data,
+        est_saving_s=limit,
+        share=share,
+    )
 
 
 @dataclass(frozen=True)

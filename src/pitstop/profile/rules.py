@@ -17,7 +17,7 @@ from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
-from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
+from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
 from pitstop.profile.rules_compute import (
     host_memory_rules,
     optimizer_rules,
@@ -271,7 +271,7 @@ def problem_findings(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    return found, bd
+    return bounded(found, bd, dev_type), bd  # no finding saves more than the part of the step it lives in
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.host import cpu, precision
+from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.profile.rulekit import (
     FAULTS_WORTH_A_RUN,
     GPU_IDLE_PCT,
@@ -112,6 +113,7 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
     dropped = hm["base_faults"] - hm["new_faults"]
     timed = dropped >= MIN_FAULTS_TO_TIME  # else the probe's heap took too few faults to time one
     per_fault = hm["saving_s"] / dropped if timed and probe_helps(hm) else 0.0  # below noise: ~free
+    per_fault, unexplained = _bounded_per_fault(per_fault, hm.get("isolated_fault_s"), dropped)
     saving, share = cost(bd, per_fault * bd.faults_per_step)
     if timed and share >= MIN_SHARE:
         data.update(per_fault_s=per_fault, est_saving_s=saving)
@@ -120,8 +122,8 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
                 id=PAGE_FAULTS,
                 severity=sev(share),
                 title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
-                evidence=f"{measured}; {per_fault * 1e6:.2f} us per fault x {bd.faults_per_step:,.0f} faults "
-                f"per step = {ms(saving)} per step",
+                evidence=f"{measured}{unexplained}; {per_fault * 1e6:.2f} us per fault x "
+                f"{bd.faults_per_step:,.0f} faults per step = {ms(saving)} per step",
                 data=data,
                 fix=fix,
                 fix_code=fix_code,
@@ -153,6 +155,21 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
             data=data,
         )
     ]
+
+
+def _bounded_per_fault(per_fault: float, isolated: float | None, dropped: float) -> tuple[float, str]:
+    """The probe's price of one fault, at most ``FAULT_COST_MULTIPLE`` x what one costs on this machine
+    in isolation (``pitstop.host.event_costs``), and the evidence's words when that bound applied."""
+    bound = page_fault_bound_s(isolated)
+    if bound is None or per_fault <= bound:
+        return per_fault, ""
+    rest = (per_fault - bound) * dropped
+    return bound, (
+        f"; the probe's difference is {per_fault * 1e6:.1f} us per fault, but one fault costs "
+        f"{(isolated or 0.0) * 1e6:.2f} us on this machine in isolation: faults are charged at most "
+        f"{FAULT_COST_MULTIPLE:g}x that, and the rest of the probe's difference ({ms(rest)}) is not "
+        "explained by faults (the probe's two passes differed in more than malloc, or were disturbed)"
+    )
 
 
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
