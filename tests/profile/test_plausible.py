@@ -136,3 +136,92 @@ def test_data_wait_finding_never_exceeds_the_data_wait():
     f = by_id(found, "dataloader.workers")
     assert f.est_saving_s == pytest.approx(0.05) and f.data["capped"]["from_s"] == pytest.approx(0.08)
     assert "capped at the data wait (50.0 ms per step)" in f.evidence
+
+
+# ------------------------------------------------------------------------------------------------ MFU
+
+SAMPLING_SCRIPT = """
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 64)
+        self.head = nn.Linear(64, 32)
+
+    def forward(self, idx):
+        return self.head(self.emb(idx))
+
+    @torch.no_grad()
+    def generate(self, idx, n):
+        for _ in range(n):  # one forward per new token, as nanoGPT's sampler does
+            nxt = self(idx[:, -4:])[:, -1].argmax(-1, keepdim=True)
+            idx = torch.cat([idx, nxt], 1)
+        return idx
+
+
+model = Tiny()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(40):
+    x = torch.randint(0, 32, (8, 16))
+    loss = nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if step % 3 == 0:  # the trainer's sampling callback: no-grad generate, then an eval-mode forward
+        model.eval()
+        model.generate(x[:1, :4], 12)
+        with torch.inference_mode():
+            model(x)
+        model(x)  # eval mode, grad on: still not a training pass
+        model.train()
+"""
+
+
+@pytest.mark.slow
+def test_mfu_counts_training_passes_only_with_a_sampling_callback(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "sampling.py"
+    script.write_text(SAMPLING_SCRIPT)
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "pitstop", "profile", "--steps", "12", "--warmup", "2", "--quiet"]
+    cmd += ["--json", str(report), "--", "python", str(script)]
+    subprocess.run(
+        cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True, timeout=300, check=False
+    )
+    rep = json.loads(report.read_text())
+    totals = rep["sections"]["totals"]
+    assert totals["forwards"] > 3 * totals["train_forwards"]  # the callback's forwards ran and were seen
+    sec = rep["sections"]["mfu"]
+    assert sec["passes_per_step"] == 1  # one training forward+backward a step, not the callback's 15
+    assert (sec["mfu"] is None) == ("inconsistent" in sec)  # never a utilisation over 100%
+    assert sec["mfu"] is None or 0 < sec["mfu"] <= 1
+
+
+def test_mfu_over_100_percent_is_flagged_not_reported():
+    from pitstop.profile import mfu
+    from pitstop.profile.gpu_rules import mfu_findings
+
+    m = {
+        "flops_per_pass": 2e9,
+        "dtype": "float32",
+        "device": "cpu",
+        "peak_flops_per_s": 1e11,
+        "peak_size": 256,
+    }
+    sec = mfu.section(m, median_step_s=0.01, passes_per_step=1)  # 200 GFLOP/s against a 100 GFLOP/s peak
+    assert sec["mfu"] is None and "200%" in sec["inconsistent"]
+    (f,) = mfu_findings(sec)
+    assert f.id == "compute.mfu" and f.severity is Severity.INFO and "not reported" in f.title
+    ok = mfu.section(m, median_step_s=0.04, passes_per_step=1)
+    assert ok["mfu"] == pytest.approx(0.5) and "inconsistent" not in ok
+    # passes: training forwards per step; the no-grad and eval forwards a callback adds are not passes
+    assert mfu.passes_per_step({"forwards": 180, "train_forwards": 12}, 12) == 1
+    assert mfu.passes_per_step({"forwards": 24}, 12) == 2  # a record from before train_forwards
+    assert mfu.passes_per_step({"forwards": 0, "train_forwards": 0}, 12) == 1

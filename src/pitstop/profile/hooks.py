@@ -94,7 +94,8 @@ class Instrumentation:
         self._extra_undo: list[Any] = []
         self.in_next = False  # inside DataLoader.__next__
         self.in_backward = False  # inside a top-level backward call
-        self.counts = {"batches": 0, "forwards": 0, "backwards": 0, "optimizer_steps": 0}
+        # train_forwards: top-level forwards with grad on and the module in training mode (MFU's passes)
+        self.counts = {"batches": 0, "forwards": 0, "train_forwards": 0, "backwards": 0, "optimizer_steps": 0}
         # the current step
         self.step_loss: torch.Tensor | None = None
         self._h2d_events: list[tuple[Any, Any]] = []
@@ -338,6 +339,8 @@ class Instrumentation:
             self.device_timer.mark("fwd_start", start)
         if not torch.is_grad_enabled():
             self._eval_seen = True  # a validation pass ran inside this step: the timeline can set it apart
+        elif module.training:
+            self.counts["train_forwards"] += 1
         facts = self.model_facts.get(id(module))
         if facts is not None and "autocast" not in facts:
             facts.update(forward_facts(module, args, _call_kwargs()))
