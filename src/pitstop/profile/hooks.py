@@ -197,10 +197,12 @@ class Instrumentation:
 
     # ---------------------------------------------------------------------------- step boundaries
     def boundary(self, now: float) -> None:
-        """Called where a new step may begin: closes the current step if it holds a step's work."""
+        """Called where a new step may begin: closes the current step if it holds a step's work. With
+        grad off (a sampling callback, a validation pass after the optimizer step) it does not: that work
+        ran in the step that just trained, and is booked to it."""
         if self.clock.step_start is None:
             self._begin(now)
-        elif self.clock.should_close():
+        elif self.clock.should_close() and torch.is_grad_enabled():
             self.close_step(now)
 
     def _begin(self, now: float, faults: int | None = None) -> None:
