@@ -122,6 +122,19 @@ def test_a_long_unsampled_step_is_never_called_too_short_to_catch():
     assert "shorter than the watchdog could catch (it looks every 0.25 s)" in f.evidence
 
 
+def test_a_stall_is_not_capped_at_the_breakdowns_step():
+    from pitstop.profile.rules import findings_for
+    from pitstop.profile.timeline import StepRecord
+
+    # the stalled steps hold an eval pass, so the breakdown (10 ms steps) leaves them out
+    recs = records(40, slow={10: 1.0, 20: 1.0, 30: 1.0}, eval={10, 20, 30})
+    steps = [StepRecord.from_dict(r) for r in recs if not r["warmup"]]
+    found, bd = findings_for(steps, {"steps": recs}, cores=2)
+    f = next(f for f in found if f.id == "profile.stall")
+    assert bd.total_s == pytest.approx(0.01) and "capped" not in f.data
+    assert f.est_saving_s == pytest.approx(3 * 0.99 / 35)
+
+
 def test_share_counts_measured_steps_only():
     f = stall(records(45, slow={2: 5.0, 20: 3.0}, warmup=5))  # step 2 is warm-up
     assert f.data["steps"] == [20] and f.est_saving_s == pytest.approx((3.0 - 0.01) / 40)

@@ -63,11 +63,19 @@ PHASE_OF: dict[str, tuple[str, ...]] = {
 }
 
 
-def ceiling(f: Finding, bd: Breakdown, device: str) -> tuple[float, str]:
+# costs per step over steps the breakdown leaves out (a stall's own steps, holding an eval pass): the
+# breakdown's mean step does not bound them
+OWN_STEPS = frozenset({"profile.stall"})
+
+
+def ceiling(f: Finding, bd: Breakdown, device: str) -> tuple[float, str] | None:
     """The most ``f`` can save per step, and what that is: the parts of the step it lives in
     (``PHASE_OF``), for page faults ``FAULT_COST_MULTIPLE`` x what the run's faults cost in isolation,
-    else the whole step. On a device that runs asynchronously (CUDA) its compute waits wherever the host
-    blocks, so a compute change is bounded by the step without its data wait."""
+    else the whole step (None for ``OWN_STEPS``). On a device that runs asynchronously (CUDA) its
+    compute waits wherever the host blocks, so a compute change is bounded by the step without its data
+    wait."""
+    if f.id in OWN_STEPS:
+        return None
     from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
     from pitstop.profile.timeline import PART_LABELS
 
@@ -98,9 +106,10 @@ def _bounded(f: Finding, bd: Breakdown, device: str) -> Finding:
     saved = f.est_saving_s
     if saved is None or saved <= 0 or f.severity is Severity.PASS:
         return f
-    limit, what = ceiling(f, bd, device)
-    if saved <= limit * (1 + 1e-9):
+    bound = ceiling(f, bd, device)
+    if bound is None or saved <= bound[0] * (1 + 1e-9):
         return f
+    limit, what = bound
     data = {**f.data, "capped": {"from_s": saved, "to_s": limit, "at": what}}
     ci = data.get("saving_ci_s")
     if ci:
