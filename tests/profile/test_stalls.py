@@ -193,3 +193,12 @@ def test_watchdog_median_leaves_out_the_warm_up_and_measures_the_load():
     w = LoadWindow(7, time.perf_counter()).close(time.perf_counter())
     assert w["step"] == 7 and w["cpus"] >= 1 and w["other_cpu_share"] >= 0 and w["own_cpus"] >= 0
     assert w["runqueue_wait_s"] is None or w["runqueue_wait_s"] >= 0
+
+
+def test_a_step_that_waited_for_its_batch_is_named_so():
+    recs = records(40, slow={12: 1.0, 24: 1.0, 36: 1.0})
+    for r in recs:
+        r["data_wait_s"] = 0.9 if r["index"] in (12, 24, 36) else 0.002
+    f = stall(recs)  # every 12 steps: a new epoch's workers starting
+    assert f.title.endswith("waiting for data every 12 steps") and "persistent_workers=True" in f.fix
+    assert f.data["causes"]["12"] == ["data", "0.90 s of it"]

@@ -11,6 +11,8 @@ Each stalled step gets a cause, from what was recorded while it ran:
 - ``eval``: a no-grad pass ran in the step (a validation loop, a sampling callback's ``generate``): the
   step record's ``eval``, or a sample in a function named for it. The hooks book such a pass to the step
   that trained before it (``Instrumentation.boundary``), so the step named is the one it ran in;
+- ``data``: none of those, and at least half the step's extra time was data wait (a new epoch's
+  DataLoader workers starting, a slow read);
 - ``contention``: none of those, and while the step ran other processes held at least
   ``CONTENDED_CPUS`` CPUs (or the hypervisor stole them) and the script's threads waited on the run
   queue for a CPU (``contended``): the watchdog's ``contention`` window;
@@ -34,6 +36,7 @@ CONTENDED_CPUS = 0.5  # other processes (plus steal) held at least half a CPU ..
 WAITED_SHARE = 0.25  # ... while the script's threads waited this share of the step for one (schedstat)
 FULL_SHARE = 0.9  # without schedstat: they and the script together kept this share of the CPUs busy ...
 MIN_OWN_CPUS = 0.25  # ... and the script was working, not sleeping
+DATA_SHARE = 0.5  # a stall whose extra time is at least half data wait was waiting for its batch
 SAVE_MODULES = ("torch.serialization", "torch.distributed.checkpoint", "safetensors")
 _SAVE_NAME = re.compile(r"save|checkpoint|ckpt", re.I)
 _EVAL_NAME = re.compile(r"eval|valid|generat|sampl", re.I)
@@ -43,6 +46,7 @@ WHAT = {
     "save": "a checkpoint save",
     "callback": "a callback",
     "eval": "a no-grad pass (evaluation or sampling)",
+    "data": "waiting for data",
     "contention": "machine contention",
     "periodic": "a pause the loop makes",
     "unknown": "cause not known",
@@ -52,6 +56,8 @@ FIXES = {
     "(torch.distributed.checkpoint.async_save, or a thread that writes a copied state_dict).",
     "callback": "Run the callback less often: it runs on the training thread, inside the step.",
     "eval": "Evaluate or sample less often, on fewer batches or with shorter generations.",
+    "data": "The step waited for its batch: DataLoader workers started again each epoch wait for their "
+    "first batches (persistent_workers=True keeps them); otherwise the dataset's reads were slow here.",
     "contention": "Other processes took the CPUs while these steps ran: not the script's own work. Run "
     "when the machine is quieter, or give the script cores of its own (`pitstop launch`), with no more "
     "threads than it has cores (torch.set_num_threads).",
@@ -122,15 +128,20 @@ def classify(
     stalled: list[dict[str, Any]],
     samples: dict[int, list[dict[str, Any]]],
     windows: dict[int, dict[str, Any]],
-    eval_rare: bool,
+    typical: dict[str, Any],
 ) -> dict[int, tuple[str, str]]:
-    """Each stalled step's (cause, detail)."""
+    """Each stalled step's (cause, detail). ``typical``: the median measured step (``total_s``), its
+    median data wait (``data_wait_s``) and whether steps holding a no-grad pass are the exception
+    (``eval_rare``: where every step holds one, as with a frozen teacher, it says nothing)."""
     out: dict[int, tuple[str, str]] = {}
     for r in stalled:
         i = r["index"]
         named = next((w for s in samples.get(i, []) if (w := work_in(s))), None)
-        if named is None and r.get("eval") and eval_rare:
+        if named is None and r.get("eval") and typical["eval_rare"]:
             named = ("eval", "")
+        extra_wait = r.get("data_wait_s", 0.0) - typical["data_wait_s"]
+        if named is None and extra_wait >= DATA_SHARE * (r["total_s"] - typical["total_s"]):
+            named = ("data", f"{r.get('data_wait_s', 0.0):.2f} s of it")
         if named is not None:
             out[i] = named
         elif contended(windows.get(i)):
@@ -149,6 +160,14 @@ def classify(
 def _list(items: list[Any], n: int = 6) -> str:
     head = ", ".join(str(i) for i in items[:n])
     return head + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def _most_common_place(seen: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first sample taken where most samples were."""
+    if not seen:
+        return None
+    where = Counter((s["main"] or {}).get("where") for s in seen).most_common(1)[0][0]
+    return next(s for s in seen if (s["main"] or {}).get("where") == where)
 
 
 def _sampled_text(top: dict[str, Any] | None, seen: int, stalled: int) -> str:
@@ -202,7 +221,8 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
     if len(steps) < 3:
         return []
     plain = [r for r in steps if not r.get("eval")]
-    med = statistics.median(r["total_s"] for r in (plain if len(plain) >= 3 else steps))
+    base = plain if len(plain) >= 3 else steps
+    med = statistics.median(r["total_s"] for r in base)
     limit = max(STALL_FACTOR * med, med + STALL_MIN_S)
     stalled = [r for r in steps if r["total_s"] > limit]
     if not stalled:
@@ -211,18 +231,18 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
     for s in wd.get("samples") or []:
         samples[s["step"]].append(s)
     windows = {w["step"]: w for w in wd.get("contention") or []}
-    causes = classify(stalled, samples, windows, eval_rare=len(plain) >= len(steps) / 2)
+    typical = {
+        "total_s": med,
+        "data_wait_s": statistics.median(r.get("data_wait_s", 0.0) for r in base),
+        "eval_rare": len(plain) >= len(steps) / 2,
+    }
+    causes = classify(stalled, samples, windows, typical)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in stalled:
         groups[causes[r["index"]]].append(r)
     main_cause = max(groups, key=lambda k: sum(r["total_s"] for r in groups[k]))
     seen = [samples[r["index"]][0] for r in stalled if samples.get(r["index"])]
-    places = Counter((s["main"] or {}).get("where") for s in seen)
-    top = (
-        next((s for s in seen if (s["main"] or {}).get("where") == places.most_common(1)[0][0]), None)
-        if seen
-        else None
-    )
+    top = _most_common_place(seen)
     excess = sum(r["total_s"] - med for r in stalled)
     mean = statistics.fmean(r["total_s"] for r in steps)
     saving = excess / len(steps)
