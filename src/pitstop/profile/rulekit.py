@@ -1,5 +1,6 @@
-"""What every profile rule shares: the thresholds that make a cost a warning, and the few formatters
-for the numbers findings quote."""
+"""What every profile rule shares: the thresholds that make a cost a warning, the few formatters for
+the numbers findings quote, and the bound on every finding's saving (``bounded``: no more than the part
+of the step the problem lives in)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
+from pitstop.profile.timeline import PART_LABELS
 from pitstop.recipes import recipe
 
 if TYPE_CHECKING:
@@ -76,9 +79,6 @@ def ceiling(f: Finding, bd: Breakdown, device: str) -> tuple[float, str] | None:
     wait."""
     if f.id in OWN_STEPS:
         return None
-    from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
-    from pitstop.profile.timeline import PART_LABELS
-
     if f.id == recipe("host_memory").finding and (
         bound := page_fault_bound_s(f.data.get("isolated_fault_s"))
     ):
