@@ -43,6 +43,17 @@ def default_store() -> Any:
         return None
 
 
+def job_id(fallback: str) -> str:
+    """A name every rank of one launch shares on every node: torchrun's rendezvous id and store address,
+    else Slurm's job and step, else ``fallback`` (one node's run folder, which other nodes do not share)."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env:
+        return f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    if "SLURM_JOB_ID" in env:
+        return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '0')}"
+    return fallback
+
+
 def key(run: str, step: int, name: str) -> str:
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return f"{PREFIX}/{run}/{restart}/{step}/{name}"
