@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from datetime import timedelta
 from typing import Any
 
 PREFIX = "pitstop/stop"
@@ -32,15 +31,9 @@ def default_store() -> Any:
             from torch.distributed.distributed_c10d import _get_default_store
 
             return _get_default_store()
-    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not host or not port:
-        return None
-    try:
-        return dist.TCPStore(
-            host, int(port), is_master=False, timeout=timedelta(seconds=CONNECT_S), wait_for_workers=False
-        )
-    except Exception:
-        return None
+    from pitstop.profile.rank_share import launcher_store
+
+    return launcher_store(CONNECT_S)
 
 
 def job_id(fallback: str) -> str:
