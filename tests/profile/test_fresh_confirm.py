@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pitstop.findings import Severity
@@ -135,3 +137,70 @@ def test_a_failed_profile_run_times_nothing():
     result.status, result.error = "failed", "boom"
     runner = Runner(plain=STEP, fixed=0.08)
     assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner) == [] and runner.specs == []
+
+
+# ------------------------------------------------------------------------------------------ slow steps
+
+
+def test_slow_steps_get_shorter_runs_and_a_budget_scaled_with_the_step_capped():
+    assert fc.run_shape(profiled(precision=AMP)) == (fc.STEPS, fc.BUDGET_S)  # 100 ms steps: as before
+    slow = profiled(precision=AMP)
+    slow.steps = steps(1.0)
+    n, budget = fc.run_shape(slow)
+    assert n == fc.MIN_STEPS and fc.BUDGET_S < budget <= fc.BUDGET_CAP_S
+    slow.steps = steps(4.0)
+    assert fc.run_shape(slow) == (fc.MIN_STEPS, fc.BUDGET_CAP_S)
+
+
+class SlowRunner:
+    """1 s steps plain, 0.5 s with autocast, ``spec.steps`` of them a run; each run advances ``clock`` by
+    ``run_s`` (a start-up and steps that leave room for one round only)."""
+
+    def __init__(self, clock, run_s):
+        self.clock, self.run_s, self.specs = clock, run_s, []
+
+    def __call__(self, spec: RunSpec) -> RunResult:
+        self.specs.append(spec)
+        self.clock.t += self.run_s
+        step = 0.5 if spec.overrides.autocast else 1.0
+        return RunResult(0, None, steps(step, n=spec.steps), [], {}, None, self.run_s)
+
+
+def test_one_round_of_slow_fresh_runs_decides_where_the_in_process_interval_agrees(monkeypatch):
+    """The ImageNet-style case: a 2x autocast gain measured in process (rounds, an interval) and in one
+    round of fresh runs (the budget holds no more): decided by blocks of steps within the runs."""
+    import functools
+
+    from pitstop.profile import fresh_runs
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+    monkeypatch.setattr(fc, "timed", functools.partial(fresh_runs.timed, clock=clock))
+    amp = {"dtype": "bfloat16", "base_s": 0.9, "new_s": 0.45, "saving_s": 0.45}
+    result = profiled(precision={**amp, "saving_lo_s": 0.38, "saving_hi_s": 0.5, "interval_text": "2.00x"})
+    result.steps = steps(1.0)
+    _, budget = fc.run_shape(result)
+    runner = SlowRunner(clock, run_s=0.3 * budget)
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner) == ["amp"]
+    assert len(runner.specs) == 2 and all(s.steps == fc.MIN_STEPS for s in runner.specs)  # one round
+    two = result.data["probes"]["precision"]["two_process"]
+    assert two["rounds"] == 1 and "saving_lo_s" not in two and two["blocks_interval"]["method"] == "blocks"
+    f = finding(result)
+    assert f.severity is Severity.WARN and f.data["confirmed"] is True and f.data["verdict"] == "helped"
+    lo, hi = f.data["saving_ci_s"]
+    assert 0.05 <= lo < f.est_saving_s < hi
+    assert "blocks of 3 steps within the runs" in f.evidence and "2.00x" in f.evidence
+    # the same fresh runs without an agreeing in-process interval: no interval, info, saying why
+    from pitstop.profile import confirm
+    from pitstop.profile.timeline import breakdown
+
+    alone = confirm.confirm(
+        replace(f, severity=Severity.WARN, data={**amp, "two_process": two}), breakdown(result.steps)
+    )
+    assert alone.severity is Severity.INFO and alone.data["saving_ci_s"] is None
+    assert "too few rounds of fresh runs fitted their budget (1 round(s)" in alone.evidence

@@ -96,11 +96,13 @@ def test_healthy_run_says_so_and_raises_nothing():
     assert found[0].id == "summary.healthy"
 
 
-def test_probe_without_gain_is_a_pass_not_a_problem():
+def test_probe_without_gain_is_a_pass_only_when_its_interval_rules_a_gain_out():
+    no_gain = {"dtype": "bfloat16", "base_s": 0.05, "new_s": 0.051, "saving_s": -0.001}
     data = {
         "models": [{"param_dtypes": ["float32"], "conv2d_layers": 3, "compiled": True}],
         "probes": {
-            "precision": {"dtype": "bfloat16", "base_s": 0.05, "new_s": 0.051, "saving_s": -0.001},
+            # the saving's upper bound (2 ms) is under 5% of the 100 ms step: decided, a pass
+            "precision": {**no_gain, "saving_lo_s": -0.004, "saving_hi_s": 0.002},
             "channels_last": {
                 "base_s": 0.05,
                 "new_s": 0.03,
@@ -113,8 +115,17 @@ def test_probe_without_gain_is_a_pass_not_a_problem():
     found, _ = findings_for(steps(forward_s=0.05), data, cores=2)
     by = {f.id: f for f in found}
     assert by["precision.amp"].severity is Severity.PASS
+    assert by["precision.amp"].data["verdict"] == "no gain"
+    assert by["precision.amp"].data["saving_ci_s"] == [-0.004, 0.002]
     assert by["memory_format.channels_last"].severity is Severity.WARN
     assert abs(by["memory_format.channels_last"].share - 0.2) < 1e-9
+    # the same point estimate without an interval, or with one reaching the bar (5 ms): undecided, not a pass
+    for probe in (no_gain, {**no_gain, "saving_lo_s": -0.004, "saving_hi_s": 0.006}):
+        found, _ = findings_for(steps(forward_s=0.05), {**data, "probes": {"precision": probe}}, cores=2)
+        amp = next(f for f in found if f.id == "precision.amp")
+        assert amp.severity is Severity.INFO and amp.data["verdict"] == "undecided", amp
+        assert amp.est_saving_s is None and "pitstop fix --candidates amp" in amp.fix
+        assert all(f.severity is not Severity.PASS for f in found)
 
 
 def test_sync_loop_cost_includes_the_loop_between_calls():

@@ -7,7 +7,11 @@ in rounds (``saving_lo_s``, ``saving_hi_s`` in the probe's record). A prediction
 the interval's lower bound is at least ``WARN_SHARE`` of the median step; otherwise, or when there is no
 interval (a before/after probe that cannot be interleaved in one process, or too few rounds), it is at
 most info and its evidence says it was not confirmed. Each probe-based finding carries
-``saving_ci_s: [lo, hi]`` (None where there is no interval) and ``confirmed`` in its ``data``.
+``saving_ci_s: [lo, hi]`` (None where there is no interval), ``confirmed`` and ``verdict`` in its
+``data``: ``pitstop.measure.against_bar`` of the interval against that bar (helped, no gain: the upper
+bound under it, or undecided). Slow steps whose fresh runs fitted too few rounds for an interval are
+decided by blocks of steps within those runs where the in-process probe's interval agrees
+(``agreeing_blocks``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.rulekit import WARN_SHARE, ms
+from pitstop.measure import HELPED, NO_GAIN, UNDECIDED, against_bar
+from pitstop.measure_blocks import PER_BLOCK, RUN_SPREAD
+from pitstop.profile.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms
 from pitstop.profile.timeline import Breakdown
 from pitstop.recipes import recipe
 
@@ -73,10 +79,25 @@ def saving_bounds(f: Finding, probe: dict[str, Any]) -> tuple[float, float] | No
     return lo + shift, hi + shift
 
 
-def _no_interval_reason(probe: dict[str, Any]) -> str:
+def _no_interval_reason(probe: dict[str, Any], fresh: bool = False) -> str:
     if probe.get("confirmed") is False:
         return "no interval: the probe ran before then after in one process, which cannot be interleaved"
-    return "no interval: too few probe rounds fitted the probe's budget"
+    got = f"{probe['rounds']} round(s)" if probe.get("rounds") is not None else ""
+    got += f" in {probe['budget_s']:.0f} s" if probe.get("budget_s") else ""
+    what = "rounds of fresh runs fitted their" if fresh else "probe rounds fitted the probe's"
+    return f"no interval: too few {what} budget" + (f" ({got.strip()})" if got else "")
+
+
+def agreeing_blocks(f: Finding, two: dict[str, Any]) -> tuple[float, float] | None:
+    """The fresh runs' saving bounds from blocks of steps within the runs (``pitstop.measure_blocks``),
+    where too few rounds fitted for an interval over rounds, when the in-process probe's own interval
+    agrees that the change helps (its lower bound above ``MIN_PROBE_GAIN`` of the probed pass): two
+    independent measurements of one saving. None otherwise."""
+    lo, hi = two.get("blocks_saving_lo_s"), two.get("blocks_saving_hi_s")
+    own_lo, base = f.data.get("saving_lo_s"), f.data.get("base_s")
+    if lo is None or hi is None or own_lo is None or not base or own_lo <= MIN_PROBE_GAIN * base:
+        return None
+    return lo, hi
 
 
 def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:
@@ -102,8 +123,20 @@ def confirm(f: Finding, bd: Breakdown) -> Finding:
     step = bd.median_total_s
     if probe is f.data.get("two_process"):
         f = _measured_in_two_processes(f, probe, bd)
-    why_none = _no_interval_reason(probe)
     two = f.data.get("two_process")
+    why_none = _no_interval_reason(probe, fresh=bool(two) and probe is two)
+    if two and probe is two and bounds is None and (agreed := agreeing_blocks(f, two)) is not None:
+        bounds = agreed
+        iv = two.get("blocks_interval") or {}
+        f = replace(
+            f,
+            evidence=f"{f.evidence}; {two.get('rounds', 0)} round(s) of fresh runs fitted their "
+            f"{two.get('budget_s', 0):.0f} s budget, so the interval is from blocks of "
+            f"{PER_BLOCK} steps within the runs ({iv.get('estimate', 0):.2f}x, a {RUN_SPREAD:.0%} allowance "
+            "for each run's own speed), decided where the in-process probe's interval "
+            f"({f.data.get('interval_text') or 'its rounds'}) agrees",
+            data={**f.data, "decided_by": "fresh runs' blocks + in-process rounds"},
+        )
     if two and probe is not two:
         # the fresh runs were to decide and measured nothing: the in-process interval does not stand in
         bounds = None
@@ -118,8 +151,10 @@ def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none
     """``f`` with ``saving_ci_s`` and ``confirmed`` in its data: kept as it is when the interval's lower
     bound is at least ``WARN_SHARE`` of the median ``step``, else at most info, saying why (``why_none``
     where there is no interval)."""
-    confirmed = bounds is not None and step > 0 and bounds[0] >= WARN_SHARE * step
+    verdict = against_bar(*(bounds or (None, None)), WARN_SHARE * step) if step > 0 else UNDECIDED
+    confirmed = verdict == HELPED
     data = {**f.data, "saving_ci_s": list(bounds) if bounds else None, "confirmed": confirmed}
+    data["verdict"] = verdict
     if bounds is not None:
         ci = f"saving {ms(f.est_saving_s or 0.0)} (95% CI {ms(bounds[0])}\u2013{ms(bounds[1])})"
     else:
@@ -128,6 +163,8 @@ def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none
         return replace(f, evidence=f"{f.evidence}; confirmed: {ci}", data=data)
     severity = Severity.INFO if f.severity.rank > Severity.INFO.rank else f.severity
     bar = f"; a warning needs the lower bound at {WARN_SHARE:.0%} of the {ms(step)} median step"
+    if verdict == NO_GAIN:
+        bar += ", and the upper bound is under it: measured not to save that much"
     return replace(f, severity=severity, evidence=f"{f.evidence}; not confirmed: {ci}{bar}", data=data)
 
 
