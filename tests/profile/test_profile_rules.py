@@ -241,20 +241,24 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
         and abs(f.share - 0.4 / 3) < 1e-9
     )
     assert "4,000 minor page faults per step" in f.evidence and "keep_host_memory()" in f.fix_code
-    # The probe's heap state is not the run's: a run that faults 150 times a step is charged for 150.
-    found, _ = findings_for(
-        steps(forward_s=0.05, minor_faults=150), {"probes": {"host_memory": probe}}, cores=2
-    )
-    f = next(f for f in found if f.id == "host.page_faults")
-    assert f.severity is Severity.PASS and "summary.healthy" in [g.id for g in found]
-    # 3,000 faults fewer and no time saved: faults are cheap here.
+    # The probe's heap state is not the run's: a run that faults 20 times a step is charged for 20, and
+    # 20 faults at the most one can cost (200 us) are under 5% of the step: a pass. 150 are not ruled
+    # out by that bound, and the probe has no interval: undecided, the run still healthy.
+    for faults, severity in ((20, Severity.PASS), (150, Severity.INFO)):
+        found, _ = findings_for(
+            steps(forward_s=0.05, minor_faults=faults), {"probes": {"host_memory": probe}}, cores=2
+        )
+        f = next(f for f in found if f.id == "host.page_faults")
+        assert f.severity is severity and "summary.healthy" in [g.id for g in found]
+    assert f.data["verdict"] == "undecided" and "pitstop fix --candidates host_memory" in f.fix
+    # 3,000 faults fewer and no time saved: cheap by the point estimate, but not a pass without an interval
     flat = {**probe, "new_s": 0.0499, "saving_s": 0.0001}
     found, _ = findings_for(
         steps(forward_s=0.05, minor_faults=4000), {"probes": {"host_memory": flat}}, cores=2
     )
-    assert next(f for f in found if f.id == "host.page_faults").severity is Severity.PASS
+    assert next(f for f in found if f.id == "host.page_faults").severity is Severity.INFO
     # The probe's heap took no faults, so one fault's cost is unknown; the run's 4,000 a step are worth a
-    # `pitstop fix` run (and `pitstop fix` picks the finding up), 100 a step are not.
+    # `pitstop fix` run (and `pitstop fix` picks the finding up), 10 a step are not.
     untimed = {**flat, "base_faults": 0}
     found, _ = findings_for(
         steps(forward_s=0.05, minor_faults=4000), {"probes": {"host_memory": untimed}}, cores=2
@@ -262,7 +266,7 @@ def test_page_fault_probe_gives_a_measured_cost_or_a_pass():
     f = next(f for f in found if f.id == "host.page_faults")
     assert f.severity is Severity.INFO and f.est_saving_s is None and "pitstop fix" in f.evidence
     found, _ = findings_for(
-        steps(forward_s=0.05, minor_faults=100), {"probes": {"host_memory": untimed}}, cores=2
+        steps(forward_s=0.05, minor_faults=10), {"probes": {"host_memory": untimed}}, cores=2
     )
     assert next(f for f in found if f.id == "host.page_faults").severity is Severity.PASS
     # Skipped because malloc already keeps freed memory (the script's keep_host_memory, a preloaded

@@ -25,7 +25,7 @@ from pitstop.measure import HELPED, NO_GAIN, UNDECIDED, against_bar
 from pitstop.measure_blocks import PER_BLOCK, RUN_SPREAD
 from pitstop.profile.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms
 from pitstop.profile.timeline import Breakdown
-from pitstop.recipes import recipe
+from pitstop.recipes import by_finding, finding_kinds, recipe
 
 
 def _fp16(f: Finding) -> dict[str, Any] | None:
@@ -187,7 +187,50 @@ def untimed(f: Finding, bd: Breakdown) -> Finding:
     return judged(f, None, bd.median_total_s, f"no interval: {why}")
 
 
+# the most one minor page fault can cost: it maps at most a 2 MiB huge page, zeroed at >= 10 GB/s
+MAX_FAULT_S = 200e-6
+
+
+def pass_bounds(f: Finding) -> tuple[float, float] | None:
+    """The saving interval a probe-based pass is decided by: its own ``saving_ci_s``; for the page
+    faults without one, 0 to the run's faults per step at ``MAX_FAULT_S`` each (a bound, not a guess)."""
+    ci = f.data.get("saving_ci_s")
+    if isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
+        return ci[0], ci[1]
+    faults = f.data.get("faults_per_step")
+    if f.id == recipe("host_memory").finding and isinstance(faults, int | float):
+        return 0.0, faults * MAX_FAULT_S
+    return None
+
+
+def decided_pass(f: Finding, bd: Breakdown) -> Finding:
+    """A pass from a measured probe (``PROBE_OF``) stands only where an interval rules out a saving of
+    ``WARN_SHARE`` of the step (``pass_bounds``); else it is info, undecided, saying what decides it.
+    Passes that measured nothing (a hardware or configuration fact) are left alone."""
+    if f.severity is not Severity.PASS or f.id not in PROBE_OF or "saving_s" not in f.data:
+        return f
+    step = bd.median_total_s
+    bounds = pass_bounds(f)
+    if step > 0 and against_bar(*(bounds or (None, None)), WARN_SHARE * step) == NO_GAIN:
+        return replace(f, data={**f.data, "verdict": NO_GAIN, "saving_ci_s": list(bounds or ())})
+    kind = finding_kinds().get(f.id)
+    r = by_finding(f.id)
+    ci = f"the saving's 95% CI {ms(bounds[0])}\u2013{ms(bounds[1])} does not" if bounds else "no interval"
+    return replace(
+        f,
+        severity=Severity.INFO,
+        title=f"Undecided: {r.title if r else f.id} measured no faster here, but a gain is not ruled out",
+        evidence=f"{f.evidence}; {ci} rule out a saving of {WARN_SHARE:.0%} of the {ms(step)} median "
+        "step, which a pass needs",
+        data={**f.data, "verdict": UNDECIDED, "saving_ci_s": list(bounds) if bounds else None},
+        fix=f"`pitstop fix --candidates {kind}` times it on the whole script until its interval decides."
+        if kind
+        else "A longer run (`--steps`) or a quieter machine narrows the interval.",
+    )
+
+
 def apply(found: list[Finding], bd: Breakdown) -> list[Finding]:
     """Every probe-based finding in ``found`` confirmed by its interval, or demoted to info; those whose
-    fix cannot be timed (``UNTIMED``) at most info."""
-    return [untimed(confirm(f, bd), bd) for f in found]
+    fix cannot be timed (``UNTIMED``) at most info; a probe's pass without an interval that decides it
+    undecided (``decided_pass``)."""
+    return [decided_pass(untimed(confirm(f, bd), bd), bd) for f in found]
