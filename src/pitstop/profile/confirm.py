@@ -23,9 +23,9 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.measure import HELPED, NO_GAIN, UNDECIDED, against_bar
 from pitstop.measure_blocks import PER_BLOCK, RUN_SPREAD
-from pitstop.profile.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms
+from pitstop.profile.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms, undecided
 from pitstop.profile.timeline import Breakdown
-from pitstop.recipes import by_finding, finding_kinds, recipe
+from pitstop.recipes import by_finding, recipe
 
 
 def _fp16(f: Finding) -> dict[str, Any] | None:
@@ -191,42 +191,35 @@ def untimed(f: Finding, bd: Breakdown) -> Finding:
 MAX_FAULT_S = 200e-6
 
 
-def pass_bounds(f: Finding) -> tuple[float, float] | None:
-    """The saving interval a probe-based pass is decided by: its own ``saving_ci_s``; for the page
-    faults without one, 0 to the run's faults per step at ``MAX_FAULT_S`` each (a bound, not a guess)."""
+def pass_bounds(f: Finding) -> tuple[tuple[float, float] | None, str]:
+    """The saving interval a probe-based pass is decided by, and how to say it: its own ``saving_ci_s``;
+    for the page faults without one, 0 to the run's faults per step at ``MAX_FAULT_S`` each (a bound,
+    not a guess)."""
     ci = f.data.get("saving_ci_s")
     if isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
-        return ci[0], ci[1]
+        return (ci[0], ci[1]), ""
     faults = f.data.get("faults_per_step")
     if f.id == recipe("host_memory").finding and isinstance(faults, int | float):
-        return 0.0, faults * MAX_FAULT_S
-    return None
+        hi = faults * MAX_FAULT_S
+        return (0.0, hi), (
+            f"at most {ms(hi)} a step: {faults:,.0f} faults at {MAX_FAULT_S * 1e6:.0f} us, the most one can cost"
+        )
+    return None, ""
 
 
 def decided_pass(f: Finding, bd: Breakdown) -> Finding:
     """A pass from a measured probe (``PROBE_OF``) stands only where an interval rules out a saving of
-    ``WARN_SHARE`` of the step (``pass_bounds``); else it is info, undecided, saying what decides it.
-    Passes that measured nothing (a hardware or configuration fact) are left alone."""
-    if f.severity is not Severity.PASS or f.id not in PROBE_OF or "saving_s" not in f.data:
+    ``WARN_SHARE`` of the step (``pass_bounds``); else it is info, undecided, saying what decides it
+    (``rulekit.undecided``). Passes that measured nothing (a hardware or configuration fact) stand."""
+    r = by_finding(f.id)
+    if f.severity is not Severity.PASS or f.id not in PROBE_OF or "saving_s" not in f.data or r is None:
         return f
     step = bd.median_total_s
-    bounds = pass_bounds(f)
+    bounds, said = pass_bounds(f)
     if step > 0 and against_bar(*(bounds or (None, None)), WARN_SHARE * step) == NO_GAIN:
         return replace(f, data={**f.data, "verdict": NO_GAIN, "saving_ci_s": list(bounds or ())})
-    kind = finding_kinds().get(f.id)
-    r = by_finding(f.id)
-    ci = f"the saving's 95% CI {ms(bounds[0])}\u2013{ms(bounds[1])} does not" if bounds else "no interval"
-    return replace(
-        f,
-        severity=Severity.INFO,
-        title=f"Undecided: {r.title if r else f.id} measured no faster here, but a gain is not ruled out",
-        evidence=f"{f.evidence}; {ci} rule out a saving of {WARN_SHARE:.0%} of the {ms(step)} median "
-        "step, which a pass needs",
-        data={**f.data, "verdict": UNDECIDED, "saving_ci_s": list(bounds) if bounds else None},
-        fix=f"`pitstop fix --candidates {kind}` times it on the whole script until its interval decides."
-        if kind
-        else "A longer run (`--steps`) or a quieter machine narrows the interval.",
-    )
+    probe = {**f.data, "saving_lo_s": bounds[0], "saving_hi_s": bounds[1]} if bounds else f.data
+    return undecided(r.name, probe, step, f"{f.title}: {f.evidence}", f.location, said)
 
 
 def apply(found: list[Finding], bd: Breakdown) -> list[Finding]:

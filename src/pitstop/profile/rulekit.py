@@ -128,18 +128,22 @@ def probe_finding(
     return [undecided(r.name, p, step, evidence, location)]
 
 
-def undecided(name: str, probe: dict[str, Any], step_s: float, evidence: str, where: str | None) -> Finding:
+def undecided(
+    name: str, probe: dict[str, Any], step_s: float, evidence: str, where: str | None, measured: str = ""
+) -> Finding:
     """Info for recipe ``name`` whose probe measured no gain worth a warning without ruling one out (no
     interval, or an upper bound at ``WARN_SHARE`` of the step or above): neither a problem nor a pass,
-    naming the ``pitstop fix`` run that decides it."""
+    naming the ``pitstop fix`` run that decides it. ``measured``: the saving and its bounds, as text
+    (default: the probe's saving and interval)."""
     r = recipe(name)
     bounds = [probe["saving_lo_s"], probe["saving_hi_s"]] if probe.get("saving_hi_s") is not None else None
+    measured = measured or f"saving {ms(probe['saving_s'])} ({ci_text(probe)})"
     return Finding(
         id=r.finding or r.name,
         severity=Severity.INFO,
-        title=f"Undecided: {r.title} measured no faster here, but a gain is not ruled out",
-        evidence=f"{evidence}; saving {ms(probe['saving_s'])} ({ci_text(probe)}): a pass needs the upper "
-        f"bound under {pct(WARN_SHARE)} of the {ms(step_s)} median step",
+        title=f"Undecided: does {r.title} save {pct(WARN_SHARE)} of the step here?",
+        evidence=f"{evidence}; {measured}: a pass needs the upper bound under {pct(WARN_SHARE)} of the "
+        f"{ms(step_s)} median step",
         data={**probe, "verdict": UNDECIDED, "saving_ci_s": bounds, "confirmed": False},
         fix=f"`pitstop fix --candidates {r.name}` times it on the whole script until its interval decides."
         if r.name in fix_kinds()
