@@ -180,7 +180,8 @@ def test_slow_steps_example_decides_with_intervals_or_says_undecided():
             assert lo >= 0.05 * step, f
         if f.severity is Severity.PASS and "saving_s" in data:
             assert data["verdict"] == "no gain" and data["saving_ci_s"][1] < 0.05 * step, f
-        if data.get("verdict") == "undecided":  # a prediction not confirmed, or a probe that ruled nothing out
+        # undecided: a prediction not confirmed, or a probe that ruled nothing out
+        if data.get("verdict") == "undecided":
             assert f.severity is Severity.INFO, f
             assert "not confirmed" in f.evidence or "pitstop fix --candidates" in f.fix, f
         checked += f.id in ("precision.amp", "memory_format.channels_last")
