@@ -147,7 +147,8 @@ def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
 
 def all_probes_budget(pass_s: float | None) -> float:
     """Seconds for all probes together: ``BUDGET_S``, or ``PASSES_IN_BUDGET`` of the model's passes
-    where one is slow (the model probes' budgets scale with it), at most ``MAX_PASS_S`` times that."""
+    where one is slow (the model probes' budgets scale with it), capped at that many passes of
+    ``MAX_PASS_S`` (the slowest pass probed)."""
     return min(PASSES_IN_BUDGET * MAX_PASS_S, max(BUDGET_S, PASSES_IN_BUDGET * (pass_s or 0.0)))
 
 
