@@ -236,6 +236,7 @@ def test_the_imagenet_case_heads_the_report_with_autocast_as_a_warning_with_an_i
     assert top.id == "precision.amp" and top.severity is Severity.WARN, [(f.id, f.severity) for f in ranked]
     lo, hi = top.data["saving_ci_s"]
     assert 0.05 * 0.996 <= lo <= top.est_saving_s <= hi
+    assert "6 steps a run, a budget of" in top.evidence and "scaled with the step" in top.evidence
     assert [f.id for f in ranked].index("memory_format.channels_last") == 1
     for f in report.findings:
         if f.severity is Severity.WARN:

@@ -56,6 +56,8 @@ def test_saving_bounds_follow_the_speedup_interval():
         s["saving_hi_s"], 0.12 - 0.12 / 1.3
     )
     assert s["interval"]["rounds"] == 5 and "95% CI 1.10" in s["interval_text"]
+    assert "budget_scaled" not in s
+    assert saving(Timed({"x": 1.0, "y": 0.5}, {"y": None}, 11.25, True), "x", "y")["budget_scaled"] is True
     # no interval (a single round fitted the budget): the point estimate only
     assert "saving_lo_s" not in saving(Timed({"x": 0.1, "y": 0.1}, {"y": None}), "x", "y")
 

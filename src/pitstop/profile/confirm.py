@@ -103,9 +103,14 @@ def agreeing_blocks(f: Finding, two: dict[str, Any]) -> tuple[float, float] | No
 def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:
     """The fresh processes' saving replaces the prediction scaled from the in-process probe."""
     saved = max(0.0, probe["saving_s"])
+    scaled = (
+        f" ({probe.get('steps')} steps a run, a budget of {probe.get('budget_s', 0):.0f} s scaled with the step)"
+        if probe.get("budget_scaled")
+        else ""
+    )
     text = (
         f"; fresh runs of the script, as it is vs {probe.get('variant') or 'with the fix'}, "
-        f"{probe.get('rounds', 0)} rounds: median step {ms(probe['base_s'])} vs {ms(probe['new_s'])}"
+        f"{probe.get('rounds', 0)} rounds{scaled}: median step {ms(probe['base_s'])} vs {ms(probe['new_s'])}"
     )
     share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
     return replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share)

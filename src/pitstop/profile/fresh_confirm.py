@@ -91,7 +91,8 @@ def time_model_probe(spec: RunSpec, result: RunResult, name: str, runner: Runner
     record = timed(
         spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
     )
-    probe["two_process"] = {**record, "variant": fix_overrides(name, probe).describe(), "steps": steps}
+    variant = fix_overrides(name, probe).describe()
+    probe["two_process"] = {**record, "variant": variant, "steps": steps, "budget_scaled": budget > BUDGET_S}
     return probe["two_process"]
 
 

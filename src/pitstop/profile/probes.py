@@ -71,6 +71,7 @@ class Timed:
     medians: dict[str, float]
     intervals: dict[str, Interval | None] = field(default_factory=dict)
     budget_s: float | None = None
+    scaled: bool = False  # the budget was raised for slow variants
 
 
 def probe_budget(round_s: float, budget_s: float = PROBE_BUDGET_S) -> float:
@@ -113,7 +114,7 @@ def timed(
     first_look = min(PROBE_ROUNDS, reps)
     interleave(base, arms, sample, Settings(budget_s=budget, min_rounds=first_look, max_rounds=reps))
     medians = {a.name: statistics.median(v for r in a.rounds for v in r) for a in [base, *arms]}
-    return Timed(medians, {a.name: a.interval for a in arms}, budget)
+    return Timed(medians, {a.name: a.interval for a in arms}, budget, budget > budget_s)
 
 
 def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
@@ -123,6 +124,8 @@ def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
     out: dict[str, Any] = {"base_s": b, "new_s": n, "saving_s": b - n}
     if t.budget_s is not None:
         out["budget_s"] = t.budget_s
+    if t.scaled:
+        out["budget_scaled"] = True
     iv = t.intervals.get(new)
     if iv is not None:
         out["rounds"] = iv.rounds

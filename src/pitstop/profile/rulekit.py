@@ -53,6 +53,13 @@ def saving_verdict(probe: dict[str, Any], step_s: float) -> str:
     return against_bar(probe.get("saving_lo_s"), probe.get("saving_hi_s"), WARN_SHARE * step_s)
 
 
+def scaled_text(probe: dict[str, Any]) -> str:
+    """'; 3 rounds in a budget scaled to 11 s for passes this slow' where the probe's budget was raised."""
+    if not probe.get("budget_scaled"):
+        return ""
+    return f"; {probe.get('rounds', 0)} rounds in a budget scaled to {probe.get('budget_s', 0):.0f} s for passes this slow"
+
+
 def ci_text(probe: dict[str, Any]) -> str:
     """'95% CI 1.2 ms–3.4 ms' for the saving's bounds, or why there are none."""
     lo, hi = probe.get("saving_lo_s"), probe.get("saving_hi_s")
@@ -101,7 +108,7 @@ def probe_finding(
                 id=fid,
                 severity=sev(share),
                 title=rule.title.format(**text),
-                evidence=rule.evidence.format(**text),
+                evidence=rule.evidence.format(**text) + scaled_text(p),
                 data=p,
                 fix=rule.fix.format(**text),
                 fix_code=r.code(**text),
