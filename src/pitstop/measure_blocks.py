@@ -10,11 +10,12 @@ paired with block ``i`` of the candidate in the same round, and the log ratio of
 sample. What one run per side cannot show is the run's own factor (one process can be 10-20% slower than
 the next): the interval's variance adds ``2 * RUN_SPREAD**2 / rounds`` for it, an allowance rather than
 a measurement, so the interval is wider than the blocks alone make it; t takes the Welch-Satterthwaite
-degrees of freedom of that sum (the allowance is a constant, the blocks' variance an estimate). Alone, on one
-round of 6 steps a side, it calls an A/A pair helped (lower bound above 1.05) in 0-4% of simulated
-comparisons where runs spread up to the allowance and 8-13% where they spread twice that
-(``benchmarks/blocks_sim.py``). It is meant to corroborate, not to stand alone: ``pitstop.profile.confirm`` decides by it only
-where an independent interval (the in-process probe's rounds) agrees.
+degrees of freedom of that sum (the allowance is a constant, the blocks' variance an estimate). Alone,
+on one round of 6 steps a side, it calls an A/A pair helped (lower bound above 1.05) in 0-4% of
+simulated comparisons where runs spread up to the allowance and 8-13% where they spread twice that
+(``benchmarks/blocks_sim.py``). It is meant to corroborate, not to stand alone:
+``pitstop.profile.confirm`` decides by it only where an independent interval (the in-process probe's
+rounds) agrees.
 """
 
 from __future__ import annotations
