@@ -24,12 +24,15 @@ from torch.utils._pytree import tree_map_only
 
 from pitstop import matmul
 from pitstop.host import precision
-from pitstop.measure import Arm, Interval, Settings, interleave
+from pitstop.measure import Arm, Interval, Settings, budget_for_rounds, interleave
 from pitstop.profile import gpu_probes
 from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
-BUDGET_S = 20.0  # all probes together
+BUDGET_S = 20.0  # all probes together (more for slow passes: ``PASSES_IN_BUDGET``)
+PASSES_IN_BUDGET = 24  # the model probes time about this many passes at their sequential first look
+PROBE_BUDGET_S, PROBE_BUDGET_CAP_S = 6.0, 30.0  # one probe's rounds; scaled up to the cap for slow passes
+PROBE_ROUNDS = 3  # rounds the budget must hold: the sequential rule's first look
 MAX_COPY_BYTES = 1 << 30  # the optimizer probe copies params, grads and state
 
 
@@ -62,17 +65,28 @@ def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
 @dataclass
 class Timed:
     """Median seconds per call of each variant, and each later variant's speed-up over the first with
-    its 95% interval (``pitstop.measure``; None when fewer than two rounds fitted the budget)."""
+    its 95% interval (``pitstop.measure``; None when fewer than two rounds fitted the budget), and the
+    budget the rounds had (scaled with the variants' time, ``probe_budget``)."""
 
     medians: dict[str, float]
     intervals: dict[str, Interval | None] = field(default_factory=dict)
+    budget_s: float | None = None
+    scaled: bool = False  # the budget was raised for slow variants
+
+
+def probe_budget(round_s: float, budget_s: float = PROBE_BUDGET_S) -> float:
+    """Seconds for one probe's rounds: ``budget_s``, or as long as ``PROBE_ROUNDS`` rounds of
+    ``round_s`` take where its variants are slow, at most ``PROBE_BUDGET_CAP_S``."""
+    return budget_for_rounds(round_s, PROBE_ROUNDS, budget_s, PROBE_BUDGET_CAP_S)
 
 
 def timed(
-    variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = 6.0
+    variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = PROBE_BUDGET_S
 ) -> Timed:
-    """Rotating rounds of the variants through the timing engine, after one warm-up call each. A round
-    calls each variant up to 3 times (fewer when a call is slow, so ``reps`` rounds fit ``budget_s``)."""
+    """Rotating rounds of the variants through the timing engine, after one warm-up call each: at most
+    ``reps`` rounds, ended early once every interval decides (the sequential rule from round
+    ``PROBE_ROUNDS``). A round calls each variant up to 3 times (fewer when a call is slow); the budget
+    is ``budget_s`` or, for slow variants, what ``PROBE_ROUNDS`` rounds need (``probe_budget``)."""
     import time
 
     warm: list[float] = []
@@ -82,7 +96,8 @@ def timed(
         fn()
         _sync(device_type)
         warm.append(time.perf_counter() - t)
-    calls = max(1, min(3, int(budget_s / max(1e-9, reps * sum(warm)))))
+    budget = probe_budget(sum(warm), budget_s)
+    calls = max(1, min(3, int(budget / max(1e-9, reps * sum(warm)))))
 
     def sample(name: str) -> list[float]:
         fn, out = variants[name], []
@@ -96,16 +111,24 @@ def timed(
 
     names = list(variants)
     base, arms = Arm(names[0]), [Arm(n) for n in names[1:]]
-    interleave(base, arms, sample, Settings(budget_s=budget_s, min_rounds=reps, max_rounds=reps))
+    first_look = min(PROBE_ROUNDS, reps)
+    interleave(base, arms, sample, Settings(budget_s=budget, min_rounds=first_look, max_rounds=reps))
     medians = {a.name: statistics.median(v for r in a.rounds for v in r) for a in [base, *arms]}
-    return Timed(medians, {a.name: a.interval for a in arms})
+    return Timed(medians, {a.name: a.interval for a in arms}, budget, budget > budget_s)
 
 
 def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
-    """base_s, new_s, saving_s (>0: ``new`` is faster) and, from the interval, the saving's bounds."""
+    """base_s, new_s, saving_s (>0: ``new`` is faster), the rounds' budget and, from the interval, the
+    saving's bounds."""
     b, n = t.medians[base], t.medians[new]
     out: dict[str, Any] = {"base_s": b, "new_s": n, "saving_s": b - n}
+    if t.budget_s is not None:
+        out["budget_s"] = t.budget_s
+    if t.scaled:
+        out["budget_scaled"] = True
     iv = t.intervals.get(new)
+    if iv is not None:
+        out["rounds"] = iv.rounds
     if iv is not None and iv.rounds >= 2:
         # speed-up S = base/new, so new = base/S and the saving base - base/S grows with S
         out["saving_lo_s"] = b - b / iv.lo if iv.lo > 0 else None
@@ -125,6 +148,13 @@ def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def all_probes_budget(pass_s: float | None) -> float:
+    """Seconds for all probes together: ``BUDGET_S``, or ``PASSES_IN_BUDGET`` of the model's passes
+    where one is slow (the model probes' budgets scale with it), capped at that many passes of
+    ``MAX_PASS_S`` (the slowest pass probed)."""
+    return min(PASSES_IN_BUDGET * MAX_PASS_S, max(BUDGET_S, PASSES_IN_BUDGET * (pass_s or 0.0)))
+
+
 def run_probes(
     model: torch.nn.Module | None,
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
@@ -141,8 +171,9 @@ def run_probes(
             out.update(_model_probes(model, inputs, model_facts))
         except Exception as e:
             out["error"] = f"model probes failed: {type(e).__name__}: {e}"
+    budget = all_probes_budget(out.get("pass_s"))
     for opt, facts in optimizers:
-        if time.perf_counter() - start > BUDGET_S:
+        if time.perf_counter() - start > budget:
             out.setdefault("skipped", []).append("optimizer: time budget spent")
             break
         if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
@@ -155,7 +186,7 @@ def run_probes(
     # Last: it changes malloc for the rest of the process.
     p = next(model.parameters(), None) if model is not None else None
     if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:
-        if time.perf_counter() - start > BUDGET_S:
+        if time.perf_counter() - start > budget:
             out.setdefault("skipped", []).append("host_memory: time budget spent")
         else:
             try:

@@ -9,17 +9,22 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.host import cpu, precision
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
+from pitstop.measure import NO_GAIN
 from pitstop.profile.rulekit import (
     FAULTS_WORTH_A_RUN,
     GPU_IDLE_PCT,
     MIN_FAULTS_TO_TIME,
     MIN_SHARE,
+    WARN_SHARE,
     ProbeRule,
     cost,
     ms,
+    pct,
     probe_finding,
     probe_helps,
+    saving_verdict,
     sev,
+    undecided,
 )
 from pitstop.profile.timeline import Breakdown
 from pitstop.recipes import recipe
@@ -32,7 +37,7 @@ PROBE_RULES = (
         evidence="forward+backward on the script's last batch: fp32 {base}, {dtype} autocast {new} (medians, "
         "measured after the run); this {device} has {hw}",
         fix="Run forward and loss under autocast({dtype}).{scaler}",
-        pass_title="fp32 is as fast as {dtype} autocast for this model here",
+        pass_title="fp32 kept: {dtype} autocast measured to save under {bar} of the step here",
         pass_evidence="forward+backward: fp32 {base}, {dtype} {new}",
         at_model=True,
     ),
@@ -42,7 +47,7 @@ PROBE_RULES = (
         evidence="forward+backward on the script's last batch: NCHW {base}, channels_last {new} (medians, "
         "measured after the run); {conv2d_layers} Conv2d layers",
         fix="Convert the model and its image batches to channels_last once.",
-        pass_title="channels_last measured no faster than NCHW for this model",
+        pass_title="channels_last measured to save under {bar} of the step for this model",
         pass_evidence="NCHW {base}, channels_last {new}",
         at_model=True,
     ),
@@ -56,13 +61,15 @@ PROBE_RULES = (
 
 
 def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:
-    """The findings of the model probes (``PROBE_RULES``), each from its recipe's probe result."""
+    """The findings of the model probes (``PROBE_RULES``), each from its recipe's probe result: a problem,
+    a pass only where the interval rules out a saving of ``WARN_SHARE`` of the step, or undecided."""
     dtype = (probes.get(recipe("amp").probe or "") or {}).get("dtype")
     fields = {
         "device": device,
         "hw": "AVX512_BF16/AMX" if device == "cpu" else "tensor cores",
         "scaler": " With float16 on CUDA, use a GradScaler." if dtype == "float16" else "",
         "conv2d_layers": model.get("conv2d_layers"),
+        "bar": pct(WARN_SHARE),
     }
     out: list[Finding] = []
     for rule in PROBE_RULES:
@@ -180,7 +187,10 @@ def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dic
             continue
         p = probed.get(opt.get("type"))
         if p is not None and not probe_helps(p):
-            continue  # measured: foreach is no faster here
+            if saving_verdict(p, bd.median_total_s) != NO_GAIN:  # no faster, but a gain not ruled out
+                what = f"{opt['type']} one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])}"
+                out.append(undecided("foreach", p, bd.median_total_s, what, opt.get("location")))
+            continue  # measured: foreach saves under WARN_SHARE of the step here
         saving, share = cost(bd, p["saving_s"]) if p else (None, None)
         evidence = f"{opt['type']} runs a Python loop over its {opt.get('params', '?')} parameter tensors"
         if p:
