@@ -41,7 +41,17 @@ from pitstop.profile.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
-from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
+from pitstop.profile.stepclock import (
+    BACKWARD,
+    BY_BACKWARD,
+    CLOSURE,
+    DATA,
+    FORWARD,
+    H2D,
+    MAX_CYCLE,
+    OPTIMIZER,
+    StepClock,
+)
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.timeline import STEPS_LOG, StepsLog
 from pitstop.profile.torchcalls import install_torch_patches
@@ -383,7 +393,7 @@ class Instrumentation:
         self.clock.optimizer_started()
         if self.clock.step_start is None:
             self._begin(now)
-        elif id(opt) in self.clock.stepped:
+        elif self.clock.repeats(opt):
             self.close_step(now)
         self.clock.phases.enter(OPTIMIZER, clock())
         if kwargs.get("closure") is not None:
@@ -410,7 +420,9 @@ class Instrumentation:
         if self.device_timer.enabled:
             self.device_timer.mark("opt_end", now)
         self.counts["optimizer_steps"] += 1
-        if self.clock.optimizer_stepped(opt, now):
+        # the first steps are cut anew while the closing optimizer of a multi-optimizer loop settles
+        early = not self._warm_done or len(self.records) < MAX_CYCLE
+        if self.clock.optimizer_stepped(opt, now, early):
             self._drop_records()
         elif self._warm_done and not self.models.narrowed:
             self.models.narrow(self.patches)  # outside any module call: its hooks may go

@@ -26,6 +26,7 @@ from pitstop import matmul
 from pitstop.host import precision
 from pitstop.measure import Arm, Interval, Settings, interleave
 from pitstop.profile import gpu_probes
+from pitstop.train import optim
 from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
@@ -51,12 +52,17 @@ def _first_grad_tensor(out: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
-def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """Forward and backward from the output's first differentiable tensor; returns the scalar the
+    backward ran from (zero where the output has none), as an optimizer closure returns its loss."""
     model.zero_grad(set_to_none=True)
     out = model(*args, **kwargs)
     t = _first_grad_tensor(out)
-    if t is not None:
-        t.float().mean().backward()
+    if t is None:
+        return torch.zeros(())
+    loss = t.float().mean()
+    loss.backward()
+    return loss.detach()
 
 
 @dataclass
@@ -290,6 +296,7 @@ def _host_memory_probe(
     if reason := host_memory.blocker():
         return {"skipped": reason, "kept": False}
     args, kwargs = inputs
+    closing = any(optim.needs_closure(opt) for opt in optimizers)
 
     def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
         times: list[float] = []
@@ -309,10 +316,15 @@ def _host_memory_probe(
     def _fwd_bwd_as_script() -> None:
         # A fresh copy of the batch each pass, as the DataLoader makes one each step: its pages count too.
         a, k = tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
-        with _as_script("cpu", facts):
-            _fwd_bwd(model, a, k)
+
+        def closure() -> torch.Tensor:
+            with _as_script("cpu", facts):
+                return _fwd_bwd(model, a, k)
+
+        if not closing:
+            closure()
         for opt in optimizers:
-            opt.step()
+            optim.step(opt, closure)  # a closure optimizer (LBFGS) runs it itself, as in the script
 
     base_s, base_faults = series()
     result = host_memory.keep_host_memory()
@@ -332,6 +344,8 @@ def _host_memory_probe(
 
 
 def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[str, Any]:
+    if optim.needs_closure(opt):  # its step re-evaluates the model: not an optimizer step alone
+        return {"type": facts.get("type"), "skipped": "its step() runs the model again (closure)"}
     params = [p for g in opt.param_groups for p in g["params"]]
     nbytes = sum(p.numel() * p.element_size() for p in params)
     if nbytes * 4 > MAX_COPY_BYTES:
