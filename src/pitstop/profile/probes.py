@@ -153,11 +153,10 @@ def run_probes(
             break
         if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
             try:
-                out.setdefault("optimizer", []).append(_optimizer_probe(opt, facts))
+                res = _optimizer_probe(opt, facts)
             except Exception as e:
-                out.setdefault("optimizer", []).append(
-                    {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
-                )
+                res = {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
+            out.setdefault("optimizer", []).append({**res, "location": facts.get("location")})
     # Last: it changes malloc for the rest of the process.
     p = next(model.parameters(), None) if model is not None else None
     if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pitstop.findings import Finding, Report, Severity
+from pitstop.findings import Finding, Report, Severity, dedupe
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.pass_rules import skipped_probe_passes
@@ -271,7 +271,7 @@ def problem_findings(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    return found, bd
+    return dedupe(found), bd
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:

@@ -156,36 +156,63 @@ def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
 
 
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
-    out: list[Finding] = []
-    probed = {p.get("type"): p for p in probes.get("optimizer", []) if "saving_s" in p}
+    """One finding per site (optimizer type and the line that built it) whose optimizers run a Python
+    loop over their parameters; optimizers built at one line (one per model part) count together."""
+    sites: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for opt in optimizers:
-        if opt.get("impl") != "for-loop":
-            continue
-        p = probed.get(opt.get("type"))
+        if opt.get("impl") == "for-loop":
+            sites.setdefault((opt.get("type"), opt.get("location")), []).append(opt)
+    measured = [p for p in probes.get("optimizer", []) if "saving_s" in p]
+    out: list[Finding] = []
+    for (kind, where), opts in sites.items():
+        # probes from before they carried a location matched by type alone
+        mine = [p for p in measured if p.get("type") == kind and p.get("location", where) == where]
+        p = _site_probe(mine)
         if p is not None and not probe_helps(p):
             continue  # measured: foreach is no faster here
         saving, share = cost(bd, p["saving_s"]) if p else (None, None)
-        evidence = f"{opt['type']} runs a Python loop over its {opt.get('params', '?')} parameter tensors"
+        n = len(opts)
+        params = sum(o.get("params") or 0 for o in opts) or "?"
+        built = f"{n} {kind} optimizers built here run" if n > 1 else f"{kind} runs"
+        evidence = f"{built} a Python loop over {'their' if n > 1 else 'its'} {params} parameter tensors"
         if p:
-            evidence += (
-                f"; one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
-            )
+            evidence += f"; one step{' of each' if n > 1 else ''}: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
         else:
             evidence += f"; optimizer time {ms(bd.parts['optimizer_s'])} per step (foreach not measured)"
+        data: dict[str, Any] = {"optimizer": opts[0], "probe": p}
+        if n > 1:
+            data["optimizers"] = opts
         out.append(
             Finding(
                 id=recipe("foreach").finding,
                 severity=sev(share),
-                title=f"{opt['type']} uses neither foreach nor fused kernels",
+                title=f"{kind} uses neither foreach nor fused kernels",
                 evidence=evidence,
-                data={"optimizer": opt, "probe": p},
+                data=data,
                 fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
-                fix_code=recipe("foreach").code(optimizer=opt["type"], impl="foreach"),
-                location=opt.get("location"),
+                fix_code=recipe("foreach").code(optimizer=kind, impl="foreach"),
+                location=where,
                 est_saving_s=saving,
                 share=share,
             )
         )
+    return out
+
+
+def _site_probe(probes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The foreach probe of one site: its one optimizer's, or the sum over the site's optimizers (each
+    steps once a step), bounds summed too."""
+    if len(probes) < 2:
+        return probes[0] if probes else None
+    out: dict[str, Any] = {
+        "type": probes[0].get("type"),
+        "location": probes[0].get("location"),
+        "members": probes,
+    }
+    for key in ("base_s", "new_s", "saving_s", "saving_lo_s", "saving_hi_s"):
+        vals = [p.get(key) for p in probes]
+        if all(isinstance(v, int | float) for v in vals):
+            out[key] = sum(vals)
     return out
 
 
