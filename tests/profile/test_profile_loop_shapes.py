@@ -127,3 +127,68 @@ def test_a_closure_optimizer_is_stepped_with_a_closure_by_train_step():
     before = model.weight.detach().clone()
     loss = train_step(model, lbfgs, (torch.randn(16, 4), torch.randn(16, 1)), default_loss)
     assert torch.isfinite(loss) and not torch.equal(before, model.weight)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 2)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x))) * scale
+
+
+class FlatNet(Net):
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        x = x.reshape(x.shape[0], -1)  # the argument reassigned before the first submodule call
+        return self.fc2(torch.relu(self.fc1(x))) * scale
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_a_direct_forward_call_is_a_forward_of_its_model(instrument, flatten):
+    inst = instrument()
+    model = FlatNet() if flatten else Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    keys = sorted(vars(model))
+    for _ in range(6):
+        loss = model.forward(torch.randn(8, 16), scale=0.5).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        model(torch.randn(2, 16))  # then called as model(x): one forward, not two
+    inst.close_pending()
+    assert [type(m) for m in inst.captured.models] == [type(model)]  # the model, not its first Linear
+    assert inst.counts["forwards"] == 7 and len(inst.records) == 6
+    assert all(r["forward_s"] > 0 for r in inst.records)
+    _whole(inst.records)
+    if flatten:  # its inputs are not known: the probes that need them do not run
+        assert inst.captured.last_inputs is None
+    else:
+        args, kwargs = inst.captured.last_inputs
+        assert args[0].shape == (8, 16) and args[1] == 0.5 and kwargs == {}
+    # nothing was stored on the model
+    assert sorted(vars(model)) == keys and not model._forward_hooks and not model._forward_pre_hooks
+
+
+def test_direct_forwards_of_two_models_in_one_iteration(instrument):
+    """A GAN written with ``.forward``: D called directly twice, G as G(z): each forward is its own."""
+    inst = instrument()
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 16)), Net()
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    for _ in range(8):
+        fake = gen(torch.randn(8, 4))
+        loss_d = disc.forward(torch.randn(8, 16)).mean() - disc.forward(fake.detach()).mean()
+        opt_d.zero_grad()
+        loss_d.backward()
+        opt_d.step()
+        loss_g = -disc.forward(fake).mean()
+        opt_g.zero_grad()
+        loss_g.backward()
+        opt_g.step()
+    inst.close_pending()
+    assert [type(m) for m in inst.captured.models] == [nn.Sequential, Net]
+    assert inst.counts["forwards"] == 8 * 4
+    assert 5 <= len(inst.records) <= 7  # one per iteration, less the first ones cut anew
+    _whole(inst.records)

@@ -41,17 +41,7 @@ from pitstop.profile.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
-from pitstop.profile.stepclock import (
-    BACKWARD,
-    BY_BACKWARD,
-    CLOSURE,
-    DATA,
-    FORWARD,
-    H2D,
-    MAX_CYCLE,
-    OPTIMIZER,
-    StepClock,
-)
+from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.timeline import STEPS_LOG, StepsLog
 from pitstop.profile.torchcalls import install_torch_patches
@@ -207,6 +197,8 @@ class Instrumentation:
     # ---------------------------------------------------------------------------- step boundaries
     def boundary(self, now: float) -> None:
         """Called where a new step may begin: closes the current step if it holds a step's work."""
+        if self.models.direct_model is not None:  # a model.forward(x) call: it ended before
+            self.models.end_direct()
         if self.clock.step_start is None:
             self._begin(now)
         elif self.clock.should_close():
@@ -351,22 +343,23 @@ class Instrumentation:
         facts = self.model_facts.get(id(module))
         if facts is not None and "autocast" not in facts:
             facts.update(forward_facts(module, args, _call_kwargs()))
-        ov = self.cfg.overrides
-        return self.models.override_inputs(module, args) if ov.channels_last or ov.autocast else None
+        return self.models.override_inputs(module, args) if self.models.on_inputs else None
 
-    def forward_end(self, module: torch.nn.Module, output: Any) -> Any:
-        """A top-level forward ended; returns a replacement output (autocast override) or None."""
-        now = clock()
+    def forward_end(self, module: torch.nn.Module, output: Any, now: float | None = None) -> Any:
+        """A top-level forward ended (at ``now``); returns a replacement output (overrides) or None."""
+        now = clock() if now is None else now
         self.clock.phases.exit(FORWARD, now)
         if self.device_timer.enabled:
             self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
         models = self.models
-        return models.override_output(module, output) if models.pending_cl or models.autocast_ctx else None
+        return models.override_output(module, output) if models.pending_cl or models.on_outputs else None
 
     def backward_begin(self, loss: torch.Tensor | None, now: float) -> None:
         if self.clock.mode == BY_BACKWARD and (self.clock.step_start is None or self.clock.backwards):
             self.boundary(now)  # a loop with no module call or batch fetch between its backward calls
+        if self.models.direct_model is not None:
+            self.models.end_direct()
         self.in_backward = True
         if self.step_loss is None and loss is not None:
             self.step_loss = loss.detach()
@@ -390,6 +383,8 @@ class Instrumentation:
         """Before ``opt.step()``; a closure passed to it is wrapped so that its time is not the
         optimizer's (returns the new (args, kwargs) then, as optimizer step pre-hooks may)."""
         now = clock()
+        if self.models.direct_model is not None:
+            self.models.end_direct()
         self.clock.optimizer_started()
         if self.clock.step_start is None:
             self._begin(now)
@@ -420,9 +415,7 @@ class Instrumentation:
         if self.device_timer.enabled:
             self.device_timer.mark("opt_end", now)
         self.counts["optimizer_steps"] += 1
-        # the first steps are cut anew while the closing optimizer of a multi-optimizer loop settles
-        early = not self._warm_done or len(self.records) < MAX_CYCLE
-        if self.clock.optimizer_stepped(opt, now, early):
+        if self.clock.optimizer_stepped(opt, now, self._warm_done, len(self.records)):
             self._drop_records()
         elif self._warm_done and not self.models.narrowed:
             self.models.narrow(self.patches)  # outside any module call: its hooks may go

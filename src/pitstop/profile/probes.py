@@ -1,8 +1,8 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, the optimizer's step as it ran vs
-foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
+vs autocast, float64 vs float32 (``probe_float64``), NCHW vs channels_last, cudnn.benchmark off vs on,
+the optimizer's step as it ran vs foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
 rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
 (``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
 runs last, before then after, and is marked ``confirmed: False``. Each probe is bounded in time and
@@ -221,6 +221,11 @@ def _model_probes(
     elif fp32:
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
         out["precision"] = {"dtype": None, "skipped": why}
+
+    if "float64" in (facts.get("param_dtypes") or []):  # float64 training: the float32 gain
+        from pitstop.profile import probe_float64
+
+        out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
 
     # memory format: conv nets fed NCHW
     if (

@@ -19,6 +19,7 @@ from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
 from pitstop.profile.rules_compute import (
+    float64_rules,
     host_memory_rules,
     optimizer_rules,
     probe_rules,
@@ -260,6 +261,7 @@ def problem_findings(
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)
+    found += float64_rules(bd, model, probes)
     found += skipped_probe_passes(probes, dev_type)
     if model and not probes.get("precision") and not model.get("autocast"):
         found += unprobed_precision(model, dev_type)

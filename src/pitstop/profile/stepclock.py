@@ -132,14 +132,16 @@ class StepClock:
         if self.mode == PENDING:  # an LBFGS closure's backward calls must not look like a loop without one
             self.mode = BY_OPTIMIZER
 
-    def optimizer_stepped(self, opt: Any, now: float, early: bool = False) -> bool:
-        """After ``opt.step()``. True when the records so far were micro-steps, or (``early``: the first
-        steps) cut at another optimizer than the cycle's closing one, and must be dropped."""
+    def optimizer_stepped(self, opt: Any, now: float, warm_done: bool = False, recorded: int = 0) -> bool:
+        """After ``opt.step()``. True when the records so far (``recorded`` of them) were micro-steps, or,
+        in the warm-up or the first ``MAX_CYCLE`` records, cut at another optimizer than the cycle's
+        closing one, and must be dropped."""
         self.stepped.add(id(opt))
         multi = self.cycle.stepped(id(opt))
         self.last_end = now
         if self.mode == BY_OPTIMIZER:
-            if multi and early and self.recuts < MAX_RECUTS and self.cycle.miscut():
+            early = multi and (not warm_done or recorded < MAX_CYCLE)
+            if early and self.recuts < MAX_RECUTS and self.cycle.miscut():
                 self.recuts += 1
                 self.cycle.reset_cuts()
                 self.step_start = None  # the cycle's first step begins at the next boundary
