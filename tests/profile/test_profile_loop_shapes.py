@@ -172,6 +172,19 @@ def test_a_direct_forward_call_is_a_forward_of_its_model(instrument, flatten):
     assert sorted(vars(model)) == keys and not model._forward_hooks and not model._forward_pre_hooks
 
 
+def test_a_model_first_called_as_model_x_then_directly(instrument):
+    inst = instrument()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(6):
+        out = model(torch.randn(8, 16)) if i < 2 else model.forward(torch.randn(8, 16))
+        out.pow(2).mean().backward()
+        opt.step()
+    inst.close_pending()
+    assert [type(m) for m in inst.captured.models] == [Net]
+    assert inst.counts["forwards"] == 6 and all(r["forward_s"] > 0 for r in inst.records)
+
+
 def test_direct_forwards_of_two_models_in_one_iteration(instrument):
     """A GAN written with ``.forward``: D called directly twice, G as G(z): each forward is its own."""
     inst = instrument()

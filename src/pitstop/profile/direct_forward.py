@@ -48,6 +48,17 @@ def outermost_forward(start: FrameType | None) -> tuple[torch.nn.Module, FrameTy
     return found
 
 
+def near_forward(start: FrameType | None, frames: int = 6) -> bool:
+    """Whether a function named ``forward`` runs within ``frames`` frames above ``start`` (a cheap test
+    before ``outermost_forward``)."""
+    f, n = start, 0
+    while f is not None and n < frames:
+        if f.f_code.co_name == "forward":
+            return True
+        f, n = f.f_back, n + 1
+    return False
+
+
 def on_stack(frame: FrameType, start: FrameType | None) -> bool:
     f, n = start, 0
     while f is not None and n < MAX_FRAMES:
@@ -88,6 +99,11 @@ def _param_stores(code: CodeType) -> list[int]:
         stores = _stores[code] = [
             ins.offset
             for ins in dis.get_instructions(code)
-            if ins.opname in ("STORE_FAST", "DELETE_FAST") and ins.argval in params
+            if ins.opname.startswith(("STORE_FAST", "DELETE_FAST")) and params & _names(ins.argval)
         ]
     return stores
+
+
+def _names(argval: Any) -> set[str]:
+    """The local names an instruction stores to (a tuple for 3.13's STORE_FAST_STORE_FAST and kin)."""
+    return set(argval) if isinstance(argval, tuple) else {argval}

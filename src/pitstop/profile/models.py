@@ -120,8 +120,10 @@ class ModelHooks:
             return False
         if id(module) not in self.model_ids:
             if id(module) in self.part_ids:
-                if id(module) in self.direct_parts:
-                    self._direct_call(sys._getframe(3))
+                caller = sys._getframe(3)
+                # a part of a model called directly, or of one called model(x) so far, called inside a forward
+                if id(module) in self.direct_parts or direct_forward.near_forward(caller):
+                    self._direct_call(caller)
                 return False
             if next(module.parameters(), None) is None:
                 return False
