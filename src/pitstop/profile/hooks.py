@@ -383,8 +383,6 @@ class Instrumentation:
         """Before ``opt.step()``; a closure passed to it is wrapped so that its time is not the
         optimizer's (returns the new (args, kwargs) then, as optimizer step pre-hooks may)."""
         now = clock()
-        if self.models.direct_model is not None:
-            self.models.end_direct()
         self.clock.optimizer_started()
         if self.clock.step_start is None:
             self._begin(now)
