@@ -25,7 +25,7 @@ def run(
 ) -> dict[str, Any]:
     """``base``: the script's forward+backward as it ran (float64). The probe's record: ``base_s``
     (float64), ``new_s`` (float32), ``saving_s`` and its interval, or ``skipped`` and why."""
-    if facts.get("param_bytes", 0) * 1.5 > MAX_COPY_BYTES:
+    if facts.get("param_bytes", 0) * 1.5 > MAX_COPY_BYTES:  # the float64 copy, then its float32 grads
         return {"dtype": "float32", "skipped": "model too large to copy for the probe"}
     f32 = float32_model(copy.deepcopy(model))
     f32_args, f32_kwargs = float32_inputs((args, kwargs))
