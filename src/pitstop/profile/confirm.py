@@ -52,6 +52,7 @@ def _fresh_or_self(f: Finding) -> dict[str, Any]:
 PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
     recipe("amp").finding: _fresh_or_self,
     recipe("channels_last").finding: _fresh_or_self,
+    recipe("float32").finding: _fresh_or_self,
     recipe("cudnn_benchmark").finding: _self,
     recipe("host_memory").finding: _fresh_or_self,
     recipe("tf32").finding: _self,

@@ -7,8 +7,8 @@ the finding is judged by that interval:
 
 - the page faults (``malloc_confirm``): glibc's thresholds cannot be lowered again in the process;
 - the data wait (``workers_confirm``): DataLoader workers compete with the compute for the cores;
-- the model probes whose fix ``pitstop fix`` injects (autocast, channels_last; ``MODEL_PROBES``): they
-  time forward+backward of the last batch, interleaved in one warm process, and their interval covers
+- the model probes whose fix ``pitstop fix`` injects (autocast, channels_last, float32;
+  ``MODEL_PROBES``): they time forward+backward of the last batch, interleaved in one warm process, and their interval covers
   that probe's spread, not what a fresh run of the whole step gains. On the calibration scripts
   (benchmarks/results/calibration.md, a Sapphire Rapids Xeon) the autocast probe predicted 1.39-2.04x
   where the fix measured 1.19-1.56x. The fresh runs' record lands in the probe's record as
@@ -33,7 +33,8 @@ from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
 
-MODEL_PROBES = ("amp", "channels_last")  # recipes whose probe predictions are timed in fresh runs
+# recipes whose probe predictions are timed in fresh runs
+MODEL_PROBES = ("amp", "channels_last", "float32")
 # per child run up to 20 steps (+3 warm-up); from round 3 a decided interval ends the runs early
 STEPS, MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 20, 3, 6, 60.0
 # slow steps: fewer steps a run (a run's measured part about RUN_MEASURED_S, at least MIN_STEPS) and a

@@ -1,8 +1,8 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, the optimizer's step as it ran vs
-foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
+vs autocast, float64 vs float32 (``probe_float64``), NCHW vs channels_last, cudnn.benchmark off vs on,
+the optimizer's step as it ran vs foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
 rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
 (``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
 runs last, before then after, and is marked ``confirmed: False``. Each probe is bounded in time and
@@ -26,6 +26,7 @@ from pitstop import matmul
 from pitstop.host import precision
 from pitstop.measure import Arm, Interval, Settings, budget_for_rounds, interleave
 from pitstop.profile import gpu_probes
+from pitstop.train import optim
 from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
@@ -54,12 +55,17 @@ def _first_grad_tensor(out: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
-def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """Forward and backward from the output's first differentiable tensor; returns the scalar the
+    backward ran from (zero where the output has none), as an optimizer closure returns its loss."""
     model.zero_grad(set_to_none=True)
     out = model(*args, **kwargs)
     t = _first_grad_tensor(out)
-    if t is not None:
-        t.float().mean().backward()
+    if t is None:
+        return torch.zeros(())
+    loss = t.float().mean()
+    loss.backward()
+    return loss.detach()
 
 
 @dataclass
@@ -178,11 +184,10 @@ def run_probes(
             break
         if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
             try:
-                out.setdefault("optimizer", []).append(_optimizer_probe(opt, facts))
+                res = _optimizer_probe(opt, facts)
             except Exception as e:
-                out.setdefault("optimizer", []).append(
-                    {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
-                )
+                res = {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
+            out.setdefault("optimizer", []).append({**res, "location": facts.get("location")})
     # Last: it changes malloc for the rest of the process.
     p = next(model.parameters(), None) if model is not None else None
     if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:
@@ -247,6 +252,11 @@ def _model_probes(
     elif fp32:
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
         out["precision"] = {"dtype": None, "skipped": why}
+
+    if "float64" in (facts.get("param_dtypes") or []):  # float64 training: the float32 gain
+        from pitstop.profile import probe_float64
+
+        out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
 
     # memory format: conv nets fed NCHW
     if (
@@ -322,6 +332,7 @@ def _host_memory_probe(
     if reason := host_memory.blocker():
         return {"skipped": reason, "kept": False}
     args, kwargs = inputs
+    closing = any(optim.needs_closure(opt) for opt in optimizers)
 
     def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
         times: list[float] = []
@@ -341,10 +352,15 @@ def _host_memory_probe(
     def _fwd_bwd_as_script() -> None:
         # A fresh copy of the batch each pass, as the DataLoader makes one each step: its pages count too.
         a, k = tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
-        with _as_script("cpu", facts):
-            _fwd_bwd(model, a, k)
+
+        def closure() -> torch.Tensor:
+            with _as_script("cpu", facts):
+                return _fwd_bwd(model, a, k)
+
+        if not closing:
+            closure()
         for opt in optimizers:
-            opt.step()
+            optim.step(opt, closure)  # a closure optimizer (LBFGS) runs it itself, as in the script
 
     base_s, base_faults = series()
     result = host_memory.keep_host_memory()
@@ -365,6 +381,8 @@ def _host_memory_probe(
 
 
 def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[str, Any]:
+    if optim.needs_closure(opt):  # its step re-evaluates the model: not an optimizer step alone
+        return {"type": facts.get("type"), "skipped": "its step() runs the model again (closure)"}
     params = [p for g in opt.param_groups for p in g["params"]]
     nbytes = sum(p.numel() * p.element_size() for p in params)
     if nbytes * 4 > MAX_COPY_BYTES:

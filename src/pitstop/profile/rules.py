@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pitstop.findings import Finding, Report, Severity
+from pitstop.findings import Finding, Report, Severity, dedupe
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
 from pitstop.profile.rules_compute import (
+    float64_rules,
     host_memory_rules,
     optimizer_rules,
     probe_rules,
@@ -260,6 +261,7 @@ def problem_findings(
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)
+    found += float64_rules(bd, model, probes)
     found += skipped_probe_passes(probes, dev_type)
     if model and not probes.get("precision") and not model.get("autocast"):
         found += unprobed_precision(model, dev_type)
@@ -271,7 +273,8 @@ def problem_findings(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    return bounded(found, bd, dev_type), bd  # no finding saves more than the part of the step it lives in
+    # no finding saves more than the part of the step it lives in; one finding per site
+    return dedupe(bounded(found, bd, dev_type)), bd
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:

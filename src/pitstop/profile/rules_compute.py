@@ -79,6 +79,46 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
     return out
 
 
+FLOAT64 = ProbeRule(
+    "float32",
+    title="The model trains in float64; float32 is faster here",
+    evidence="forward+backward on the script's last batch: float64 {base}, float32 {new} (medians, measured "
+    "after the run on a float32 copy of the model)",
+    fix="Train in float32: convert the model once, before building the optimizer, and each float64 batch "
+    "(numpy arrays give float64); keep float64 only where the numerics need it.",
+    pass_title="float32 measured no faster than float64 for this model here",
+    pass_evidence="forward+backward: float64 {base}, float32 {new}",
+    at_model=True,
+)
+
+
+def float64_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any]) -> list[Finding]:
+    """A model with float64 parameters: the float32 probe's finding, or, where it did not run, an info
+    finding saying why (``pitstop fix --candidates float32`` times it on the whole script)."""
+    if "float64" not in (model.get("param_dtypes") or []):
+        return []
+    where = model.get("first_location")
+    found = probe_finding(FLOAT64, bd, probes, where)
+    if found:
+        return found
+    r = recipe(FLOAT64.recipe)
+    p = probes.get(r.probe or "") or {}
+    why = p.get("skipped") or p.get("error") or probes.get("error") or "the model probes did not run"
+    return [
+        Finding(
+            id=r.finding or r.name,
+            severity=Severity.INFO,
+            title="The model trains in float64",
+            evidence=f"float64 parameters ({', '.join(model['param_dtypes'])}); the float32 gain was not "
+            f"measured in this run ({why}). `pitstop fix --candidates {r.name}` measures it",
+            data={"param_dtypes": model["param_dtypes"], "probe": p or None},
+            fix=FLOAT64.fix,
+            fix_code=r.snippet,
+            location=where,
+        )
+    ]
+
+
 PAGE_FAULTS = recipe("host_memory").finding
 
 
@@ -180,39 +220,66 @@ def _bounded_per_fault(per_fault: float, isolated: float | None, dropped: float)
 
 
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
-    out: list[Finding] = []
-    probed = {p.get("type"): p for p in probes.get("optimizer", []) if "saving_s" in p}
+    """One finding per site (optimizer type and the line that built it) whose optimizers run a Python
+    loop over their parameters; optimizers built at one line (one per model part) count together."""
+    sites: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for opt in optimizers:
-        if opt.get("impl") != "for-loop":
-            continue
-        p = probed.get(opt.get("type"))
+        if opt.get("impl") == "for-loop":
+            sites.setdefault((opt.get("type"), opt.get("location")), []).append(opt)
+    measured = [p for p in probes.get("optimizer", []) if "saving_s" in p]
+    out: list[Finding] = []
+    for (kind, where), opts in sites.items():
+        # probes from before they carried a location matched by type alone
+        mine = [p for p in measured if p.get("type") == kind and p.get("location", where) == where]
+        p = _site_probe(mine)
         if p is not None and not probe_helps(p):
             if saving_verdict(p, bd.median_total_s) != NO_GAIN:  # no faster, but a gain not ruled out
                 what = f"{opt['type']} one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])}"
                 out.append(undecided("foreach", p, bd.median_total_s, what, opt.get("location")))
             continue  # measured: foreach saves under WARN_SHARE of the step here
         saving, share = cost(bd, p["saving_s"]) if p else (None, None)
-        evidence = f"{opt['type']} runs a Python loop over its {opt.get('params', '?')} parameter tensors"
+        n = len(opts)
+        params = sum(o.get("params") or 0 for o in opts) or "?"
+        built = f"{n} {kind} optimizers built here run" if n > 1 else f"{kind} runs"
+        evidence = f"{built} a Python loop over {'their' if n > 1 else 'its'} {params} parameter tensors"
         if p:
-            evidence += (
-                f"; one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
-            )
+            evidence += f"; one step{' of each' if n > 1 else ''}: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
         else:
             evidence += f"; optimizer time {ms(bd.parts['optimizer_s'])} per step (foreach not measured)"
+        data: dict[str, Any] = {"optimizer": opts[0], "probe": p}
+        if n > 1:
+            data["optimizers"] = opts
         out.append(
             Finding(
                 id=recipe("foreach").finding,
                 severity=sev(share),
-                title=f"{opt['type']} uses neither foreach nor fused kernels",
+                title=f"{kind} uses neither foreach nor fused kernels",
                 evidence=evidence,
-                data={"optimizer": opt, "probe": p},
+                data=data,
                 fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
-                fix_code=recipe("foreach").code(optimizer=opt["type"], impl="foreach"),
-                location=opt.get("location"),
+                fix_code=recipe("foreach").code(optimizer=kind, impl="foreach"),
+                location=where,
                 est_saving_s=saving,
                 share=share,
             )
         )
+    return out
+
+
+def _site_probe(probes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The foreach probe of one site: its one optimizer's, or the sum over the site's optimizers (each
+    steps once a step), bounds summed too."""
+    if len(probes) < 2:
+        return probes[0] if probes else None
+    out: dict[str, Any] = {
+        "type": probes[0].get("type"),
+        "location": probes[0].get("location"),
+        "members": probes,
+    }
+    for key in ("base_s", "new_s", "saving_s", "saving_lo_s", "saving_hi_s"):
+        vals = [p.get(key) for p in probes]
+        if all(isinstance(v, int | float) for v in vals):
+            out[key] = sum(vals)
     return out
 
 
