@@ -181,10 +181,11 @@ class StepClock:
         return acc
 
     def pending_end(self) -> float | None:
-        """Where a step left open at the end of the script ends, if it holds a step's work."""
-        if self.step_start is None or not self.should_close():
+        """Where a step left open at the end of the script ends, if it holds a step's work: after its last
+        optimizer step or backward, or after the no-grad work booked to it since (an eval pass)."""
+        if self.step_start is None or not self.should_close() or self.last_end is None:
             return None
-        return self.last_end
+        return max(self.last_end, self.phases.mark)
 
     def boundary_label(self) -> str | None:
         return BOUNDARY_LABELS.get(self.mode)
