@@ -94,7 +94,11 @@ def test_no_warning_with_a_fix_means_nothing_is_run(tmp_path):
 def test_fix_config_times_the_one_worker_count_the_warning_suggests():
     f = Finding(id="dataloader.workers", severity=Severity.WARN, title="", data={"usable_cores": 2})
     cfg = vf.fix_config(f, "workers", 60.0, steps=10)
-    assert cfg.candidates == ("workers",) and cfg.workers_values == (2,) and cfg.steps == 10
+    # recipes.workers on 2 cores: one worker, one core left to the training process
+    assert cfg.candidates == ("workers",) and cfg.workers_values == (1,) and cfg.steps == 10
+    # the count the finding itself suggested, when it carries one
+    f3 = Finding(id="dataloader.workers", severity=Severity.WARN, title="", data={"suggested_workers": 3})
+    assert vf.fix_config(f3, "workers", 60.0).workers_values == (3,)
     assert vf.fix_config(amp_warning(), "amp", 60.0).workers_values is None
 
 
@@ -168,7 +172,9 @@ def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_th
     amp = report.by_id("precision.amp")
     assert amp.severity is Severity.INFO and "--verify measured 1.02x (95% CI 0.95\u20131.08" in amp.evidence
     # not disproved (the interval still holds a gain): open, so the run is not called healthy
-    assert amp.data["confirmed"] is False and [g.id for g in unconfirmed(report.findings)] == ["precision.amp"]
+    assert amp.data["confirmed"] is False and [g.id for g in unconfirmed(report.findings)] == [
+        "precision.amp"
+    ]
     # overlapping the prediction: still open, the warning stands
     report = report_with(amp_warning())
     f = vf.verify(

@@ -45,11 +45,13 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
 
 def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
-    the finding suggests (its usable cores, at most 8) rather than every value ``fix`` would try."""
+    the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try."""
     from pitstop.profile.rules import suggested_workers
     from pitstop.tune.fix import FixConfig
 
-    if kind == "workers" and f.data.get("usable_cores"):
+    if kind == "workers" and f.data.get("suggested_workers"):
+        kw.setdefault("workers_values", (int(f.data["suggested_workers"]),))
+    elif kind == "workers" and f.data.get("usable_cores"):
         kw.setdefault("workers_values", (suggested_workers(int(f.data["usable_cores"])),))
     return FixConfig(candidates=(kind,), budget=budget_s, **kw)
 
