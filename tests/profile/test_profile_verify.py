@@ -181,3 +181,16 @@ def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_th
         report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.1, 1.0, 1.2, [])
     )
     assert f.data["below_prediction"] is False and report.by_id("precision.amp").severity is Severity.WARN
+
+
+def test_the_prediction_is_throughput_from_the_mean_step(tmp_path):
+    """A step's saving is a mean, and the clock sees the mean step: with slow steps the mean is 0.2 s
+    where the median is 0.1 s, and a 0.05 s saving predicts 0.2 / 0.15, not 0.1 / 0.05."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    warn = Finding(id="precision.amp", severity=Severity.WARN, title="fp32", est_saving_s=0.05, share=0.25)
+    report = Report(
+        tool="profile", findings=[warn], sections={"breakdown": {"median_step_s": 0.1, "mean_step_s": 0.2}}
+    )
+    f = vf.verify(report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("helped", 1.3, 1.2, 1.4, []))
+    assert f.data["predicted_speedup"] == pytest.approx(0.2 / 0.15)

@@ -3,8 +3,10 @@
 The top-ranked warning that has a fix ``pitstop fix`` can inject (``tune.fix.FINDING_KINDS``) is timed
 as ``pitstop fix --candidates KIND`` would: interleaved rounds of the script as it is and with the fix,
 judged by ``pitstop.measure`` within the budget. The result is one ``profile.verify`` finding that sets
-the measured speed-up and its interval next to the speed-up the warning predicted (median step over
-median step minus the saving, with the saving's interval where it has one). A fix measured as no
+the measured speed-up and its interval next to the speed-up the warning predicted. Both are throughput:
+``fix``'s is steps per wall-clock second over its runs, and the prediction is the mean step over the
+mean step less the saving (a step's saving is a mean; a mean step is what the clock sees), with the
+saving's interval where it has one. A fix measured as no
 change or hurt demotes the warning to info, as a later profile would from the verdict cache.
 """
 
@@ -122,7 +124,8 @@ def verify(
         report.add(found)
         return found
     f, kind = top
-    step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
+    bd = report.sections.get("breakdown") or {}
+    step_s = float(bd.get("mean_step_s") or bd.get("median_step_s") or 0.0)  # throughput: the mean step
     result = (run_fix or real_run_fix)(list(command), fix_config(f, kind, budget_s))
     verdict_cache.record(result, out_dir)
     found = verdict_finding(f, kind, result, step_s)
