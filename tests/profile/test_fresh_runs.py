@@ -298,3 +298,27 @@ def glibc_variant(spec: RunSpec) -> RunSpec:
     from dataclasses import replace
 
     return replace(spec, env={**(spec.env or {}), **GLIBC_ENV})
+
+
+def test_the_workers_fix_timed_in_fresh_runs_is_judged_in_throughput():
+    """The fixed runs' median step is 40 ms, but one step in ten waits 400 ms for a worker: the clock
+    sees 76 ms a step, so the saving is the throughput's (about 24 ms of a 100 ms step), not the
+    median's 60 ms."""
+
+    class Spiky(FakeRunner):
+        def __call__(self, spec: RunSpec) -> RunResult:
+            self.specs.append(spec)
+            if not workers_on(spec):
+                return RunResult(0, None, steps(0.1), [], {}, None, 1.0)
+            run = steps(0.04)
+            run[4] = StepRecord(index=4, start_s=0.16, total_s=0.4)
+            return RunResult(0, None, run, [], {}, None, 1.0)
+
+    result = loader_profiled()
+    wk.maybe_confirm(RunSpec(["python", "t.py"]), result, Spiky(0.1, 0.04, fixed=workers_on), cores=2)
+    record = result.data[wk.KEY]
+    assert record["throughput"]["estimate"] == pytest.approx(0.1 / 0.076)
+    assert record["interval"]["estimate"] == pytest.approx(2.5)  # the median's, kept beside
+    f = workers_finding(result)
+    assert f.est_saving_s == pytest.approx(0.1 * (1 - 0.076 / 0.1))
+    assert "in throughput" in f.evidence
