@@ -7,10 +7,10 @@ step counted, the slow spikes and the steps with a no-grad eval pass inside too,
 timer sees them; paired by round into an interval and a verdict: *helped*, *hurt*, *no change* or
 *undecided* (budget spent; the last look also calls *helped* an interval wholly above 1 at 99%). The
 median step (``pitstop.measure`` drops the spikes and the eval steps for it, as outliers) is reported
-beside it. A candidate is *rejected* whatever its speed
-when it did not really apply (the override was skipped, compile fell back to eager) or its loss moved
-away from the baseline's (more than ``loss_rtol`` of the mean, or the baseline's own run-to-run spread if
-larger); *failed* when no run of it measured a step.
+beside it. A candidate is *rejected* whatever its speed when it did not really apply (the override was
+skipped, compile fell back to eager) or its loss moved away from the baseline's (more than ``loss_rtol``
+of the mean, or the baseline's own run-to-run spread if larger); *failed* when no run of it measured a
+step.
 """
 
 from __future__ import annotations
