@@ -11,7 +11,7 @@ of those runs (a round: one run of each); it is set beside fix's promise (its th
 machine was under (``pitstop.host.load``) and the CPU. Writes benchmarks/results/fix_promise.md.
 
     flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_promise.py [--budget 60] [--rounds 3]
-        [--examples slow_loader,item_sync] [--out benchmarks/results/fix_promise.md]
+        [--examples slow_loader,item_sync] [--candidates workers] [--out benchmarks/results/fix_promise.md]
 """
 
 from __future__ import annotations
@@ -71,10 +71,14 @@ def env() -> dict[str, str]:
     return e
 
 
-def run_fix(script: Path, args: list[str], budget: float, out: Path) -> tuple[dict, float]:
+def run_fix(
+    script: Path, args: list[str], budget: float, out: Path, candidates: str | None = None
+) -> tuple[dict, float]:
     """`pitstop fix --apply --yes` on ``script`` (edited in place when a fix helped); its JSON section."""
     t = time.perf_counter()
     cmd = [sys.executable, "-m", "pitstop", "fix", "--quiet", "--budget", str(budget), "--apply", "--yes"]
+    if candidates:
+        cmd += ["--candidates", candidates]
     subprocess.run(
         [*cmd, "--json", str(out), "--", sys.executable, script.name, *args],
         cwd=script.parent,
@@ -120,7 +124,7 @@ def realized(original: Path, patched: Path, args: list[str], rounds: int) -> tup
     return before, after
 
 
-def one(name: str, budget: float, rounds: int, tmp: Path) -> Outcome:
+def one(name: str, budget: float, rounds: int, tmp: Path, candidates: str | None = None) -> Outcome:
     out = Outcome(name)
     args = EXAMPLES[name]
     work = tmp / name
@@ -130,7 +134,7 @@ def one(name: str, budget: float, rounds: int, tmp: Path) -> Outcome:
     shutil.copy(ROOT / "examples" / f"{name}.py", original)
     shutil.copy(original, patched)
     print(f"{name}: pitstop fix --budget {budget:.0f} --apply", file=sys.stderr, flush=True)
-    fix, out.fix_s = run_fix(patched, args, budget, work / "fix.json")
+    fix, out.fix_s = run_fix(patched, args, budget, work / "fix.json", candidates)
     out.chosen = list(fix.get("chosen") or [])
     out.candidates = [
         f"{c['name']}{' (with ' + c['on_top_of'] + ')' if c.get('on_top_of') else ''}: {c.get('verdict')}"
@@ -169,17 +173,20 @@ def step_ms(w: Window | None) -> str:
     return f"{1000 * w.seconds / w.steps:.1f}" if w and w.steps else "-"
 
 
-def report(outcomes: list[Outcome], budget: float, rounds: int, start: float | None, other: float) -> str:
+def report(
+    outcomes: list[Outcome], fix_args: str, rounds: int, start: float | None, other: float, wall: float
+) -> str:
     lines = [
         "# fix's promise against the patched script's own timer",
         "",
         f"- machine: {machine_line()}",
         f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
-        f"- per example: `pitstop fix --budget {budget:.0f} --apply --yes` on a copy, then the original and "
+        f"- per example: `pitstop fix {fix_args} --apply --yes` on a copy, then the original and "
         f"the patched copy run plain, alternating, {rounds} rounds; realized = throughput (steps per "
         "wall-clock second over the steps the script's own timer covers) of the patched over the original, "
         "95% interval over the rounds (`pitstop.measure_throughput`)",
-        f"- {load_line(start)}; other processes used {other:.0%} of the CPUs during the runs",
+        f"- {load_line(start)}; other processes used {other:.0%} of the CPUs during the runs; "
+        f"the whole benchmark took {wall / 60:.1f} min",
         "- run by `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_promise.py`",
         "",
         "| example | fix recommends | promised (fix) | realized (script's timer) | inside | ms/step before -> after "
@@ -207,16 +214,18 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=60.0, help="fix's --budget per example (s)")
     ap.add_argument("--rounds", type=int, default=3, help="plain runs of each side per example")
     ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma list of " + ", ".join(EXAMPLES))
+    ap.add_argument("--candidates", default=None, help="fix's --candidates (default: from its profile)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     names = [n.strip() for n in args.examples.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:
         ap.error(f"unknown example(s) {', '.join(unknown)}; choose from {', '.join(EXAMPLES)}")
-    start, other = load_average(), OtherCpu()
+    start, other, t0 = load_average(), OtherCpu(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pitstop-fix-promise-") as tmp:
-        outcomes = [one(n, args.budget, args.rounds, Path(tmp)) for n in names]
-    text = report(outcomes, args.budget, args.rounds, start, other.share())
+        outcomes = [one(n, args.budget, args.rounds, Path(tmp), args.candidates) for n in names]
+    fix_args = f"--budget {args.budget:.0f}" + (f" --candidates {args.candidates}" if args.candidates else "")
+    text = report(outcomes, fix_args, args.rounds, start, other.share(), time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
