@@ -138,6 +138,7 @@ def one(name: str, budget: float, rounds: int, tmp: Path, candidates: str | None
     out.chosen = list(fix.get("chosen") or [])
     out.candidates = [
         f"{c['name']}{' (with ' + c['on_top_of'] + ')' if c.get('on_top_of') else ''}: {c.get('verdict')}"
+        + (f" {c['interval_text']}" if c.get("interval_text") else "")
         for c in fix.get("candidates") or []
     ]
     out.promised_point = fix.get("speedup")
