@@ -63,9 +63,15 @@ class Outcome:
     candidates: list[str] = field(default_factory=list)  # "name: verdict" of each candidate fix measured
 
 
+THREADS: str | None = None  # --threads: OMP_NUM_THREADS for every run, fix's and the plain ones alike
+
+
 def env() -> dict[str, str]:
-    """Plain runs: the patched copy may import pitstop (keep_host_memory); the timer on for mnist."""
+    """Every run: the patched copy may import pitstop (keep_host_memory); the timer on for mnist; the
+    thread count when ``--threads`` sets one."""
     e = dict(os.environ)
+    if THREADS:
+        e["OMP_NUM_THREADS"] = THREADS
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), e.get("PYTHONPATH")) if p)
     e["EXAMPLE_STEP_TIMER"] = "5"
     return e
@@ -188,6 +194,9 @@ def report(
         "95% interval over the rounds (`pitstop.measure_throughput`)",
         f"- {load_line(start)}; other processes used {other:.0%} of the CPUs during the runs; "
         f"the whole benchmark took {wall / 60:.1f} min",
+        f"- threads: OMP_NUM_THREADS={THREADS} for every run, fix's and the plain ones"
+        if THREADS
+        else "- threads: torch's default in every run",
         "- run by `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/fix_promise.py`",
         "",
         "| example | fix recommends | promised (fix) | realized (script's timer) | inside | ms/step before -> after "
@@ -216,8 +225,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="plain runs of each side per example")
     ap.add_argument("--examples", default=",".join(EXAMPLES), help="comma list of " + ", ".join(EXAMPLES))
     ap.add_argument("--candidates", default=None, help="fix's --candidates (default: from its profile)")
+    ap.add_argument("--threads", default=None, help="OMP_NUM_THREADS for every run (fix's and plain)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
     names = [n.strip() for n in args.examples.split(",") if n.strip()]
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:
