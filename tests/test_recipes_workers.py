@@ -50,7 +50,6 @@ def test_a_curve_measured_only_above_the_cap_gives_the_default():
 def test_of_run_reads_the_runs_load_and_ranks(monkeypatch):
     monkeypatch.setattr("pitstop.recipes.workers.usable_cores", lambda: 8)
     monkeypatch.setattr("pitstop.recipes.workers.affinity_cpus", lambda: 8)
-    monkeypatch.setattr("psutil.cpu_count", lambda *a, **k: 8)
     m = WorkerMachine.of_run({"other_cpu_share": 0.5, "distributed": {"local_world_size": 2}})
     assert (m.cores, m.ranks, m.other_busy) == (8, 2, pytest.approx(4.0))
     assert choose_workers(m).workers == 1  # 4 free cores, 2 ranks: 2 each, one of them for training

@@ -43,17 +43,12 @@ class WorkerMachine:
     other_busy: float | None = None
 
     @classmethod
-    def here(
-        cls, ranks: int = 1, other_cpu_share: float | None = None, cpus: int | None = None
-    ) -> WorkerMachine:
-        """This machine; ``other_cpu_share``: other processes' share of all ``cpus`` (a run's measured
-        ``other_cpu_share``; ``cpus`` defaults to the machine's logical CPUs)."""
-        import psutil
-
-        busy = None
-        if other_cpu_share is not None:
-            busy = other_cpu_share * (cpus or psutil.cpu_count() or 1)
-        return cls(usable_cores(), affinity_cpus(), max(1, ranks), busy)
+    def here(cls, ranks: int = 1, other_cpu_share: float | None = None) -> WorkerMachine:
+        """This machine; ``other_cpu_share``: other processes' share of all its CPUs (a run's measured
+        ``other_cpu_share``), taken as spread evenly, so that share of the usable cores is theirs."""
+        cores = usable_cores()
+        busy = None if other_cpu_share is None else other_cpu_share * cores
+        return cls(cores, affinity_cpus(), max(1, ranks), busy)
 
     @classmethod
     def of_run(cls, data: Mapping[str, Any] | None = None, cores: int | None = None) -> WorkerMachine:
