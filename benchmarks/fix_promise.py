@@ -145,6 +145,11 @@ def one(name: str, budget: float, rounds: int, tmp: Path, candidates: str | None
     out.candidates = [
         f"{c['name']}{' (with ' + c['on_top_of'] + ')' if c.get('on_top_of') else ''}: {c.get('verdict')}"
         + (f" {c['interval_text']}" if c.get("interval_text") else "")
+        + (
+            f" ({c['reason'][:120]})"
+            if c.get("verdict") in ("failed", "rejected") and c.get("reason")
+            else ""
+        )
         for c in fix.get("candidates") or []
     ]
     out.promised_point = fix.get("speedup")
