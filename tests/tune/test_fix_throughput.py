@@ -111,3 +111,20 @@ def test_verify_times_the_count_the_finding_suggests():
 
     f = Finding("dataloader.workers", Severity.WARN, "t", data={"usable_cores": 6, "suggested_workers": 5})
     assert fix_config(f, "workers", 30.0).workers_values == (5,)
+
+
+def test_tune_loader_on_the_same_machine_picks_through_the_same_function(six_cores):
+    from pitstop.tune.loader import TuneConfig, tune_loader
+    from pitstop.tune.loader_measure import LoaderPoint
+
+    curve = {0: 10.0, 1: 20.0, 2: 30.0, 3: 40.0, 4: 50.0, 5: 60.0, 6: 61.0, 8: 90.0}
+
+    def measure(s):
+        rate = curve.get(s.num_workers, 60.0)
+        return LoaderPoint(setting=s, batches_per_s=rate, windows=[rate], batches=10, seconds=10 / rate)
+
+    r = tune_loader(object(), {"batch_size": 4}, TuneConfig(confirm_rounds=1), measure=measure)
+    # the cap is the profile's (6 cores: 6); 6 is within 3% of 5; 8 is past the cap: reported, not chosen
+    assert r.meta["worker_cap"] == 6 and r.chosen.num_workers == 5
+    assert r.chosen.num_workers == choose_workers(six_cores, curve, 0.03).workers
+    assert r.meta["workers_choice"]["faster_above_cap"] == 8
