@@ -246,41 +246,8 @@ def tune_loader(
             return LoaderTuneResult(baseline, baseline, sweep.order, findings, None, None, None, False, meta)
         sweep.consider(base_point)
 
-        # 1. num_workers: climb the ladder with the script's other settings, stop when it stops rising.
-        ladder = worker_candidates(max_w)
-        template = replace(baseline, prefetch_factor=None)
-        stale, stopped_at = 0, None
-        for w in ladder:
-            p = sweep.get(replace(template, num_workers=w), "sweep")
-            if not p.ok:
-                if w > 0:
-                    stopped_at = w
-                    break  # more workers need more memory / will crash the same way
-                continue
-            if p is sweep.best:  # the baseline, already counted
-                continue
-            if sweep.consider(p):
-                stale = 0
-            else:
-                stale += 1
-                if stale >= cfg.patience:
-                    stopped_at = w
-                    break
-        meta["climb_stopped_at"] = stopped_at
-        _pick_workers(sweep, template, machine, meta)
-        # 2. refine between the best and its ladder neighbours.
-        best_w = sweep.best.setting.num_workers if sweep.best else 0
-        if best_w in ladder:
-            i = ladder.index(best_w)
-            around = []
-            if i > 0:
-                around.append((ladder[i - 1] + best_w) // 2)
-            if i + 1 < len(ladder) and (stopped_at is None or ladder[i + 1] <= stopped_at):
-                around.append((best_w + ladder[i + 1]) // 2)
-            for w in around:
-                if w not in (best_w, *ladder):
-                    sweep.get(replace(template, num_workers=w), "refine")
-        _pick_workers(sweep, template, machine, meta)
+        # 1-2. num_workers: the measured curve and recipes.workers' pick from it.
+        _worker_curve(sweep, replace(baseline, prefetch_factor=None), max_w, machine, meta)
         best = sweep.best
         # 3. prefetch depth at the best worker count.
         if best is not None and best.setting.num_workers > 0:
@@ -351,6 +318,49 @@ def tune_loader(
     return LoaderTuneResult(
         baseline, chosen, sweep.order, findings, speedup, base_rate, chosen_rate, interrupted, meta
     )
+
+
+def _worker_curve(
+    sweep: _Sweep, template: LoaderSetting, max_w: int, machine: WorkerMachine, meta: dict[str, Any]
+) -> None:
+    """num_workers with the script's other settings (``template``): climb the ladder until it stops
+    rising, refine between the pick and its ladder neighbours, and make ``recipes.workers``' pick from
+    the measured points the sweep's best."""
+    cfg = sweep.cfg
+    # 1. climb the ladder, stop when it stops rising.
+    ladder = worker_candidates(max_w)
+    stale, stopped_at = 0, None
+    for w in ladder:
+        p = sweep.get(replace(template, num_workers=w), "sweep")
+        if not p.ok:
+            if w > 0:
+                stopped_at = w
+                break  # more workers need more memory / will crash the same way
+            continue
+        if p is sweep.best:  # the baseline, already counted
+            continue
+        if sweep.consider(p):
+            stale = 0
+        else:
+            stale += 1
+            if stale >= cfg.patience:
+                stopped_at = w
+                break
+    meta["climb_stopped_at"] = stopped_at
+    _pick_workers(sweep, template, machine, meta)
+    # 2. refine between the pick and its ladder neighbours.
+    best_w = sweep.best.setting.num_workers if sweep.best else 0
+    if best_w in ladder:
+        i = ladder.index(best_w)
+        around = []
+        if i > 0:
+            around.append((ladder[i - 1] + best_w) // 2)
+        if i + 1 < len(ladder) and (stopped_at is None or ladder[i + 1] <= stopped_at):
+            around.append((best_w + ladder[i + 1]) // 2)
+        for w in around:
+            if w not in (best_w, *ladder):
+                sweep.get(replace(template, num_workers=w), "refine")
+    _pick_workers(sweep, template, machine, meta)
 
 
 def _pick_workers(
