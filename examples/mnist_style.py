@@ -4,12 +4,15 @@ is judged on ("does it give a decided verdict for every candidate, with its inte
 
 Images are random 1x28x28 tensors with labels from a fixed rule, so it needs no download and an epoch
 takes seconds on a CPU (``--samples`` per epoch). The per-epoch test pass makes the first step of the
-next epoch slow: the timing engine reports such steps as outliers.
+next epoch slow: the timing engine reports such steps as outliers. With ``EXAMPLE_STEP_TIMER=N`` set it
+prints its training throughput after ``N`` warm-up steps, as the other examples do (it only times).
 
     python examples/mnist_style.py [--epochs 1] [--samples 2048] [--batch-size 64]
 """
 
 import argparse
+import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +47,29 @@ def made_up(n: int, seed: int) -> TensorDataset:
     return TensorDataset(images, labels.long())
 
 
+class StepTimer:
+    """Wall time of the training steps after ``EXAMPLE_STEP_TIMER`` warm-up steps (off when unset)."""
+
+    def __init__(self) -> None:
+        self.warmup = int(os.environ.get("EXAMPLE_STEP_TIMER", "-1"))
+        self.steps, self.start = 0, None
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.warmup:
+            self.start = time.perf_counter()
+
+    def report(self, batch_size: int) -> None:
+        if self.start is not None and self.steps > self.warmup:
+            k, dt = self.steps - self.warmup, time.perf_counter() - self.start
+            print(
+                f"throughput: {k * batch_size / dt:.1f} samples/s over {k} steps ({1000 * dt / k:.2f} ms/step)"
+            )
+
+
+TIMER = StepTimer()
+
+
 def train(args, model, device, train_loader, optimizer, epoch):
     model.train()
     for batch_idx, (data, target) in enumerate(train_loader):
@@ -53,6 +79,7 @@ def train(args, model, device, train_loader, optimizer, epoch):
         loss = F.nll_loss(output, target)
         loss.backward()
         optimizer.step()
+        TIMER.step()
         if batch_idx % args.log_interval == 0:
             print(
                 f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)}]\tLoss: {loss.item():.6f}"
@@ -97,6 +124,7 @@ def main():
         train(args, model, device, train_loader, optimizer, epoch)
         test(model, device, test_loader)
         scheduler.step()
+    TIMER.report(args.batch_size)
 
 
 if __name__ == "__main__":

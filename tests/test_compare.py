@@ -11,7 +11,7 @@ from rich.console import Console
 
 from pitstop.cli import main
 from pitstop.findings import Finding, Report, Severity
-from pitstop.report.compare import CompareError, compare, print_compare, ratio_of_medians
+from pitstop.report.compare import CompareError, compare, print_compare, throughput_ratio
 from pitstop.report.jsonfmt import load_schema, write_json
 
 
@@ -41,18 +41,38 @@ SYNC = Finding(id="sync.item", severity=Severity.WARN, title="item() per step")
 CL = Finding(id="memory_format.channels_last", severity=Severity.PASS, title="no faster")
 
 
-def test_ratio_of_medians_interval_holds_the_true_ratio_and_is_reproducible():
+def test_throughput_ratio_interval_holds_the_true_ratio_and_is_reproducible():
     rng = random.Random(1)
     a = [0.2 * (1 + rng.gauss(0, 0.05)) for _ in range(40)]
     b = [0.1 * (1 + rng.gauss(0, 0.05)) for _ in range(40)]
-    r = ratio_of_medians(a, b)
+    r = throughput_ratio(a, b)
     assert r.low < 2.0 < r.high and r.low < r.value < r.high
     assert r.high - r.low < 0.3
-    assert ratio_of_medians(a, b) == r and r.blocks == 4  # a pure function of the samples
-    few = ratio_of_medians([1.0, 2.0], [1.0])
-    assert few.low is None and few.value == 1.5
+    assert throughput_ratio(a, b) == r and r.blocks == 4  # a pure function of the samples
+    few = throughput_ratio([1.0, 2.0], [1.0])
+    assert few.low is None and few.value == 1.5 and few.median == 1.5
     with pytest.raises(ValueError):
-        ratio_of_medians([], [1.0])
+        throughput_ratio([], [1.0])
+
+
+def test_the_speedup_is_throughput_with_the_median_beside_it():
+    """One slow step in ten (a worker restart): the median step halves, the wall clock barely moves."""
+    before = [0.10] * 30
+    after = ([0.05] * 9 + [0.50]) * 3
+    r = throughput_ratio(before, after)
+    assert r.median == pytest.approx(2.0)
+    assert r.value == pytest.approx(3.0 / 2.85) and r.low == pytest.approx(r.value)
+    base, other = profile_report(0.1), profile_report(0.1)
+    for rep, times in ((base, before), (other, after)):
+        rep.sections["steps"] = [{"index": i, "total_s": t, "warmup": False} for i, t in enumerate(times)]
+    out = compare([base, other], ["before", "after"])
+    speed = out.by_id("compare.speedup")
+    assert speed.data["speedup"] == pytest.approx(r.value) and speed.data["median_speedup"] == pytest.approx(
+        2.0
+    )
+    assert "1.05x faster" in speed.title and "2.00x" not in speed.title
+    assert speed.evidence.startswith("1.05x in throughput") and "(2.00x)" in speed.evidence
+    assert out.sections["reports"][1]["steps_per_s"] == pytest.approx(30 / 2.85)
 
 
 def test_compare_reports_speedup_interval_and_findings_that_changed():

@@ -6,23 +6,30 @@ from pitstop.bench.rows import FAILED, Row, derive, verdict
 
 
 def _row(**kw):
-    base = dict(name="x", title="x", knobs="", samples_per_step=8, block_step_s=[0.5, 0.25, 1.0])
+    base = dict(name="x", title="x", knobs="", samples_per_step=8, block_step_s=[0.5, 0.5, 0.5])
     base.update(kw)
     return Row(**base)
 
 
 def test_derive_computes_rates_and_ratios_from_block_times():
     r = derive(
-        _row(ref="baseline", ref_samples_per_s=8.0, peak_mem_bytes=300, ref_peak_mem_bytes=600),
+        _row(
+            ref="baseline",
+            ref_samples_per_s=8.0,
+            peak_mem_bytes=300,
+            ref_peak_mem_bytes=600,
+            block_step_s=[0.5, 0.25, 1.0],
+        ),
         1e9,
         {"float32": 1e11},
     )
-    assert r.samples_per_s == pytest.approx(16.0)  # median of 16, 32, 8
+    # throughput: 3 blocks of 8 samples a step over 1.75 s of steps (the median block says 16)
+    assert r.samples_per_s == pytest.approx(8 * 3 / 1.75)
     assert (r.samples_per_s_min, r.samples_per_s_max) == (pytest.approx(8.0), pytest.approx(32.0))
-    assert r.speedup == pytest.approx(2.0)
+    assert r.speedup == pytest.approx(8 * 3 / 1.75 / 8.0)
     assert r.memory_ratio == pytest.approx(0.5)
-    assert r.model_flops_per_s == pytest.approx(16e9)
-    assert r.peak_fraction == pytest.approx(0.16)
+    assert r.model_flops_per_s == pytest.approx(8 * 3 / 1.75 * 1e9)
+    assert r.peak_fraction == pytest.approx(8 * 3 / 1.75 * 1e9 / 1e11)
 
 
 def test_the_speedup_interval_pairs_blocks_of_the_same_repeat():

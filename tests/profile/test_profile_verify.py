@@ -94,7 +94,11 @@ def test_no_warning_with_a_fix_means_nothing_is_run(tmp_path):
 def test_fix_config_times_the_one_worker_count_the_warning_suggests():
     f = Finding(id="dataloader.workers", severity=Severity.WARN, title="", data={"usable_cores": 2})
     cfg = vf.fix_config(f, "workers", 60.0, steps=10)
-    assert cfg.candidates == ("workers",) and cfg.workers_values == (2,) and cfg.steps == 10
+    # recipes.workers on 2 cores: one worker, one core left to the training process
+    assert cfg.candidates == ("workers",) and cfg.workers_values == (1,) and cfg.steps == 10
+    # the count the finding itself suggested, when it carries one
+    f3 = Finding(id="dataloader.workers", severity=Severity.WARN, title="", data={"suggested_workers": 3})
+    assert vf.fix_config(f3, "workers", 60.0).workers_values == (3,)
     assert vf.fix_config(amp_warning(), "amp", 60.0).workers_values is None
 
 
@@ -168,10 +172,25 @@ def test_an_undecided_fix_measured_below_the_whole_predicted_interval_demotes_th
     amp = report.by_id("precision.amp")
     assert amp.severity is Severity.INFO and "--verify measured 1.02x (95% CI 0.95\u20131.08" in amp.evidence
     # not disproved (the interval still holds a gain): open, so the run is not called healthy
-    assert amp.data["confirmed"] is False and [g.id for g in unconfirmed(report.findings)] == ["precision.amp"]
+    assert amp.data["confirmed"] is False and [g.id for g in unconfirmed(report.findings)] == [
+        "precision.amp"
+    ]
     # overlapping the prediction: still open, the warning stands
     report = report_with(amp_warning())
     f = vf.verify(
         report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("undecided", 1.1, 1.0, 1.2, [])
     )
     assert f.data["below_prediction"] is False and report.by_id("precision.amp").severity is Severity.WARN
+
+
+def test_the_prediction_is_throughput_from_the_mean_step(tmp_path):
+    """A step's saving is a mean, and the clock sees the mean step: with slow steps the mean is 0.2 s
+    where the median is 0.1 s, and a 0.05 s saving predicts 0.2 / 0.15, not 0.1 / 0.05."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    warn = Finding(id="precision.amp", severity=Severity.WARN, title="fp32", est_saving_s=0.05, share=0.25)
+    report = Report(
+        tool="profile", findings=[warn], sections={"breakdown": {"median_step_s": 0.1, "mean_step_s": 0.2}}
+    )
+    f = vf.verify(report, ["python", str(script)], 60.0, tmp_path, fake_run_fix("helped", 1.3, 1.2, 1.4, []))
+    assert f.data["predicted_speedup"] == pytest.approx(0.2 / 0.15)

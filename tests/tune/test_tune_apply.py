@@ -174,6 +174,14 @@ def test_verify_compares_one_run_of_the_patched_script_with_the_interval(script)
     v = verify(r, FixConfig(), runner)
     assert v.speedup == pytest.approx(1.2) and v.inside is True and "inside" in v.text
 
+    def spiky(spec):  # the median step is 0.1 s as above, but one step of eight takes 0.5 s
+        times = [0.1] * 7 + [0.5]
+        steps = [StepRecord(index=i, start_s=0.0, total_s=t) for i, t in enumerate(times)]
+        return RunResult(0, None, steps, [1.0] * 8, {}, None, 1.0, status="stopped")
+
+    v = verify(r, FixConfig(), spiky)  # throughput: 8 steps in 1.2 s against 1/0.12 steps/s
+    assert v.speedup == pytest.approx((8 / 1.2) * 0.12) and v.inside is False and "outside" in v.text
+
     def broken(spec):
         return RunResult(1, "SyntaxError: boom", [], [], {}, None, 1.0, status="error")
 

@@ -130,8 +130,9 @@ def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
         loader_config(tmp_path),
         FixConfig(),
     )
-    assert [c.name for c in cands] == ["num_workers=4", "num_workers=8"]
-    assert cands[0].overrides.dataloader == {"num_workers": 4, "persistent_workers": True}
+    # recipes.workers: one core left to the training process (3), and the most 4 cores allow (4)
+    assert [c.name for c in cands] == ["num_workers=3", "num_workers=4"]
+    assert cands[0].overrides.dataloader == {"num_workers": 3, "persistent_workers": True}
     assert any(s.startswith("amp:") for s in skipped) and any(
         s.startswith("cudnn_benchmark:") for s in skipped
     )
@@ -215,45 +216,46 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
 
     def step_time(ov: Overrides) -> float:
         t = 0.10
-        if ov.dataloader.get("num_workers") == 2:
+        if ov.dataloader.get("num_workers") == 1:
             t -= 0.05  # the planted problem: data loading
-        if ov.dataloader.get("num_workers") == 4:
-            t -= 0.04
+        if ov.dataloader.get("num_workers") == 2:
+            t -= 0.051  # 2% faster than 1 worker: recipes.workers keeps the fewer
         return t  # channels_last does nothing (an MLP)
 
     runner = FakeRunner(step_time, config)
     r = run_fix(["python", "train.py"], FixConfig(candidates=("workers", "channels_last")), runner=runner)
     verdicts = {c.name: c.verdict for c in r.candidates if c.on_top_of is None}
-    assert verdicts == {"num_workers=2": "helped", "num_workers=4": "helped", "channels_last": "no change"}
+    # 2 cores: recipes.workers' count (one core left to training) and its cap
+    assert verdicts == {"num_workers=1": "helped", "num_workers=2": "helped", "channels_last": "no change"}
     # measured again with the loader fix in place (it may only have been hidden by the data wait): still no
     (again,) = [c for c in r.candidates if c.on_top_of]
     assert (
-        again.name == "channels_last" and again.on_top_of == "num_workers=2" and again.verdict == "no change"
+        again.name == "channels_last" and again.on_top_of == "num_workers=1" and again.verdict == "no change"
     )
-    assert r.chosen == ["num_workers=2"]
+    assert r.chosen == ["num_workers=1"]
     assert r.speedup == pytest.approx(2.0)
     # interleaved: baseline, candidates, baseline, ... (the first baseline run doubles as round 1's)
     names = [s.overrides.describe() for s in runner.specs]
     assert names[:4] == [
         "none",
+        "num_workers=1, persistent_workers=True",
         "num_workers=2, persistent_workers=True",
-        "num_workers=4, persistent_workers=True",
         "channels_last=True",
     ]
     # every candidate decided after min_rounds (3) rounds; rotating order: round 2 starts with the next one
     assert names[4:8] == [
+        "num_workers=1, persistent_workers=True",
         "num_workers=2, persistent_workers=True",
-        "num_workers=4, persistent_workers=True",
         "channels_last=True",
         "none",
     ]
-    assert len(runner.specs) == 3 * 4 + 3 * 2  # round 2: num_workers=2 alone, and with channels_last
+    assert len(runner.specs) == 3 * 4 + 3 * 2  # round 2: num_workers=1 alone, and with channels_last
     assert all(s.steps == 20 and s.quiet for s in runner.specs)
     # the diff edits the DataLoader at train.py:5 and nothing else
     assert r.patch is not None
     assert "-loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=0)" in r.patch.diff
     assert (
-        "+loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True)"
+        "+loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=1, persistent_workers=True)"
         in r.patch.diff
     )
     report, blocks = fix_report(r)
@@ -262,7 +264,7 @@ def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_pa
     assert (
         ids["fix.channels_last"].severity is Severity.INFO and "no change" in ids["fix.channels_last"].title
     )
-    w2 = next(f for f in report.findings if f.title.startswith("num_workers=2:"))
+    w2 = next(f for f in report.findings if f.title.startswith("num_workers=1:"))
     assert "2.00x (95% CI 2.00\u20132.00, 3 rounds, 18 steps each side)" in w2.evidence
     assert r.interval is not None and r.interval.estimate == pytest.approx(2.0)
     assert report.sections["fix"]["candidates"][0]["interval"]["rounds"] == 3

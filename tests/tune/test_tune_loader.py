@@ -25,6 +25,16 @@ from pitstop.tune.memwatch import MemLimits, MiB
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def sixteen_cores(monkeypatch):
+    """The search on a fabricated 16-core machine (recipes.workers' cap: 8), whatever this one has."""
+    from pitstop.recipes.workers import WorkerMachine
+
+    machine = WorkerMachine(cores=16, torch_max=16)
+    monkeypatch.setattr("pitstop.tune.loader.WorkerMachine.here", classmethod(lambda cls, **kw: machine))
+    return machine
+
+
 class SleepDataset(Dataset):
     """Each item costs ``cost`` seconds of waiting (like reading a file): throughput scales with workers
     regardless of how busy the shared cores are, so the best setting is known: the most workers."""
@@ -92,6 +102,7 @@ def fake_measure(
             samples_per_s=rate * (s.batch_size or 1),
             windows=[rate],
             batches=10,
+            seconds=10 / rate,
             worker_uss=uss if s.num_workers else None,
             batch_bytes=bbytes,
         )
@@ -163,11 +174,15 @@ def test_the_confirmation_rounds_give_the_engines_interval_and_decide_the_gain()
             k = swing[(seen[key] - 1) % 3]
             p.batches_per_s *= k
             p.windows = [w * k for w in p.windows]
+            p.seconds /= k
         return p
 
     r2 = tune_loader(object(), {"batch_size": 4}, TuneConfig(max_workers=2, confirm_rounds=3), measure=noisy)
     f2 = next(f for f in r2.findings if f.id == "tune.loader.best")
-    assert r2.chosen.num_workers == 2 and r2.speedup == pytest.approx(1.12)
+    # the speed-up is throughput: 30 batches over the three rounds' seconds, not the median round's 1.12x
+    rounds_s = sum(10 / (11.2 * k) for k in swing)
+    assert r2.chosen.num_workers == 2 and r2.speedup == pytest.approx((30 / rounds_s) / 10)
+    assert r2.speedup != pytest.approx(1.12, abs=0.005)
     assert r2.meta["confirm_interval"]["lo"] < 1.05 and f2.severity is Severity.INFO
 
 
@@ -367,10 +382,15 @@ def test_pin_memory_on_cuda_weighs_the_copy_saving_against_the_loader(
         },
     )
     real = loader.measure_setting
+    measured: dict = {}
 
     def fake_measure(ds, s, base=None, cfg=None):
-        p = real(ds, replace(s, pin_memory=False), base, cfg)  # no device to pin for here
-        p.setting = s
+        # no device to pin for here: one real measurement per unpinned setting, the pinned one derived
+        # from it, so the planted loader cost is not lost in the noise of two runs on a busy machine
+        key = replace(s, pin_memory=False)
+        if key not in measured:
+            measured[key] = real(ds, key, base, cfg)
+        p = replace(measured[key], setting=s)
         if s.pin_memory and p.ok:
             p.batches_per_s *= pinned_loader_speed
         return p
@@ -383,3 +403,22 @@ def test_pin_memory_on_cuda_weighs_the_copy_saving_against_the_loader(
     assert f.data["measured"] and "4.00 ms pageable" in f.evidence and "batches/s pinning" in f.evidence
     assert f.data["recommend"] is recommended
     assert r.chosen.pin_memory is recommended
+
+
+def test_the_worker_count_is_recipes_workers_pick_from_the_measured_curve(monkeypatch):
+    """On a fabricated 2-core machine the sweep climbs one rung past the cap (2) and the chosen count
+    is what recipes.workers.choose_workers picks from the same curve: never above the cap."""
+    from pitstop.recipes.workers import WorkerMachine, choose_workers
+
+    machine = WorkerMachine(cores=2, torch_max=2)
+    monkeypatch.setattr("pitstop.tune.loader.WorkerMachine.here", classmethod(lambda cls, **kw: machine))
+    curve = {0: 10, 1: 20, 2: 24, 3: 40}
+    calls: list[LoaderSetting] = []
+    r = tune_loader(
+        object(), {"batch_size": 4}, TuneConfig(confirm_rounds=1), measure=fake_measure(curve, calls)
+    )
+    assert max(s.num_workers for s in calls) == 3 and r.meta["worker_cap"] == 2
+    assert r.chosen.num_workers == choose_workers(machine, curve, 0.03).workers == 2
+    assert r.meta["workers_choice"]["faster_above_cap"] == 3
+    best = next(f for f in r.findings if f.id == "tune.loader.best")
+    assert "3 measured faster but exceeds the cap" in best.evidence

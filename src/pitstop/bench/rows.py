@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pitstop.bench.configs import Claim
-from pitstop.measure import UNDECIDED, against_bar, speedup_interval
+from pitstop.measure import UNDECIDED, against_bar
+from pitstop.measure_throughput import Window, throughput_interval
 
 MEASURED, SKIPPED, FAILED, TIMEOUT = "measured", "skipped", "failed", "timeout"
 
@@ -58,9 +59,11 @@ class Row:
 def derive(row: Row, flops_per_sample: float | None, peaks: dict[str, float]) -> Row:
     """Fill the derived fields from the row's own measurements and its reference."""
     if row.status == MEASURED and row.block_step_s and row.samples_per_step:
-        rates = [row.samples_per_step / t for t in row.block_step_s if t > 0]
-        if rates:
-            row.samples_per_s = statistics.median(rates)
+        times = [t for t in row.block_step_s if t > 0]
+        if times:
+            # throughput: every block's samples over every block's seconds (a slow block counts in full)
+            row.samples_per_s = row.samples_per_step / statistics.fmean(times)
+            rates = [row.samples_per_step / t for t in times]
             row.samples_per_s_min, row.samples_per_s_max = min(rates), max(rates)
     if row.samples_per_s and row.ref_samples_per_s:
         row.speedup = row.samples_per_s / row.ref_samples_per_s
@@ -79,12 +82,16 @@ def derive(row: Row, flops_per_sample: float | None, peaks: dict[str, float]) ->
 
 
 def _interval(row: Row) -> dict[str, Any] | None:
-    """``measure.speedup_interval`` of the row's blocks against its reference's, block i with block i
-    (the same repeat of the rotating rounds), scaled to samples/s where the step sizes differ."""
+    """``measure_throughput.throughput_interval`` of the row's blocks against its reference's, block i
+    with block i (the same repeat of the rotating rounds), scaled to samples/s where the step sizes
+    differ."""
+    n = max(1, row.steps_per_block)
     pairs = [
-        ([b], [c]) for b, c in zip(row.ref_block_step_s, row.block_step_s, strict=False) if b > 0 and c > 0
+        (Window(n, n * b), Window(n, n * c))
+        for b, c in zip(row.ref_block_step_s, row.block_step_s, strict=False)
+        if b > 0 and c > 0
     ]
-    iv = speedup_interval([p[0] for p in pairs], [p[1] for p in pairs])
+    iv = throughput_interval([p[0] for p in pairs], [p[1] for p in pairs])
     if iv is None:
         return None
     k = row.samples_per_step / row.ref_samples_per_step if row.ref_samples_per_step else 1.0

@@ -7,7 +7,8 @@ script with ``variant`` applied to its ``RunSpec`` (an env, ``Overrides``), in r
 steps each within ``budget_s``; the per-step times go through ``pitstop.measure``. The record gives
 base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
 bounds (``pitstop.profile.probes.saving``), the same from blocks of steps within the runs
-(``blocks_saving``), or ``errors`` saying why a run measured nothing.
+(``blocks_saving``), the throughput speed-up with its interval (``throughput``:
+``pitstop.measure_throughput``), or ``errors`` saying why a run measured nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from pitstop.measure import Arm, Settings, interleave
 from pitstop.measure_blocks import within_runs_interval
+from pitstop.measure_throughput import arm_windows, throughput_interval
 from pitstop.profile.runner import RunResult, RunSpec, run
 
 BUDGET_S = 30.0  # wall time for all the child runs together
@@ -87,6 +89,10 @@ def timed(
         out["errors"] = errors
     base = [v for r in plain.rounds for v in r]
     new = [v for r in fixed.rounds for v in r]
+    # the speed-up a user's timer sees: throughput over each run's measured steps, slow ones included
+    tp = throughput_interval(arm_windows(plain), arm_windows(fixed))
+    if tp is not None:
+        out["throughput"] = tp.to_dict()
     if base and new:
         t = Timed(
             {"plain": statistics.median(base), "fixed": statistics.median(new)}, {"fixed": fixed.interval}

@@ -29,6 +29,7 @@ from pitstop.profile.rules_compute import (
 from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown, usable_steps
 from pitstop.recipes import recipe
+from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 if TYPE_CHECKING:
     from pitstop.profile.runner import RunResult
@@ -37,14 +38,21 @@ if TYPE_CHECKING:
 # ------------------------------------------------------------------------------------------- data
 
 
-def suggested_workers(cores: int) -> int:
-    """The DataLoader worker count the workers finding suggests: one per usable core, at most 8."""
-    return max(1, min(cores, 8))
+def suggested_workers(cores: int, data: dict[str, Any] | None = None) -> int:
+    """The DataLoader worker count the workers finding suggests (``recipes.workers.choose_workers``
+    without measurements)."""
+    return choose_workers(WorkerMachine.of_run(data, cores)).workers
 
 
 def dataloader_rules(
-    bd: Breakdown, loaders: list[dict[str, Any]], cores: int, device: str | None
+    bd: Breakdown,
+    loaders: list[dict[str, Any]],
+    cores: int,
+    device: str | None,
+    data: dict[str, Any] | None = None,
 ) -> list[Finding]:
+    """Data-wait findings; ``data``: the run's data (its measured other load, its ranks), for the
+    worker count."""
     out: list[Finding] = []
     used = [ld for ld in loaders if ld.get("batches_seen")]
     if not used:
@@ -54,19 +62,27 @@ def dataloader_rules(
     share = bd.share("data_wait_s")
     workers = main.get("num_workers") or 0
     where = main.get("location")
+    choice = choose_workers(WorkerMachine.of_run(data, cores))
     evidence = (
         f"data wait {ms(wait)} per step, {pct(share)} of the {ms(bd.total_s)} step, over {bd.n} steps; "
         f"DataLoader with num_workers={workers}, {cores} usable cores"
     )
-    if share >= WARN_SHARE and workers < cores:
-        suggest = suggested_workers(cores)
+    if share >= WARN_SHARE and workers < choice.workers:
+        suggest = choice.workers
         out.append(
             Finding(
                 id=recipe("workers").finding,
                 severity=sev(share),
-                title="Training waits for data: the DataLoader has fewer workers than cores",
-                evidence=evidence,
-                data={"data_wait_s": wait, "num_workers": workers, "usable_cores": cores, "steps": bd.n},
+                title="Training waits for data: the DataLoader has fewer workers than the cores allow",
+                evidence=f"{evidence}; {suggest} worker(s) suggested ({choice.basis})",
+                data={
+                    "data_wait_s": wait,
+                    "num_workers": workers,
+                    "usable_cores": cores,
+                    "steps": bd.n,
+                    "suggested_workers": suggest,
+                    "worker_cap": choice.cap,
+                },
                 fix=f"Load batches in {suggest} worker processes and keep them between epochs "
                 "(`pitstop tune loader` measures the best count on your data).",
                 fix_code=f"DataLoader(..., num_workers={suggest}, persistent_workers=True"
@@ -82,8 +98,8 @@ def dataloader_rules(
             Finding(
                 id="dataloader.slow",
                 severity=sev(share),
-                title="Training waits for data although every core loads it",
-                evidence=evidence,
+                title="Training waits for data although the loader has the workers the cores allow",
+                evidence=f"{evidence} ({choice.basis})",
                 data={"data_wait_s": wait, "num_workers": workers, "usable_cores": cores, "steps": bd.n},
                 fix="The input pipeline is CPU-bound: decode smaller images, move augmentation to the GPU, "
                 "or pre-process once and cache the tensors.",
@@ -257,7 +273,7 @@ def problem_findings(
     models = data.get("models") or []
     model = models[0] if models else {}
     probes = data.get("probes") or {}
-    found += dataloader_rules(bd, data.get("loaders", []), cores, data.get("device"))
+    found += dataloader_rules(bd, data.get("loaders", []), cores, data.get("device"), data)
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)

@@ -115,7 +115,7 @@ class RunResult:
         return trace.get("path")
 
     def steps_per_s(self) -> float:
-        """Throughput from the median step time of the measured steps (0.0 when none)."""
+        """Throughput: the measured steps over their wall seconds, slow ones included (0.0 when none)."""
         return steps_per_s(self.steps)
 
     def median_step_s(self) -> float | None:

@@ -112,11 +112,10 @@ def breakdown(steps: list[StepRecord]) -> Breakdown | None:
 
 
 def steps_per_s(steps: list[StepRecord]) -> float:
+    """Throughput: the usable steps over their wall seconds, slow ones included (0.0 when none)."""
     steps = usable_steps(steps)
-    if not steps:
-        return 0.0
-    med = statistics.median(s.total_s for s in steps)
-    return 1.0 / med if med > 0 else 0.0
+    total = sum(s.total_s for s in steps)
+    return len(steps) / total if steps and total > 0 else 0.0
 
 
 STEPS_LOG = "steps.jsonl"

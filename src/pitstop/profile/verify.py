@@ -3,8 +3,10 @@
 The top-ranked warning that has a fix ``pitstop fix`` can inject (``tune.fix.FINDING_KINDS``) is timed
 as ``pitstop fix --candidates KIND`` would: interleaved rounds of the script as it is and with the fix,
 judged by ``pitstop.measure`` within the budget. The result is one ``profile.verify`` finding that sets
-the measured speed-up and its interval next to the speed-up the warning predicted (median step over
-median step minus the saving, with the saving's interval where it has one). A fix measured as no
+the measured speed-up and its interval next to the speed-up the warning predicted. Both are throughput:
+``fix``'s is steps per wall-clock second over its runs, and the prediction is the mean step over the
+mean step less the saving (a step's saving is a mean; a mean step is what the clock sees), with the
+saving's interval where it has one. A fix measured as no
 change or hurt demotes the warning to info, as a later profile would from the verdict cache.
 """
 
@@ -45,11 +47,13 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
 
 def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
-    the finding suggests (its usable cores, at most 8) rather than every value ``fix`` would try."""
+    the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try."""
     from pitstop.profile.rules import suggested_workers
     from pitstop.tune.fix import FixConfig
 
-    if kind == "workers" and f.data.get("usable_cores"):
+    if kind == "workers" and f.data.get("suggested_workers"):
+        kw.setdefault("workers_values", (int(f.data["suggested_workers"]),))
+    elif kind == "workers" and f.data.get("usable_cores"):
         kw.setdefault("workers_values", (suggested_workers(int(f.data["usable_cores"])),))
     return FixConfig(candidates=(kind,), budget=budget_s, **kw)
 
@@ -120,7 +124,8 @@ def verify(
         report.add(found)
         return found
     f, kind = top
-    step_s = float((report.sections.get("breakdown") or {}).get("median_step_s") or 0.0)
+    bd = report.sections.get("breakdown") or {}
+    step_s = float(bd.get("mean_step_s") or bd.get("median_step_s") or 0.0)  # throughput: the mean step
     result = (run_fix or real_run_fix)(list(command), fix_config(f, kind, budget_s))
     verdict_cache.record(result, out_dir)
     found = verdict_finding(f, kind, result, step_s)

@@ -22,8 +22,8 @@ step's critical path: the sure saving is the wait's lower bound x (1 - 1 / cores
 That model can still promise more than the fix gives (the workers' own overhead, a loader bound by
 the CPU). Where the fix was timed in fresh runs of the script (``pitstop.profile.workers_confirm``:
 what ``pitstop profile`` does whenever the prediction would warn), the measurement replaces the model:
-the saving and its interval are the measured speed-up's on the run's median step, and runs that
-measured nothing leave the finding info, saying why.
+the saving and its interval are the measured throughput speed-up's on the run's mean step (what
+``pitstop fix`` measures), and runs that measured nothing leave the finding info, saying why.
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ def measured_in_fresh_runs(f: Finding, two: dict[str, Any], bd: Breakdown) -> Fi
     )
     data = {**f.data, "two_process": two}
     iv = Interval(**two["interval"]) if two.get("interval") else None
+    if two.get("throughput"):  # the speed-up a timer sees (fix's measure), on the mean step
+        iv, step = Interval(**two["throughput"]), bd.total_s
     if "saving_s" not in two:
         why = f"the fresh runs measured nothing ({'; '.join(two.get('errors') or ['no step'])})"
         f = replace(f, evidence=f.evidence + text, data=data)
@@ -97,7 +99,8 @@ def measured_in_fresh_runs(f: Finding, two: dict[str, Any], bd: Breakdown) -> Fi
     else:
         speedup = iv.estimate
         why = ""
-        text += f": {iv.text()} (median step {ms(two['base_s'])} vs {ms(two['new_s'])})"
+        kind = " in throughput" if two.get("throughput") else ""
+        text += f": {iv.text()}{kind} (median step {ms(two['base_s'])} vs {ms(two['new_s'])})"
     saved = max(0.0, step * (1 - 1 / speedup)) if speedup > 0 else 0.0
     share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
     f = replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share, data=data)

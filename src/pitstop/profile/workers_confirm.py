@@ -38,7 +38,7 @@ def worth_confirming(result: RunResult, cores: int | None = None) -> bool:
     if bd is None or KEY in result.data:
         return False
     n = cores if cores is not None else cpu.usable_cores()
-    found = dataloader_rules(bd, result.data.get("loaders") or [], n, result.data.get("device"))
+    found = dataloader_rules(bd, result.data.get("loaders") or [], n, result.data.get("device"), result.data)
     return any(f.id == recipe("workers").finding and f.severity.rank >= Severity.WARN.rank for f in found)
 
 
@@ -64,5 +64,5 @@ def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run, cores:
     from pitstop.profile.rules import suggested_workers
 
     n = cores if cores is not None else cpu.usable_cores()
-    result.data[KEY] = two_process(spec, suggested_workers(n), runner)
+    result.data[KEY] = two_process(spec, suggested_workers(n, result.data), runner)
     return True

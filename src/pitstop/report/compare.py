@@ -1,11 +1,13 @@
 """Reports of the same kind side by side: the before/after view (``pitstop compare A.json B.json ...``).
 
 The first report is the baseline. For each later one: step time and its parts, steps/s, the findings
-that disappeared or appeared, and the speed-up (baseline median step over this one's) with the timing
-engine's interval (``pitstop.measure.speedup_interval``) where both reports carry per-step samples
-(``sections.steps`` of a profile report). A report is one run, so each side's steps are cut into
-consecutive blocks that stand in for the engine's rounds (block i against block i): the interval holds
-the drift within the runs, not the spread between runs, and the finding says so. Pure functions from
+that disappeared or appeared, and the speed-up in throughput (steps per wall-clock second over the
+measured steps, spikes included: the baseline's mean step over this one's) with its interval
+(``pitstop.measure_throughput.throughput_interval``) where both reports carry per-step samples
+(``sections.steps`` of a profile report); the ratio of median steps stands beside it. A report is one
+run, so each side's steps are cut into consecutive blocks that stand in for the engine's rounds (block
+i against block i): the interval holds the drift within the runs, not the spread between runs, and the
+finding says so. Pure functions from
 Reports to a Report (tool "compare"); rendering is below, separate from the numbers.
 """
 
@@ -21,7 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.measure import blocks, speedup_interval
+from pitstop.measure import blocks
+from pitstop.measure_throughput import throughput_interval, window
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import Block, table
 
@@ -35,7 +38,8 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Ratio:
-    """``median(a) / median(b)`` and its interval (None without enough samples), from ``blocks`` blocks."""
+    """Throughput of ``b`` over ``a`` (``mean(a) / mean(b)`` of step times) and its interval (None
+    without enough samples), from ``blocks`` blocks; ``median``: ``median(a) / median(b)``, beside it."""
 
     value: float
     low: float | None
@@ -43,22 +47,25 @@ class Ratio:
     n_a: int
     n_b: int
     blocks: int = 0
+    median: float | None = None
 
 
-def ratio_of_medians(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Ratio:
-    """``median(a) / median(b)`` with ``measure.speedup_interval`` over consecutive blocks of about
-    ``BLOCK_STEPS`` steps (3 to 10 a side, the same count both sides). A pure function of the samples:
-    the same reports give the same interval. No interval below 3 steps a side per block."""
+def throughput_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Ratio:
+    """The speed-up of step times ``b`` over ``a`` in steps per wall-clock second, every step counted,
+    with ``measure_throughput.throughput_interval`` over consecutive blocks of about ``BLOCK_STEPS``
+    steps (3 to 10 a side, the same count both sides). A pure function of the samples: the same reports
+    give the same interval. No interval below 3 steps a side per block."""
     if not a or not b:
         raise ValueError("both samples need at least one value")
-    value = statistics.median(a) / statistics.median(b)
+    value = (sum(a) / len(a)) / (sum(b) / len(b))
+    median = statistics.median(a) / statistics.median(b)
     n = max(3, min(10, min(len(a), len(b)) // BLOCK_STEPS))
     if min(len(a), len(b)) < 3 * n:
-        return Ratio(value, None, None, len(a), len(b))
-    iv = speedup_interval(blocks(a, n), blocks(b, n), level)
+        return Ratio(value, None, None, len(a), len(b), median=median)
+    iv = throughput_interval([window(x) for x in blocks(a, n)], [window(x) for x in blocks(b, n)], level)
     if iv is None:
-        return Ratio(value, None, None, len(a), len(b))
-    return Ratio(value, iv.lo, iv.hi, len(a), len(b), n)
+        return Ratio(value, None, None, len(a), len(b), median=median)
+    return Ratio(iv.estimate, iv.lo, iv.hi, len(a), len(b), n, median)
 
 
 def step_samples(report: Report) -> list[float]:
@@ -71,13 +78,15 @@ def summary_row(report: Report) -> dict[str, Any]:
     bd = report.sections.get("breakdown") or {}
     samples = step_samples(report)
     median = bd.get("median_step_s") or (statistics.median(samples) if samples else None)
+    throughput = len(samples) / sum(samples) if samples and sum(samples) > 0 else None
     row: dict[str, Any] = {
         "tool": report.tool,
         "status": report.meta.get("status"),
         "command": report.meta.get("command"),
         "median_step_s": median,
         "mean_step_s": bd.get("mean_step_s"),
-        "steps_per_s": report.meta.get("steps_per_s") or (1.0 / median if median else None),
+        # steps per wall-clock second over the measured steps where the report holds them
+        "steps_per_s": throughput or report.meta.get("steps_per_s") or (1.0 / median if median else None),
         "measured_steps": len(samples) or bd.get("steps"),
         "parts_s": {p: bd[p] for p in PARTS if p in bd},
         "problems": sorted({f.id for f in report.findings if f.severity.rank >= Severity.WARN.rank}),
@@ -102,9 +111,15 @@ def compare(reports: Sequence[Report], labels: Sequence[str]) -> Report:
         pair: dict[str, Any] = {"baseline": base["label"], "other": row["label"]}
         samples = step_samples(rep)
         if base_samples and samples:
-            r = ratio_of_medians(base_samples, samples)
+            r = throughput_ratio(base_samples, samples)
             pair.update(
-                speedup=r.value, low=r.low, high=r.high, n_baseline=r.n_a, n_other=r.n_b, blocks=r.blocks
+                speedup=r.value,
+                low=r.low,
+                high=r.high,
+                n_baseline=r.n_a,
+                n_other=r.n_b,
+                blocks=r.blocks,
+                median_speedup=r.median,
             )
         elif base["median_step_s"] and row["median_step_s"]:
             pair.update(speedup=base["median_step_s"] / row["median_step_s"], low=None, high=None)
@@ -127,9 +142,14 @@ def _pair_findings(pair: dict[str, Any], base: dict[str, Any], row: dict[str, An
         s, lo, hi = pair["speedup"], pair.get("low"), pair.get("high")
         rel = f"{s:.2f}x faster than" if s >= 1 else f"{1 / s:.2f}x slower than"
         times = f"median step {1000 * base['median_step_s']:.1f} ms -> {1000 * row['median_step_s']:.1f} ms"
+        if pair.get("median_speedup"):
+            times = (
+                f"{s:.2f}x in throughput (steps per wall-clock second over the measured steps, slow ones "
+                f"included); {times} ({pair['median_speedup']:.2f}x)"
+            )
         if lo is not None and hi is not None:
             interval = (
-                f"; {100 * LEVEL:.0f}% interval of the ratio of medians {lo:.2f}x-{hi:.2f}x "
+                f"; {100 * LEVEL:.0f}% interval of the throughput ratio {lo:.2f}x-{hi:.2f}x "
                 f"({pair['n_baseline']} vs {pair['n_other']} measured steps in {pair.get('blocks')} "
                 "blocks a side; one run each, so the spread between runs is not in it)"
             )
@@ -142,7 +162,10 @@ def _pair_findings(pair: dict[str, Any], base: dict[str, Any], row: dict[str, An
                 severity=Severity.WARN if (hi is not None and hi < 1) else Severity.INFO,
                 title=f"{b} is {rel} {a}" + ("" if clear or lo is None else " (within noise)"),
                 evidence=times + interval,
-                data={k: pair.get(k) for k in ("speedup", "low", "high", "n_baseline", "n_other")},
+                data={
+                    k: pair.get(k)
+                    for k in ("speedup", "low", "high", "n_baseline", "n_other", "median_speedup")
+                },
             )
         )
     gone, new = pair["disappeared"], pair["appeared"]
@@ -197,7 +220,7 @@ def _rows(report: Report) -> list[tuple[str, list[str]]]:
             cells.append(f"{p['speedup']:.2f}x")
         else:
             cells.append(f"{p['speedup']:.2f}x [{p['low']:.2f}-{p['high']:.2f}]")
-    out.append(("speed-up", cells))
+    out.append(("speed-up (throughput)", cells))
     out.append(("problems", [", ".join(r["problems"]) or "none" for r in reps]))
     return out
 

@@ -26,14 +26,13 @@ import ast
 import difflib
 import importlib
 import os
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pitstop.host.precision import device_type
-from pitstop.measure import clean
+from pitstop.measure_throughput import arm_windows, pooled, window
 from pitstop.profile.command import launcher_for
 from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
 from pitstop.recipes import by_name, recipe
@@ -437,8 +436,9 @@ class Verification:
 def verify(
     result: FixResult, cfg: FixConfig, runner: Callable[[RunSpec], RunResult] | None = None
 ) -> Verification:
-    """Run the patched script once, unmodified by pitstop, and compare its speed-up over the baseline's
-    runs with the interval fix measured for the recommendation."""
+    """Run the patched script once, unmodified by pitstop, and compare its speed-up in throughput over
+    the baseline's runs (steps per wall-clock second, every measured step) with the interval fix
+    measured for the recommendation."""
     runner = job_runner(runner or run)  # a launch: the slowest rank's steps, as fix judged them
     r = runner(
         RunSpec(
@@ -455,11 +455,12 @@ def verify(
     if not r.ok or not r.steps:
         err = r.error or f"the patched script ended with status {r.status}"
         return Verification(None, None, f"the patched script did not run: {err}", err)
-    kept = clean([s.total_s for s in r.steps if not s.eval]).kept
-    base = [v for rnd in result.baseline.arm.rounds for v in rnd]
-    if not kept or not base:
+    # throughput, as fix judged: every measured step of the run, over the baseline's runs' windows
+    patched = window([s.total_s for s in r.steps]).rate
+    base = pooled(arm_windows(result.baseline.arm)).rate
+    if not patched or not base:
         return Verification(None, None, "no step to compare")
-    s = statistics.median(base) / statistics.median(kept)
+    s = patched / base
     iv = result.interval
     if iv is None:
         return Verification(s, None, f"the patched script runs: {s:.2f}x the baseline in one run")

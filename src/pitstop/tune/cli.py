@@ -418,13 +418,20 @@ def cmd_fix(args: argparse.Namespace) -> int:
     record(result, o.out_dir)  # a later profile of this script shows what its fixes measured
     report, blocks = fix_report(result, {"command": " ".join(cmd)})
     rows = [
-        [m.name, m.verdict, m.interval.text() if m.interval else "", m.median, m.reason]
+        [m.name, m.verdict, m.interval.text() if m.interval else "", m.throughput, m.median, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
     ]
     print_table(
         args,
         "pitstop fix: verdicts",
-        ["configuration", "verdict", "speed-up (95% interval)", "median steps/s", "note"],
+        [
+            "configuration",
+            "verdict",
+            "throughput speed-up (95% interval)",
+            "steps/s",
+            "median steps/s",
+            "note",
+        ],
         rows,
     )
     code = finish(report, args, blocks)

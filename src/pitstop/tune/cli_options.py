@@ -42,7 +42,7 @@ class LoaderArgs(ScriptArgs):
     dataset: str | None = opt(None, DATASET_HELP, metavar="SPEC")
     batch_size: int = opt(32, "factory mode: batch size (default 32)")
     num_workers: int = opt(0, "factory mode: the baseline's num_workers")
-    max_workers: int | None = opt(None, "highest num_workers to try (default 4x usable cores)")
+    max_workers: int | None = opt(None, "highest num_workers to try (default: one rung past the cores' cap)")
     time_per_point: float = opt(1.5, "seconds of timing per setting (1.5)")
     repeats: int = opt(3, "timed windows per setting; the median is used")
     prefetch: str = opt("2,4", "prefetch_factor values to try (default 2,4)")

@@ -24,6 +24,7 @@ from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
+from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.fixjudge import Measured, judge
 from pitstop.tune.patch import Patch
@@ -60,7 +61,7 @@ class FixConfig:
     min_gain: float = 0.05
     loss_rtol: float = 0.1
     timeout: float | None = 600.0
-    workers_values: tuple[int, ...] | None = None  # default: usable cores and 2x (at most 8)
+    workers_values: tuple[int, ...] | None = None  # default: recipes.workers' count and its cap
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -90,6 +91,7 @@ class FixResult:
     patch_error: str | None = None
     profile_findings: list[Finding] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # baseline run's config (locations)
+    run_data: dict[str, Any] = field(default_factory=dict)  # baseline run's data (other load, ranks)
     baseline_error: str | None = None
     interrupted: bool = False
     skipped_candidates: list[str] = field(default_factory=list)
@@ -120,16 +122,19 @@ class _Script:
     loader: dict[str, Any]
     models: list[dict[str, Any]]
     workers_now: int
+    machine: WorkerMachine
 
 
 Built = list[Candidate] | str  # the candidates, or why the kind was skipped
 
 
 def _workers(s: _Script, kind: str, why: str) -> Built:
+    """The worker count ``recipes.workers.choose_workers`` gives this machine (what profile suggests)
+    and the most it allows (its cap), when they differ; ``FixConfig.workers_values`` replaces them."""
     if not s.loader:
         return "workers: the script built no DataLoader"
-    cores = usable_cores()
-    values = s.cfg.workers_values or tuple(sorted({min(8, cores), min(8, 2 * cores)}))
+    choice = choose_workers(s.machine)
+    values = s.cfg.workers_values or tuple(sorted({choice.workers, choice.cap}))
     return [
         Candidate(f"num_workers={w}", kind, Overrides.workers(w), why)
         for w in values
@@ -215,9 +220,13 @@ BUILDERS = {
 
 
 def build_candidates(
-    kinds: list[tuple[str, str]], config: dict[str, Any], cfg: FixConfig
+    kinds: list[tuple[str, str]],
+    config: dict[str, Any],
+    cfg: FixConfig,
+    data: dict[str, Any] | None = None,
 ) -> tuple[list[Candidate], list[str]]:
-    """(kind, why) pairs -> concrete Overrides for this script and machine; plus kinds skipped and why."""
+    """(kind, why) pairs -> concrete Overrides for this script and machine; plus kinds skipped and why.
+    ``data``: the baseline run's data (its measured other load and ranks decide the worker count)."""
     loader = loader_of(config)
     script = _Script(
         config,
@@ -226,6 +235,7 @@ def build_candidates(
         loader,
         config.get("models") or [],
         int(loader.get("num_workers") or 0),
+        WorkerMachine.of_run(data, usable_cores()),
     )
     out: list[Candidate] = []
     skipped: list[str] = []

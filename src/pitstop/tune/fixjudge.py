@@ -1,13 +1,16 @@
 """`pitstop fix`'s judge: the runs of one configuration, and its verdict from the timing engine.
 
 A configuration's runs are child runs of the user's script (``pitstop.profile.runner``). Each run gives
-per-step times (its ``StepRecord``s after the warm-up); steps with a no-grad eval pass inside are left
-out and reported as outliers, then ``pitstop.measure`` drops the slow spikes and turns the rounds into a
-speed-up interval and a verdict: *helped*, *hurt*, *no change* or *undecided* (budget spent; the last
-look also calls *helped* an interval wholly above 1 at 99%). A candidate is *rejected* whatever its speed
-when it did not really apply (the override was skipped, compile fell back to eager) or its loss moved
-away from the baseline's (more than ``loss_rtol`` of the mean, or the baseline's own run-to-run spread if
-larger); *failed* when no run of it measured a step.
+per-step times (its ``StepRecord``s after the warm-up). The speed-up and its verdict are throughput
+(``pitstop.measure_throughput``): steps per wall-clock second over each run's measured window, every
+step counted, the slow spikes and the steps with a no-grad eval pass inside too, since the user's own
+timer sees them; paired by round into an interval and a verdict: *helped*, *hurt*, *no change* or
+*undecided* (budget spent; the last look also calls *helped* an interval wholly above 1 at 99%). The
+median step (``pitstop.measure`` drops the spikes and the eval steps for it, as outliers) is reported
+beside it. A candidate is *rejected* whatever its speed when it did not really apply (the override was
+skipped, compile fell back to eager) or its loss moved away from the baseline's (more than ``loss_rtol``
+of the mean, or the baseline's own run-to-run spread if larger); *failed* when no run of it measured a
+step.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from pitstop.measure import (
     Outlier,
     Settings,
     faster_not_by_margin,
-    judge_rounds,
 )
+from pitstop.measure_throughput import arm_windows, judge_throughput, pooled
 from pitstop.profile.runner import RunResult
 
 SPEED_VERDICTS = (HELPED, HURT, NO_CHANGE, UNDECIDED)
@@ -42,13 +45,14 @@ class Measured:
     kind: str
     overrides: dict[str, Any]
     why: str = ""
-    steps_per_s: list[float] = field(default_factory=list)  # per run: 1 / median of its kept steps
+    steps_per_s: list[float] = field(default_factory=list)  # per run: steps / wall s of its window, spikes in
     loss_means: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # overrides that did not apply, and why
     cannot_help: str | None = None  # the script's own facts say it has nothing to act on (still measured)
-    median: float | None = None  # steps/s from the median kept step time over all runs
-    speedup: float | None = None
+    median: float | None = None  # steps/s from the median kept step time over all runs (shown beside)
+    throughput: float | None = None  # steps / wall seconds over all its runs' windows, spikes included
+    speedup: float | None = None  # throughput over the reference's, in the paired rounds
     interval: Interval | None = None
     verdict: str = ""  # baseline | helped | hurt | no change | undecided | rejected | failed
     reason: str = ""
@@ -57,6 +61,8 @@ class Measured:
     # Judged on speed alone (hurt, no change, undecided): every other check passed.
     speed_only: bool = False
     ref_runs: list[float] = field(default_factory=list)  # the reference's steps/s, interleaved with these
+    ref_throughput: float | None = None  # the reference's throughput over those runs
+    ref_median: float | None = None  # and its median step rate
     unfinished: int = 0  # runs stopped because the budget ended while they ran
     arm: Arm = field(default_factory=lambda: Arm(""))
 
@@ -119,22 +125,25 @@ class Measured:
 
 
 def judge(m: Measured, base: Measured, cfg: Any) -> None:
-    """Set ``m.median``, ``m.interval``, ``m.speedup``, ``m.verdict`` and ``m.reason`` against ``base``.
+    """Set ``m.median``, ``m.throughput``, ``m.interval``, ``m.speedup``, ``m.verdict`` and ``m.reason``
+    against ``base``.
 
-    The speed verdict is the engine's (taken during the rounds, or from the runs so far when the rounds
-    were cut short); failures, overrides that did not apply and a changed loss override it. ``cfg`` is
-    the ``FixConfig`` (``min_gain``, ``loss_rtol``, ``min_rounds``)."""
+    The speed verdict is the throughput interval's (``measure_throughput.judge_throughput``, at the last
+    look once the rounds are over); failures, overrides that did not apply and a changed loss override
+    it. ``cfg`` is the ``FixConfig`` (``min_gain``, ``loss_rtol``, ``min_rounds``)."""
     min_gain, loss_rtol = cfg.min_gain, cfg.loss_rtol
-    m.steps_per_s = [1.0 / statistics.median(r) for r in m.arm.rounds if r]
+    windows = arm_windows(m.arm)
+    m.steps_per_s = [w.rate for w in windows if w.rate]
+    m.throughput = pooled(windows).rate
     kept = [v for r in m.arm.rounds for v in r]
     m.median = 1.0 / statistics.median(kept) if kept else None
     if m is base:
-        m.verdict, m.speedup = "baseline", 1.0 if m.median else None
+        m.verdict, m.speedup = "baseline", 1.0 if m.throughput else None
         m.reason = m.errors[0] if m.errors else ""
         return
     settings = Settings(min_gain=min_gain, min_rounds=cfg.min_rounds)
     # judged once the rounds are over: the last look's rule applies
-    m.interval, engine = judge_rounds(base.arm.rounds, m.arm.rounds, settings, final=True)
+    m.interval, engine = judge_throughput(arm_windows(base.arm), windows, settings, final=True)
     m.speedup = m.interval.estimate if m.interval else None
     m.speed_only = False
     if m.errors and not m.steps_per_s:
@@ -161,8 +170,7 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
             m.verdict = "rejected"
             m.reason = f"mean loss {c:.4g} vs baseline {b:.4g}: differs by more than {tol:.3g}"
             return
-    speed = m.arm.verdict if m.arm.verdict in SPEED_VERDICTS else None
-    speed = speed or engine or UNDECIDED
+    speed = engine or UNDECIDED
     if m.cannot_help:
         # the script's facts say it cannot act: whatever the runs showed is noise or a side effect
         m.verdict, m.reason = "rejected", f"did not apply: {m.cannot_help}"

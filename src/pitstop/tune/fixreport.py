@@ -67,25 +67,40 @@ FIXES = {
 }
 
 
-def _candidate_finding(m: Measured, result: FixResult) -> Finding:
+def _numbers(m: Measured, result: FixResult) -> str:
+    """The measured figures of one candidate: its throughput speed-up and interval, the two sides'
+    throughput and runs, and the median step rate beside them."""
     base = result.baseline
     ref_runs = m.ref_runs if m.on_top_of else base.steps_per_s
-    ref_median = statistics.median(ref_runs) if ref_runs else None
-    ref_step = 1 / ref_median if ref_median else None
-    step = 1 / m.median if m.median else None
+    ref_tp = m.ref_throughput if m.on_top_of else base.throughput
+    ref_median = m.ref_median if m.on_top_of else base.median
+    against = f"{m.on_top_of} alone" if m.on_top_of else "the baseline"
+    if not (m.interval and m.throughput and ref_tp):
+        return f"runs failed: {'; '.join(m.errors[:2]) or 'no step measured'}"
+    text = (
+        f"{m.interval.text()} against {against}: {m.throughput:.3g} vs {ref_tp:.3g} steps per wall-clock "
+        f"second over the runs' measured steps, spikes included (runs [{_runs_text(m.steps_per_s)}] vs "
+        f"[{_runs_text(ref_runs)}], interleaved in rotating rounds)"
+    )
+    if m.median and ref_median:
+        text += f"; median step {m.median:.3g} vs {ref_median:.3g} steps/s ({m.median / ref_median:.2f}x)"
+    if m.arm.outliers:
+        kinds = sorted({o.why for o in m.arm.outliers if o.why != "warm-up"})
+        slow = sum(1 for o in m.arm.outliers if o.why != "warm-up")
+        if slow:
+            text += f"; {slow} slow step(s) ({', '.join(kinds)}) counted in the throughput, not in the median"
+    return text
+
+
+def _candidate_finding(m: Measured, result: FixResult) -> Finding:
+    base = result.baseline
+    ref_tp = m.ref_throughput if m.on_top_of else base.throughput
+    ref_step = 1 / ref_tp if ref_tp else None
+    step = 1 / m.throughput if m.throughput else None
     saving = ref_step - step if ref_step and step else None
     code, where = _snippet(m, result.config)
-    against = f"{m.on_top_of} alone" if m.on_top_of else "the baseline"
     iv = m.interval.text() if m.interval else None
-    numbers = (
-        f"{iv} against {against}; {m.median:.3g} vs {ref_median:.3g} steps/s, medians of runs "
-        f"[{_runs_text(m.steps_per_s)}] vs [{_runs_text(ref_runs)}], interleaved in rotating rounds"
-        if iv and m.median and ref_median
-        else f"runs failed: {'; '.join(m.errors[:2]) or 'no step measured'}"
-    )
-    if m.arm.outliers:
-        kinds = sorted({o.why for o in m.arm.outliers})
-        numbers += f"; {len(m.arm.outliers)} step(s) left out ({', '.join(kinds)})"
+    numbers = _numbers(m, result)
     name = f"{m.name} (with {m.on_top_of})" if m.on_top_of else m.name
     loss = (
         f"; mean loss {statistics.fmean(m.loss_means):.4g} vs {statistics.fmean(base.loss_means):.4g}"
@@ -141,7 +156,7 @@ def fix_findings(result: FixResult) -> list[Finding]:
         names = " + ".join(result.chosen)
         comb = result.combined
         iv = result.interval.text() if result.interval else f"{result.speedup:.2f}x"
-        ev = f"{names}: {iv} steps/s over the unmodified script"
+        ev = f"{names}: {iv} in throughput (steps per wall-clock second, spikes included) over the unmodified script"
         if comb is not None and comb.median and comb.interval:
             ev += f" (combined: {comb.interval.text()}, runs [{_runs_text(comb.steps_per_s)}])"
             single = result.final_single
@@ -188,8 +203,8 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 severity=Severity.PASS,
                 title="No candidate fix made this script measurably faster",
                 evidence=f"{len(result.candidates)} candidate(s) measured against the baseline "
-                f"({base.median:.3g} steps/s)"
-                if base.median
+                f"({base.throughput:.3g} steps/s)"
+                if base.throughput
                 else "nothing measured",
             )
         )
@@ -223,6 +238,7 @@ def fix_report(result: FixResult, meta: dict[str, Any] | None = None) -> tuple[R
                 f"{m.name} (with {m.on_top_of})" if m.on_top_of else m.name,
                 m.verdict,
                 _runs_text(m.steps_per_s),
+                m.throughput,
                 m.median,
                 None if m.speedup is None else round(m.speedup, 3),
                 statistics.fmean(m.loss_means) if m.loss_means else None,
@@ -254,12 +270,21 @@ def fix_report(result: FixResult, meta: dict[str, Any] | None = None) -> tuple[R
     judged = [m for m in [*result.candidates, *([result.combined] if result.combined else [])] if m.interval]
     blocks = [
         table(
-            "Runs (steps/s per run, interleaved with the baseline)",
-            ["configuration", "verdict", "steps/s per run", "median", "speed-up", "mean loss", "note"],
+            "Runs (steps per wall-clock second per run, interleaved with the baseline)",
+            [
+                "configuration",
+                "verdict",
+                "steps/s per run",
+                "throughput",
+                "median step rate",
+                "speed-up (throughput)",
+                "mean loss",
+                "note",
+            ],
             rows,
         ),
         interval_chart(
-            "Speed-up over the baseline, with its 95% interval (dashed: no change band)",
+            "Throughput speed-up over the baseline, with its 95% interval (dashed: no change band)",
             [
                 (
                     f"{m.name} (with {m.on_top_of})" if m.on_top_of else m.name,

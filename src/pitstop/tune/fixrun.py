@@ -3,13 +3,15 @@
 1. Profile the script once; its findings pick the candidates (``pitstop.tune.fix``), or ``--candidates``
    names them (then the first baseline run is round 1's baseline).
 2. Rotating rounds of the baseline and every open candidate, each run a bounded number of steps, until
-   every candidate is decided (``pitstop.measure``) or its share of ``--budget`` is spent.
+   every candidate's throughput is decided (``pitstop.measure_throughput``) or its share of ``--budget``
+   is spent.
 3. While the script waits for data, a compute fix cannot show. So when a loader fix helped, the compute
    candidates judged on speed alone (and those the profile measured a small gain for) are measured again
    with it in place, against the loader fix alone.
-4. The fixes that helped (the best num_workers value only, and the second round's) are combined and
-   measured against the baseline again, interleaved with the best single fix in the same rounds. If the
-   combination's speed-up is below that single fix's there, the single fix is kept.
+4. The fixes that helped (one num_workers value, ``recipes.workers``' pick from the measured ones, and
+   the second round's) are combined and measured against the baseline again, interleaved with the best
+   single fix in the same rounds. If the combination's speed-up is below that single fix's there, the
+   single fix is kept.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from pitstop.host.cpu import usable_cores
 from pitstop.measure import Progress, Settings, interleave, log_spread, steps_for_startup
+from pitstop.measure_throughput import rejudge_throughput
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.apply import plan
 from pitstop.tune.fix import (
@@ -137,6 +142,9 @@ class _Rounds:
             return times
 
         def report(p: Progress) -> None:
+            # the engine decided on medians; the verdict that stops an arm is its throughput's
+            rejudge_throughput(base.arm, [m.arm for m in arms], settings, p.round)
+            p.verdicts = {m.arm.name: m.arm.verdict for m in arms}
             if self.progress:
                 self.progress(f"{label}: {p.text()}")
 
@@ -188,7 +196,7 @@ def run_fix(
                 result.baseline_error = prof.error or f"the script ended with status {prof.status}"
                 base.errors.append(result.baseline_error)
                 return _finish(result, cfg, rounds.steps)
-            result.config = prof.config
+            result.config, result.run_data = prof.config, prof.data
             result.profile_findings = prof.report().findings
             kinds = kinds_from_findings(result.profile_findings)
             hidden = hidden_kinds(result.profile_findings, [k for k, _ in kinds])
@@ -203,12 +211,12 @@ def run_fix(
             if not first.ok or not first.steps:
                 result.baseline_error = first.error or f"the script ended with status {first.status}"
                 return _finish(result, cfg, rounds.steps)
-            result.config = first.config
+            result.config, result.run_data = first.config, first.data
         user_skipped = [
             f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
         ]
         kinds = [(k, why) for k, why in kinds if k not in cfg.skip]
-        cands, skipped = build_candidates(kinds, result.config, cfg)
+        cands, skipped = build_candidates(kinds, result.config, cfg, result.run_data)
         result.skipped_candidates = user_skipped + skipped
         measured = [
             Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
@@ -229,10 +237,12 @@ def run_fix(
             return _finish(result, cfg, rounds.steps)
         helped = [m for m in measured if m.verdict == HELPED]
         workers = [m for m in helped if m.kind == "workers"]
-        if len(workers) > 1:  # one num_workers value: the fastest
-            best_w = max(workers, key=lambda m: m.speedup or 0.0)
+        if len(workers) > 1:  # one num_workers value: recipes.workers' pick from the measured curve
+            best_w = _workers_pick(workers, result, cfg)
             helped = [m for m in helped if m.kind != "workers" or m is best_w]
-        later = build_candidates([(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg)[0]
+        later = build_candidates(
+            [(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg, result.run_data
+        )[0]
         helped += _on_top_of_loader_fix(helped, measured, later, rounds, result)
         if len(helped) == 1:
             result.chosen, result.speedup = [helped[0].name], helped[0].speedup
@@ -245,6 +255,15 @@ def run_fix(
         for m in result.candidates:
             judge(m, base, cfg)
     return _finish(result, cfg, rounds.steps)
+
+
+def _workers_pick(workers: list[Measured], result: FixResult, cfg: FixConfig) -> Measured:
+    """The num_workers value ``recipes.workers.choose_workers`` picks from the measured throughput of the
+    values that helped (the fewest workers within ``min_gain`` of the fastest, at most the cap)."""
+    by_count = {int((m.overrides.get("dataloader") or {})["num_workers"]): m for m in workers}
+    machine = WorkerMachine.of_run(result.run_data, usable_cores())
+    choice = choose_workers(machine, {w: m.speedup or 0.0 for w, m in by_count.items()}, cfg.min_gain)
+    return by_count.get(choice.workers) or max(workers, key=lambda m: m.speedup or 0.0)
 
 
 def _combine(helped: list[Measured], base: Measured, rounds: _Rounds, result: FixResult) -> None:
@@ -309,7 +328,7 @@ def _on_top_of_loader_fix(
         SECOND_SHARE,
     )
     for t in tops:
-        t.ref_runs = list(ref.steps_per_s)
+        t.ref_runs, t.ref_throughput, t.ref_median = list(ref.steps_per_s), ref.throughput, ref.median
     result.candidates += tops
     return [t for t in tops if t.verdict == HELPED]
 

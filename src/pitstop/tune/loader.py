@@ -4,23 +4,27 @@
 This module is the search; measuring one setting is ``loader_measure``, turning points into Findings is
 ``loader_findings``. num_workers climbs a ladder (0, 1, 2, 3, 4, 6, 8, ...) and stops climbing once
 ``patience`` points in a row fail to beat the best by ``min_gain``; the neighbourhood of the best is then
-refined. A setting replaces the current best only when it is ``min_gain`` faster, so ties go to the
-cheaper setting (fewer workers, shallower prefetch). RAM and /dev/shm are predicted before a point runs
-and watched while it runs (memwatch); a setting that would exhaust them is rejected with the reason.
-Finally the script's own setting and the chosen one are measured again, interleaved, for the speed-up.
+refined. The worker count is then picked from the measured curve by ``recipes.workers.choose_workers``,
+the rule profile and fix use: the fewest workers within ``min_gain`` of the fastest, never above the
+cores' cap (torch's suggested maximum, the cores other processes and ranks leave); the ladder climbs
+one rung past the cap by default, so a faster count there is reported. A prefetch depth replaces the
+best only when it is ``min_gain`` faster, so ties go to the cheaper setting. RAM and /dev/shm are
+predicted before a point runs and watched while it runs (memwatch); a setting that would exhaust them
+is rejected with the reason. Finally the script's own setting and the chosen one are measured again,
+interleaved, for the speed-up: batches per wall-clock second over the rounds (``measure_throughput``).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pitstop.findings import Finding, Severity
-from pitstop.host.cpu import usable_cores
+from pitstop.findings import Finding
 from pitstop.measure import Arm, Interval, Progress, Settings, interleave
+from pitstop.measure_throughput import Window, pooled, throughput_interval
+from pitstop.recipes.workers import WorkerMachine, choose_workers, worker_cap
 from pitstop.tune.loader_findings import (
     best_finding,
     dataset_failure,
@@ -28,13 +32,11 @@ from pitstop.tune.loader_findings import (
     sweep_findings,
     unpicklable_finding,
 )
+from pitstop.tune.loader_knobs import persistent_finding, pin_memory_finding
 from pitstop.tune.loader_measure import (
     LoaderPoint,
     LoaderSetting,
     MeasureConfig,
-    describe_failure,
-    make_loader,
-    measure_restart,
     measure_setting,
     picklable,
     setting_from_kwargs,
@@ -48,7 +50,7 @@ WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 @dataclass
 class TuneConfig:
-    max_workers: int | None = None  # default: 4x usable cores, at most 64
+    max_workers: int | None = None  # default: one ladder rung past recipes.workers' cap
     prefetch_factors: tuple[int, ...] = (2, 4)
     batch_sizes: tuple[int, ...] = ()  # also measure these batch sizes at the chosen setting
     patience: int = 2
@@ -64,7 +66,7 @@ class LoaderTuneResult:
     chosen: LoaderSetting
     points: list[LoaderPoint]
     findings: list[Finding]
-    speedup: float | None  # chosen vs baseline, interleaved confirmation rounds (median)
+    speedup: float | None  # chosen vs baseline: throughput over the interleaved confirmation rounds
     baseline_rate: float | None
     chosen_rate: float | None
     interrupted: bool = False
@@ -107,6 +109,12 @@ class LoaderTuneResult:
 
 MeasureFn = Callable[[LoaderSetting], LoaderPoint]
 ProgressFn = Callable[[str], None]
+
+
+def default_max_workers(cap: int) -> int:
+    """The ladder's top by default: the first rung past ``cap``, so the sweep shows whether more workers
+    than the cores allow would have loaded faster."""
+    return next((w for w in WORKER_LADDER if w > cap), cap + 1)
 
 
 def worker_candidates(max_workers: int) -> list[int]:
@@ -201,10 +209,16 @@ def tune_loader(
     cfg = config or TuneConfig()
     base_kwargs = dict(base_kwargs or {})
     baseline = setting_from_kwargs(base_kwargs)
-    cores = usable_cores()
-    max_w = cfg.max_workers if cfg.max_workers is not None else min(64, 4 * cores)
+    machine = WorkerMachine.here()
+    cap = worker_cap(machine)
+    max_w = cfg.max_workers if cfg.max_workers is not None else default_max_workers(cap)
     findings: list[Finding] = []
-    meta: dict[str, Any] = {"usable_cores": cores, "max_workers": max_w, "min_gain": cfg.min_gain}
+    meta: dict[str, Any] = {
+        "usable_cores": machine.cores,
+        "max_workers": max_w,
+        "worker_cap": cap,
+        "min_gain": cfg.min_gain,
+    }
 
     def real_measure(s: LoaderSetting) -> LoaderPoint:
         return measure_setting(dataset, s, base_kwargs, cfg.measure)
@@ -232,39 +246,8 @@ def tune_loader(
             return LoaderTuneResult(baseline, baseline, sweep.order, findings, None, None, None, False, meta)
         sweep.consider(base_point)
 
-        # 1. num_workers: climb the ladder with the script's other settings, stop when it stops rising.
-        ladder = worker_candidates(max_w)
-        template = replace(baseline, prefetch_factor=None)
-        stale, stopped_at = 0, None
-        for w in ladder:
-            p = sweep.get(replace(template, num_workers=w), "sweep")
-            if not p.ok:
-                if w > 0:
-                    stopped_at = w
-                    break  # more workers need more memory / will crash the same way
-                continue
-            if p is sweep.best:  # the baseline, already counted
-                continue
-            if sweep.consider(p):
-                stale = 0
-            else:
-                stale += 1
-                if stale >= cfg.patience:
-                    stopped_at = w
-                    break
-        meta["climb_stopped_at"] = stopped_at
-        # 2. refine between the best and its ladder neighbours.
-        best_w = sweep.best.setting.num_workers if sweep.best else 0
-        if best_w in ladder:
-            i = ladder.index(best_w)
-            around = []
-            if i > 0:
-                around.append((ladder[i - 1] + best_w) // 2)
-            if i + 1 < len(ladder) and (stopped_at is None or ladder[i + 1] <= stopped_at):
-                around.append((best_w + ladder[i + 1]) // 2)
-            for w in around:
-                if w not in (best_w, *ladder):
-                    sweep.consider(sweep.get(replace(template, num_workers=w), "refine"))
+        # 1-2. num_workers: the measured curve and recipes.workers' pick from it.
+        _worker_curve(sweep, replace(baseline, prefetch_factor=None), max_w, machine, meta)
         best = sweep.best
         # 3. prefetch depth at the best worker count.
         if best is not None and best.setting.num_workers > 0:
@@ -275,7 +258,7 @@ def tune_loader(
 
         # 4. persistent_workers: the per-epoch worker start-up it saves, measured.
         if chosen.num_workers > 0 and not chosen.persistent_workers and measure is None:
-            f = _persistent_finding(dataset, base_kwargs, chosen, best)
+            f = persistent_finding(dataset, base_kwargs, chosen, best)
             if f is not None:
                 findings.append(f)
                 if f.data.get("recommend"):
@@ -291,7 +274,9 @@ def tune_loader(
 
     if not interrupted:
         try:
-            pin = _pin_memory_finding(base_kwargs, chosen, dataset if measure is None else None, cfg)
+            pin = pin_memory_finding(
+                base_kwargs, chosen, dataset if measure is None else None, cfg, measure_setting
+            )
         except KeyboardInterrupt:
             interrupted = True
         else:
@@ -315,13 +300,92 @@ def tune_loader(
     findings.extend(sweep_findings(sweep.order))
     iv = Interval(**meta["confirm_interval"]) if meta.get("confirm_interval") else None
     findings.insert(
-        0, best_finding(baseline, chosen, base_rate, chosen_rate, speedup, location, cfg, interval=iv)
+        0,
+        best_finding(
+            baseline,
+            chosen,
+            base_rate,
+            chosen_rate,
+            speedup,
+            location,
+            cfg,
+            interval=iv,
+            workers_basis=(meta.get("workers_choice") or {}).get("basis"),
+        ),
     )
     meta["points_measured"] = sum(1 for p in sweep.order if not p.reason.startswith("predicted"))
     meta["exhaustive_worker_points"] = len(worker_candidates(max_w))
     return LoaderTuneResult(
         baseline, chosen, sweep.order, findings, speedup, base_rate, chosen_rate, interrupted, meta
     )
+
+
+def _worker_curve(
+    sweep: _Sweep, template: LoaderSetting, max_w: int, machine: WorkerMachine, meta: dict[str, Any]
+) -> None:
+    """num_workers with the script's other settings (``template``): climb the ladder until it stops
+    rising, refine between the pick and its ladder neighbours, and make ``recipes.workers``' pick from
+    the measured points the sweep's best."""
+    cfg = sweep.cfg
+    # 1. climb the ladder, stop when it stops rising.
+    ladder = worker_candidates(max_w)
+    stale, stopped_at = 0, None
+    for w in ladder:
+        p = sweep.get(replace(template, num_workers=w), "sweep")
+        if not p.ok:
+            if w > 0:
+                stopped_at = w
+                break  # more workers need more memory / will crash the same way
+            continue
+        if p is sweep.best:  # the baseline, already counted
+            continue
+        if sweep.consider(p):
+            stale = 0
+        else:
+            stale += 1
+            if stale >= cfg.patience:
+                stopped_at = w
+                break
+    meta["climb_stopped_at"] = stopped_at
+    _pick_workers(sweep, template, machine, meta)
+    # 2. refine between the pick and its ladder neighbours.
+    best_w = sweep.best.setting.num_workers if sweep.best else 0
+    if best_w in ladder:
+        i = ladder.index(best_w)
+        around = []
+        if i > 0:
+            around.append((ladder[i - 1] + best_w) // 2)
+        if i + 1 < len(ladder) and (stopped_at is None or ladder[i + 1] <= stopped_at):
+            around.append((best_w + ladder[i + 1]) // 2)
+        for w in around:
+            if w not in (best_w, *ladder):
+                sweep.get(replace(template, num_workers=w), "refine")
+    _pick_workers(sweep, template, machine, meta)
+
+
+def _pick_workers(
+    sweep: _Sweep, template: LoaderSetting, machine: WorkerMachine, meta: dict[str, Any]
+) -> None:
+    """Make the sweep's best the worker count ``recipes.workers.choose_workers`` picks from the points
+    measured with the script's other settings."""
+    curve = {
+        p.setting.num_workers: p
+        for p in sweep.order
+        if p.ok and p.setting == replace(template, num_workers=p.setting.num_workers).normalized()
+    }
+    if not curve:
+        return
+    choice = choose_workers(
+        machine, {w: p.batches_per_s or 0.0 for w, p in curve.items()}, sweep.cfg.min_gain
+    )
+    # not on the curve only when no count at or under the cap was measured: then the fewest measured
+    sweep.best = curve.get(choice.workers) or curve[min(curve)]
+    meta["workers_choice"] = {
+        "workers": sweep.best.setting.num_workers if sweep.best else None,
+        "cap": choice.cap,
+        "basis": choice.basis,
+        "faster_above_cap": choice.faster_above_cap,
+    }
 
 
 def _confirm(
@@ -336,16 +400,16 @@ def _confirm(
         p = sweep.points.get(baseline.normalized())
         rate = p.batches_per_s if p and p.ok else None
         return rate, rate, 1.0 if rate else None
-    base, best = [], []
     settings = {"baseline": baseline, "chosen": chosen}
-    rates: dict[str, list[float]] = {"baseline": base, "chosen": best}
+    windows: dict[str, list[Window]] = {"baseline": [], "chosen": []}
 
     def sample(name: str) -> list[float] | None:
         p = sweep.measure(settings[name].normalized())
         p.role = "confirm"
         if not p.ok:
+            windows[name].append(Window(0, 0.0))  # keeps the rounds paired
             return None
-        rates[name].append(p.batches_per_s)  # type: ignore[arg-type]
+        windows[name].append(Window(p.batches, p.seconds))
         return [1.0 / w for w in p.windows if w > 0] or [1.0 / p.batches_per_s]  # type: ignore[operator]
 
     def report(pr: Progress) -> None:
@@ -354,103 +418,14 @@ def _confirm(
 
     arm_b, arm_c = Arm("baseline"), Arm("chosen")  # the timing engine's rotating rounds, every one run
     interleave(arm_b, [arm_c], sample, Settings.every_round(cfg.confirm_rounds), on_progress=report)
-    meta["confirm_batches_per_s"] = {"baseline": base, "chosen": best}
-    if arm_c.interval is not None and math.isfinite(arm_c.interval.hi):
-        meta["confirm_interval"] = arm_c.interval.to_dict()
-    if not base or not best:
+    meta["confirm_batches_per_s"] = {k: [w.rate for w in v if w.rate] for k, v in windows.items()}
+    iv = throughput_interval(windows["baseline"], windows["chosen"])
+    if iv is not None and math.isfinite(iv.hi):
+        meta["confirm_interval"] = iv.to_dict()
+    b, c = pooled(windows["baseline"]).rate, pooled(windows["chosen"]).rate
+    if iv is None or b is None or c is None:
         return None, None, None
-    b, c = statistics.median(base), statistics.median(best)
-    return b, c, c / b
-
-
-def _persistent_finding(
-    dataset: Any, base_kwargs: dict[str, Any], chosen: LoaderSetting, best: LoaderPoint | None
-) -> Finding | None:
-    cold = measure_restart(dataset, replace(chosen, persistent_workers=False), base_kwargs)
-    warm = measure_restart(dataset, replace(chosen, persistent_workers=True), base_kwargs)
-    if cold is None or warm is None or best is None or not best.ok:
-        return None
-    saving = max(0.0, cold - warm)
-    try:
-        n_batches = len(make_loader(dataset, base_kwargs, chosen))
-    except TypeError:
-        n_batches = None
-    epoch_s = n_batches / best.batches_per_s if n_batches and best.batches_per_s else None
-    share = saving / (epoch_s + cold) if epoch_s else None
-    recommend = saving > 0.005 and (share is None or share >= 0.01)
-    epoch_txt = (
-        f" = {100 * share:.1f}% of a {epoch_s:.2f} s epoch ({n_batches} batches)" if share is not None else ""
-    )
-    return Finding(
-        id="tune.loader.persistent_workers",
-        severity=Severity.INFO,
-        title="persistent_workers=True saves worker start-up each epoch"
-        if recommend
-        else "persistent_workers makes no measurable difference here",
-        evidence=f"new epoch to first batch: {cold * 1000:.0f} ms with fresh workers, {warm * 1000:.0f} ms "
-        f"with persistent ones (median of 3, {chosen.num_workers} workers){epoch_txt}",
-        data={"restart_s": cold, "persistent_restart_s": warm, "epoch_s": epoch_s, "recommend": recommend},
-        est_saving_s=saving,
-        fix="Pass persistent_workers=True." if recommend else "",
-    )
-
-
-def _pin_memory_finding(
-    base_kwargs: dict[str, Any], chosen: LoaderSetting, dataset: Any, cfg: TuneConfig
-) -> Finding:
-    import torch
-
-    if not torch.cuda.is_available():
-        return Finding(
-            id="tune.loader.pin_memory",
-            severity=Severity.INFO,
-            title="pin_memory not measured: no CUDA device",
-            evidence="Pinned (page-locked) host memory only speeds up host-to-device copies; this process "
-            "sees no CUDA device, so there is no copy to measure and pin_memory was left as the script set it "
-            f"({bool(base_kwargs.get('pin_memory', False))}).",
-            data={"measured": False},
-        )
-    if dataset is None:
-        return Finding(id="tune.loader.pin_memory", severity=Severity.INFO, title="pin_memory not measured")
-    from pitstop.tune.h2d import measure_h2d
-
-    try:
-        r = measure_h2d(next(iter(make_loader(dataset, base_kwargs, replace(chosen, pin_memory=False)))))
-    except Exception as e:  # a dataset that fails was reported by the sweep already
-        return Finding(
-            id="tune.loader.pin_memory",
-            severity=Severity.INFO,
-            title="pin_memory not measured",
-            evidence=f"could not time a copy: {describe_failure(e)}",
-            data={"measured": False},
-        )
-    copy_saving = r["pageable_s"] - r["pinned_s"]
-    evidence = (
-        f"copy of one batch ({r['bytes'] / MiB:.1f} MiB) to {r['device']}: {r['pageable_s'] * 1000:.2f} ms "
-        f"pageable, {r['pinned_s'] * 1000:.2f} ms pinned (median of {r['repeats']}, CUDA events)"
-    )
-    loader_cost = 0.0
-    if copy_saving > r["pageable_s"] * cfg.min_gain:
-        # Pinning is done by a thread in the training process: measure what it costs the loader.
-        off = measure_setting(dataset, replace(chosen, pin_memory=False), base_kwargs, cfg.measure)
-        on = measure_setting(dataset, replace(chosen, pin_memory=True), base_kwargs, cfg.measure)
-        if off.ok and on.ok:
-            loader_cost = max(0.0, 1 / on.batches_per_s - 1 / off.batches_per_s)  # type: ignore[operator]
-            evidence += f"; the loader gives {on.batches_per_s:.1f} batches/s pinning vs {off.batches_per_s:.1f} without"
-            r.update(loader_pinned_batches_per_s=on.batches_per_s, loader_batches_per_s=off.batches_per_s)
-    net = copy_saving - loader_cost
-    recommend = copy_saving > r["pageable_s"] * cfg.min_gain and net > 0
-    return Finding(
-        id="tune.loader.pin_memory",
-        severity=Severity.WARN if recommend and not chosen.pin_memory else Severity.INFO,
-        title="pin_memory=True speeds the host-to-device copy"
-        if recommend
-        else "pin_memory does not pay off here",
-        evidence=evidence,
-        data={"measured": True, "recommend": recommend, "net_saving_s": net, **r},
-        est_saving_s=max(0.0, net),
-        fix="Pass pin_memory=True and copy with .to(device, non_blocking=True)." if recommend else "",
-    )
+    return b, c, iv.estimate
 
 
 def tune_config_from_dict(d: dict[str, Any]) -> TuneConfig:

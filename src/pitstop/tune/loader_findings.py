@@ -114,9 +114,11 @@ def best_finding(
     location: str | None,
     cfg: TuneConfig,
     interval: Interval | None = None,
+    workers_basis: str | None = None,
 ) -> Finding:
-    """The chosen setting against the script's. With the confirmation rounds' interval (2 rounds or
-    more), the gain counts when ``measure.decide`` calls it helped; with one round, by its median."""
+    """The chosen setting against the script's. The speed-up is throughput over the confirmation rounds;
+    with their interval (2 rounds or more), the gain counts when ``measure.decide`` calls it helped;
+    with one round, by its estimate. ``workers_basis``: why this worker count (``recipes.workers``)."""
     changes = kwargs_diff(baseline, chosen)
     data = {
         "baseline": baseline.label(),
@@ -138,13 +140,15 @@ def best_finding(
     code = "DataLoader(..., " + ", ".join(f"{k}={v!r}" for k, v in changes.items()) + ")"
     if speedup is not None and base_rate and chosen_rate:
         ev = (
-            f"{chosen_rate:.1f} vs {base_rate:.1f} batches/s ({speedup:.2f}x), median of "
-            f"{cfg.confirm_rounds} interleaved rounds, {chosen.label()} vs the script's {baseline.label()}"
+            f"{chosen_rate:.1f} vs {base_rate:.1f} batches/s ({speedup:.2f}x), batches per wall-clock second "
+            f"over {cfg.confirm_rounds} interleaved rounds, {chosen.label()} vs the script's {baseline.label()}"
         )
         if interval is not None:
-            ev += f"; per batch {interval.text()}"
+            ev += f"; {interval.text()}"
     else:
         ev = f"{chosen.label()} vs the script's {baseline.label()} (speed-up not confirmed)"
+    if workers_basis and "num_workers" in changes:
+        ev += f"; num_workers={chosen.num_workers}: {workers_basis}"
     gain = speedup is not None and speedup >= 1 + cfg.min_gain
     if interval is not None:
         gain = decide(interval, cfg.min_gain, min_rounds=2) == HELPED

@@ -2,7 +2,9 @@
 batch of a new epoch, per-worker memory and batch size, and whether the dataset pickles for workers.
 
 A fresh DataLoader is built per setting with the script's other arguments (collate_fn, sampler, ...),
-warmed up, then timed over ``repeats`` windows of bounded length; the point's rate is the median window.
+warmed up, then timed over ``repeats`` windows of bounded length; the point's rate is its throughput, the
+batches of all windows over their seconds (an epoch's restart is left out: it is measured apart, for
+``persistent_workers``).
 RAM and /dev/shm are watched while it runs (memwatch).
 """
 
@@ -76,7 +78,8 @@ def setting_from_kwargs(kwargs: dict[str, Any]) -> LoaderSetting:
 
 @dataclass
 class LoaderPoint:
-    """One measured setting. Rates are medians over the timed windows; memory is growth while it ran."""
+    """One measured setting. Rates are throughput: batches over the seconds of all its timed windows (a
+    slow batch counts as the clock saw it); memory is growth while it ran."""
 
     setting: LoaderSetting
     status: str = "ok"  # ok | rejected (memory) | failed (exception / worker crash)
@@ -85,6 +88,7 @@ class LoaderPoint:
     samples_per_s: float | None = None
     windows: list[float] = field(default_factory=list)  # batches/s of each timed window
     batches: int = 0
+    seconds: float = 0.0  # timed seconds of those windows: batches / seconds is the point's throughput
     first_batch_s: float | None = None  # iterator creation (worker start-up) to first batch
     peak_rss: int | None = None  # pitstop process + workers, bytes
     peak_shm_growth: int | None = None
@@ -234,6 +238,7 @@ def measure_setting(
                 elapsed = max(time.perf_counter() - start - paused, 1e-9)
                 point.windows.append(n / elapsed)
                 point.batches += n
+                point.seconds += elapsed
             if not watch.tripped and setting.num_workers > 0:
                 uss = children_uss()
                 point.worker_uss = int(statistics.mean(uss)) if uss else None
@@ -244,7 +249,7 @@ def measure_setting(
             point.status, point.reason = "rejected", f"stopped while running: {watch.reason}"
             point.windows = []
             return point
-        point.batches_per_s = statistics.median(point.windows) if point.windows else None
+        point.batches_per_s = point.batches / point.seconds if point.windows and point.seconds > 0 else None
         if point.batches_per_s is not None and per_batch:
             point.samples_per_s = point.batches_per_s * (samples / max(point.batches, 1))
     except KeyboardInterrupt:
