@@ -8,7 +8,9 @@ profiled script failed), 2 usage error, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,16 +40,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check the output paths (exit 2 before anything is measured), run the command. SIGTERM is
+    Ctrl-C for every command: each stops, reports what it measured and exits 130."""
+    from pitstop.cliopts import check_outputs
+    from pitstop.cliutil import EXIT_INTERRUPTED, usage_error
+    from pitstop.interrupts import sigterm_interrupts
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    problem = check_outputs(args)
+    if problem:
+        return usage_error(problem)
     try:
-        return int(args.func(args) or 0)
+        with sigterm_interrupts():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        from pitstop.cliutil import EXIT_INTERRUPTED
-
         print("pitstop: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
+def entry() -> None:
+    """The ``pitstop`` console script: ``main``, then exit with its code. After Ctrl-C or SIGTERM the
+    exit skips the interpreter's teardown (torch's takes seconds on a busy machine), so pitstop is gone
+    within the 2 s it promises; the report is written by then and stdout/stderr are flushed here."""
+    code = main()
+    if code == 130:  # cliutil.EXIT_INTERRUPTED
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

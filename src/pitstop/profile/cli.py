@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pitstop.cliopts import add_options, opt, options_from
 from pitstop.cliutil import (
@@ -17,6 +19,10 @@ from pitstop.cliutil import (
     shows_tables,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    from pitstop.findings import Report
+    from pitstop.profile.runner import RunResult, RunSpec
 
 EXIT_SCRIPT_FAILED = 1
 
@@ -57,16 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rich.console import Console
 
     from pitstop.profile import summary
-    from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
-    from pitstop.tune.verdict_cache import annotate_profile
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)
@@ -106,16 +108,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
-    # predictions that would warn, timed again in fresh runs with the fix injected
-    confirm_all(spec, result, say=(lambda m: err.print(f"pitstop profile: {m}")) if show else None)
-    report = result.report()
-    report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
-    if o.verify and result.ok:
-        from pitstop.profile.verify import verify
-
-        if show:
-            err.print(f"pitstop profile --verify: timing the top warning's fix (at most {o.verify:.0f} s)")
-        verify(report, cmd, o.verify, out_dir)
+    report = measured_report(spec, result, o.verify, out_dir, (lambda m: err.print(m)) if show else None)
     summary.reconcile(report)  # the verdict for the findings as fix's verdicts and --verify left them
     if shows_tables(args):
         print_breakdown(report, Console())
@@ -125,9 +118,53 @@ def cmd_profile(args: argparse.Namespace) -> int:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     if result.status == "not_started":
         return 2
-    if result.status == "interrupted":
+    if result.status == "interrupted" or report.meta.get("interrupted"):
         return EXIT_INTERRUPTED
     if not result.ok:
         print(f"pitstop profile: {result.error}", file=sys.stderr)
         return EXIT_SCRIPT_FAILED
     return code
+
+
+def measured_report(
+    spec: RunSpec,
+    result: RunResult,
+    verify_s: float | None,
+    out_dir: Path | None,
+    say: Callable[[str], None] | None,
+) -> Report:
+    """The run's report after its fresh confirmation runs and ``--verify``. Ctrl-C or SIGTERM in any
+    phase stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase
+    (exit 130), and the verdict says it was cut short (never healthy)."""
+    from pitstop.profile import summary
+    from pitstop.profile.fresh_confirm import confirm_all
+    from pitstop.tune.verdict_cache import annotate_profile
+
+    phase = "the script run" if result.status == "interrupted" else None
+    report = None
+    try:
+        if phase is None:  # predictions that would warn, timed again in fresh runs with the fix injected
+            phase = "the fresh confirmation runs"
+            confirm_all(spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None)
+            phase = None
+        report = result.report()
+        report.findings = annotate_profile(report.findings, spec.command, out_dir)  # what `fix` measured
+        if verify_s and result.ok:
+            from pitstop.profile.verify import verify
+
+            phase = "--verify"
+            if say:
+                say(f"pitstop profile --verify: timing the top warning's fix (at most {verify_s:.0f} s)")
+            verify(report, spec.command, verify_s, out_dir)
+            phase = None
+    except KeyboardInterrupt:
+        phase = phase or "the report"
+        report = report or result.report()
+    if phase is not None:
+        report.meta["interrupted"] = phase
+        if isinstance(report.meta.get(summary.BASIS), dict):
+            report.meta[summary.BASIS]["interrupted"] = phase
+        report.error = (
+            report.error or f"interrupted (Ctrl-C or SIGTERM) during {phase}; what was measured is kept"
+        )
+    return report

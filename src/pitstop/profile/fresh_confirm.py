@@ -25,7 +25,7 @@ from typing import Any
 
 from pitstop.findings import Severity
 from pitstop.profile import malloc_confirm, workers_confirm
-from pitstop.profile.fresh_runs import Runner, timed
+from pitstop.profile.fresh_runs import Interrupted, Runner, timed
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
@@ -66,15 +66,22 @@ def time_model_probe(spec: RunSpec, result: RunResult, name: str, runner: Runner
     def fixed(s: RunSpec) -> RunSpec:
         return replace(s, overrides=fix_overrides(name, probe, s.overrides))
 
-    record = timed(
-        spec, fixed, runner, budget_s=BUDGET_S, steps=STEPS, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
-    )
-    probe["two_process"] = {**record, "variant": fix_overrides(name, probe).describe()}
+    variant = fix_overrides(name, probe).describe()
+    try:
+        record = timed(
+            spec, fixed, runner, budget_s=BUDGET_S, steps=STEPS, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
+        )
+    except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
+        probe["two_process"] = {**e.record, "variant": variant}
+        raise
+    probe["two_process"] = {**record, "variant": variant}
     return probe["two_process"]
 
 
 def confirm_all(spec: RunSpec, result: RunResult, runner: Runner = run, say: Say | None = None) -> list[str]:
-    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran."""
+    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran.
+    Ctrl-C or SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds
+    measured before it kept in their finding's record."""
     ran: list[str] = []
     if not result.ok:
         return ran

@@ -306,6 +306,8 @@ def build_report(result: RunResult) -> Report:
         return Report(tool="profile", error=result.error, meta={"command": " ".join(result.command)})
     findings, bd = problem_findings(result.steps, data)
     basis = verdict_basis(findings, bd, data) if bd is not None else None
+    if basis is not None and result.status == "interrupted":  # Ctrl-C / SIGTERM: never healthy
+        basis["interrupted"] = "the script run"
     if basis is not None and (last := summary.verdict(findings, **basis)) is not None:
         findings.append(last)
     sections: dict[str, Any] = {

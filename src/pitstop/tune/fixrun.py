@@ -23,7 +23,7 @@ from typing import Any
 
 from pitstop.measure import Progress, Settings, interleave, log_spread, steps_for_startup
 from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.profile.runner import RunResult, RunSpec, run, stop_on_interrupt
 from pitstop.tune import fix_dist
 from pitstop.tune.apply import plan
 from pitstop.tune.fix import (
@@ -172,9 +172,11 @@ def run_fix(
     clock: Callable[[], float] = time.monotonic,
 ) -> FixResult:
     """Measure the candidate fixes for ``command`` within ``cfg.budget`` seconds; ``runner`` replaces
-    ``pitstop.profile.runner.run`` in tests. Ctrl-C stops the measuring and reports what was measured."""
+    ``pitstop.profile.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
+    too) and reports what was measured."""
     cfg = cfg or FixConfig()
-    runner = fix_dist.job_runner(runner or run)  # a launch: the slowest rank's steps
+    # a launch: the slowest rank's steps; a run Ctrl-C or SIGTERM stopped ends the measuring
+    runner = stop_on_interrupt(fix_dist.job_runner(runner or run))
     rounds = _Rounds(command, cfg, runner, progress, clock)
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
