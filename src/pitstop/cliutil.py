@@ -65,7 +65,8 @@ def command_after_dashes(args: argparse.Namespace, attr: str = "cmd") -> list[st
 
 
 def usage_error(message: str) -> int:
-    Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message))
+    """``pitstop: message`` on stderr, one line however narrow the terminal; returns exit code 2."""
+    Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message), soft_wrap=True)
     return EXIT_USAGE
 
 

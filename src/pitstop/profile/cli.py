@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pitstop.cliopts import add_options, opt, options_from
+from pitstop.cliopts import add_options, opt, options_from, output_problem
 from pitstop.cliutil import (
     EXIT_INTERRUPTED,
     add_output_args,
@@ -34,7 +34,9 @@ class ProfileArgs:
     full: bool = opt(False, "run the script to its end instead of stopping")
     timeout: float | None = opt(None, "stop a script running longer (s)", metavar="S")
     trace: bool = opt(False, "also record a torch.profiler Chrome trace")
-    out_dir: str | None = opt(None, "keep the run's files (measurements, trace) here", metavar="DIR")
+    out_dir: str | None = opt(
+        None, "keep the run's files (measurements, trace) here", metavar="DIR", output="dir"
+    )
     no_probes: bool = opt(False, "skip the measured what-ifs after the run")
     verify: float | None = opt(
         None,
@@ -87,8 +89,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except CommandError as e:
         return usage_error(str(e))
     out_dir = Path(o.out_dir) if o.out_dir else None
-    if o.trace and out_dir is None:
+    if o.trace and out_dir is None:  # the trace's folder: checked here, --out-dir is checked by the CLI
         out_dir = Path("pitstop-report-profile")
+        why = output_problem(out_dir, "dir")
+        if why:
+            return usage_error(f"cannot write the trace to {out_dir}: {why}")
     spec = RunSpec(
         command=cmd,
         steps=o.steps,
