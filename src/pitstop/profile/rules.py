@@ -233,22 +233,7 @@ def problem_findings(
     bd = breakdown(steps)
     found: list[Finding] = progress_rules(data)  # hang, timeout, stalls, dead workers
     if bd is None:
-        totals = data.get("totals", {})
-        found.append(
-            Finding(
-                id="profile.no_step",
-                severity=Severity.WARN,
-                title="No training step was seen",
-                evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
-                f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
-                f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
-                "neither optimizer.step() nor enough backward() calls to delimit steps by "
-                "(or the script stopped before them)",
-                data=totals,
-                fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
-                "profile the training script, or run longer.",
-            )
-        )
+        found.append(no_step_finding(data))
         found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
         return found, None
     cores = cores if cores is not None else cpu.usable_cores()
@@ -272,6 +257,40 @@ def problem_findings(
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
     return found, bd
+
+
+def no_step_finding(data: dict[str, Any]) -> Finding:
+    """``profile.no_step``: no measured step. Either every step the script ran was a warm-up step (it
+    ended too soon for ``--warmup``), or no step boundary was seen at all."""
+    totals = data.get("totals", {})
+    warm = sum(1 for r in data.get("steps") or [] if isinstance(r, dict) and r.get("warmup"))
+    if warm:
+        what = "optimizer steps" if data.get("step_boundary") == "optimizer.step()" else "steps"
+        n = data.get("warmup", warm)
+        ended = "then it was stopped" if data.get("status") == "interrupted" else "then the script ended"
+        return Finding(
+            id="profile.no_step",
+            severity=Severity.WARN,
+            title=f"All {warm} {what} were warm-up: none was measured",
+            evidence=f"{warm} {what} seen ({totals.get('optimizer_steps', 0)} optimizer.step() calls), all "
+            f"within the first {n} that --warmup leaves out of the measurement; {ended}",
+            data={**totals, "warmup_steps": warm, "warmup": n},
+            fix=f"Run the script longer (more batches or epochs), or lower --warmup below {warm} "
+            f"(e.g. --warmup {max(0, warm - 3)}) so some steps are measured.",
+        )
+    return Finding(
+        id="profile.no_step",
+        severity=Severity.WARN,
+        title="No training step was seen",
+        evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
+        f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
+        f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
+        "neither optimizer.step() nor enough backward() calls to delimit steps by "
+        "(or the script stopped before them)",
+        data=totals,
+        fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
+        "profile the training script, or run longer.",
+    )
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:
