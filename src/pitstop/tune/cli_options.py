@@ -59,6 +59,11 @@ class BatchSizeArgs(ScriptArgs, ModelArgs):
     start: int = opt(2, "first batch size (default 2)")
     max: int = opt(65536, "largest batch size to try")
     steps: int = opt(3, "training steps per size (first is warm-up)")
+    time_budget: float = opt(
+        120.0,
+        "seconds the search may take; a size that would not finish in time is not started (120)",
+        metavar="S",
+    )
 
 
 @dataclass
