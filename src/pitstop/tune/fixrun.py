@@ -36,7 +36,7 @@ from pitstop.tune.fix import (
     loader_of,
     merge,
 )
-from pitstop.tune.fixjudge import HELPED, Measured, judge
+from pitstop.tune.fixjudge import HELPED, UNDECIDED, Measured, judge
 from pitstop.tune.patch import dataloader_patch
 
 Runner = Callable[[RunSpec], RunResult]
@@ -246,6 +246,11 @@ def run_fix(
         judge(base, base, cfg)
         for m in result.candidates:
             judge(m, base, cfg)
+            if m.verdict == "failed" and not m.errors:  # never ran: not a failure of the fix
+                m.verdict, m.reason = (
+                    UNDECIDED,
+                    "not measured: interrupted (Ctrl-C or SIGTERM) before its runs",
+                )
     return _finish(result, cfg, rounds.steps)
 
 
