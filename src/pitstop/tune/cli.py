@@ -172,8 +172,12 @@ def _in_script(
 def _script_failed(tool: str, error: str | None, args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish
     from pitstop.findings import Finding, Report, Severity
+    from pitstop.tune.script import INTERRUPTED
 
     report = Report(tool=tool, error=error or "the script ended before the tuner ran")
+    if report.error.startswith(INTERRUPTED):  # Ctrl-C / SIGTERM: not a failure of the script
+        report.meta["interrupted"] = True
+        return finish(report, args)
     report.add(
         Finding(
             id="tune.script",

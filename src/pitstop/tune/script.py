@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "PITSTOP_TUNE_ARGS"
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
 PARTIAL_ENV = "PITSTOP_TUNE_PARTIAL"  # where a tuner writes what it measured so far (a stop may kill it)
 CALLBACKS = {"loader": "loader", "batch_size": "step", "lr": "step"}  # what -> callback_at
 STEPS_UNBOUNDED = 10**9  # the callback's own training steps must not end the run
@@ -49,6 +50,8 @@ def run_callback(
                 return {**json.loads(partial.read_text()), "interrupted": True}, None
     if result.callback_result is not None:
         return result.callback_result, None
+    if result.status == "interrupted":
+        return None, f"{INTERRUPTED} before the tuner in the script returned what it measured"
     error = result.error
     if error is None:
         need = "a DataLoader" if what == "loader" else "a training step (model + optimizer)"
