@@ -56,7 +56,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("pitstop: interrupted", file=sys.stderr)
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            _interrupted_report(args)
         return EXIT_INTERRUPTED
+
+
+def _interrupted_report(args: argparse.Namespace) -> None:
+    """The --json / --html asked for, when Ctrl-C or SIGTERM stopped a command before it had a report
+    (e.g. while torch was still importing): one that says so, so a caller waiting for the file finds it."""
+    from pitstop.findings import Report
+    from pitstop.report import write_html, write_json
+
+    sub = getattr(args, "tune_command", None) or getattr(args, "compress_command", None)
+    tool = " ".join(str(v) for v in (args.command, sub) if v)
+    error = "interrupted (Ctrl-C or SIGTERM) before the command had measurements to report"
+    report = Report(tool=tool, error=error, meta={"interrupted": True})
+    if getattr(args, "json", None) and args.json != "-":
+        write_json(report, args.json)
+    if getattr(args, "html", None):
+        write_html(report, args.html)
 
 
 def entry() -> None:
