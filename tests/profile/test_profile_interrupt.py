@@ -113,3 +113,41 @@ def test_sigterm_during_the_script_run_keeps_the_steps_and_is_never_healthy(tmp_
     verdict = next(f for f in doc["findings"] if f["id"].startswith("summary."))
     assert verdict["id"] == "summary.interrupted", verdict
     assert "steps" in verdict["evidence"]  # what was measured before the stop
+
+
+def _result(status: str = "stopped", data: dict | None = None):
+    from pitstop.profile.runner import RunResult, RunSpec
+    from pitstop.profile.timeline import StepRecord
+
+    steps = [
+        StepRecord(index=i, start_s=0.01 * i, total_s=0.01, forward_s=0.004, backward_s=0.006)
+        for i in range(12)
+    ]
+    spec = RunSpec(command=["python", "train.py"], probes=False)
+    return RunResult(0, None, steps, [1.0] * 12, {}, None, 1.0, status=status, data=data or {}, spec=spec)
+
+
+def test_ctrl_c_in_verify_gives_an_interrupted_report(monkeypatch):
+    from pitstop.profile import summary, verify
+    from pitstop.profile.cli import measured_report
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify, "verify", stopped)
+    result = _result()
+    report = measured_report(result.spec, result, 30.0, None, None)
+    summary.reconcile(report)
+    assert report.meta["interrupted"] == "--verify"
+    ids = [f.id for f in report.findings]
+    assert "summary.interrupted" in ids and "summary.healthy" not in ids
+
+
+def test_a_stop_in_the_exit_probes_is_named_as_such():
+    from pitstop.profile.cli import measured_report
+
+    result = _result("interrupted", {"status": "probing"})  # the child's last record: probing
+    report = measured_report(result.spec, result, None, None, None)
+    assert report.meta["interrupted"] == "the measured what-ifs after the script (exit probes)"
+    verdict = report.by_id("summary.interrupted")
+    assert verdict is not None and "12 steps" in verdict.evidence

@@ -145,13 +145,15 @@ def measured_report(
     from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.tune.verdict_cache import annotate_profile
 
-    phase = "the script run" if result.status == "interrupted" else None
-    report = None
+    phase, report = None, None
     try:
-        if phase is None:  # predictions that would warn, timed again in fresh runs with the fix injected
-            phase = "the fresh confirmation runs"
-            confirm_all(spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None)
-            phase = None
+        if result.status == "interrupted":  # in the script or its exit probes: the report says which
+            report = result.report()
+            phase = (report.meta.get(summary.BASIS) or {}).get("interrupted", "the script run")
+            return _interrupted(report, phase)
+        phase = "the fresh confirmation runs"  # predictions that would warn, timed again with the fix
+        confirm_all(spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None)
+        phase = None
         report = result.report()
         report.findings = annotate_profile(report.findings, spec.command, out_dir)  # what `fix` measured
         if verify_s and result.ok:
@@ -165,11 +167,18 @@ def measured_report(
     except KeyboardInterrupt:
         phase = phase or "the report"
         report = report or result.report()
-    if phase is not None:
-        report.meta["interrupted"] = phase
-        if isinstance(report.meta.get(summary.BASIS), dict):
-            report.meta[summary.BASIS]["interrupted"] = phase
-        report.error = (
-            report.error or f"interrupted (Ctrl-C or SIGTERM) during {phase}; what was measured is kept"
-        )
+    return _interrupted(report, phase) if phase else report
+
+
+def _interrupted(report: Report, phase: str) -> Report:
+    """``report`` marked as stopped by Ctrl-C or SIGTERM during ``phase``: ``meta["interrupted"]`` (exit
+    130), the verdict's basis (``summary.interrupted``, given by ``summary.reconcile``) and its error."""
+    from pitstop.profile import summary
+
+    report.meta["interrupted"] = phase
+    if isinstance(report.meta.get(summary.BASIS), dict):
+        report.meta[summary.BASIS]["interrupted"] = phase
+    report.error = (
+        report.error or f"interrupted (Ctrl-C or SIGTERM) during {phase}; what was measured is kept"
+    )
     return report

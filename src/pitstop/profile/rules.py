@@ -326,7 +326,10 @@ def build_report(result: RunResult) -> Report:
     findings, bd = problem_findings(result.steps, data)
     basis = verdict_basis(findings, bd, data) if bd is not None else None
     if basis is not None and result.status == "interrupted":  # Ctrl-C / SIGTERM: never healthy
-        basis["interrupted"] = "the script run"
+        probing = data.get("status") == "probing" or "KeyboardInterrupt" in str(data.get("finalize_error"))
+        basis["interrupted"] = (
+            "the measured what-ifs after the script (exit probes)" if probing else "the script run"
+        )
     if basis is not None and (last := summary.verdict(findings, **basis)) is not None:
         findings.append(last)
     sections: dict[str, Any] = {
