@@ -27,3 +27,17 @@ def test_sigterm_stops_a_command_like_ctrl_c_and_the_json_says_so(monkeypatch, t
     doc = json.loads(out.read_text())
     assert doc["tool"] == "doctor" and doc["meta"]["interrupted"] and "interrupted" in doc["error"]
     assert "pitstop: interrupted" in capsys.readouterr().err
+
+
+def test_a_report_the_command_wrote_before_the_stop_is_kept(monkeypatch, tmp_path):
+    from pitstop.doctor import cli as doctor_cli
+
+    out = tmp_path / "d.json"
+
+    def wrote_then_stopped(args):
+        out.write_text('{"tool": "doctor", "findings": []}')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor_cli, "cmd_doctor", wrote_then_stopped)
+    assert main(["doctor", "--json", str(out)]) == 130
+    assert json.loads(out.read_text()) == {"tool": "doctor", "findings": []}

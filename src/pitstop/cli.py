@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from pitstop import __version__
@@ -51,29 +52,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = check_outputs(args)
     if problem:
         return usage_error(problem)
+    started = time.time()
     try:
         with sigterm_interrupts():
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("pitstop: interrupted", file=sys.stderr)
         with contextlib.suppress(Exception, KeyboardInterrupt):
-            _interrupted_report(args)
+            _interrupted_report(args, started)
         return EXIT_INTERRUPTED
 
 
-def _interrupted_report(args: argparse.Namespace) -> None:
-    """The --json / --html asked for, when Ctrl-C or SIGTERM stopped a command before it had a report
-    (e.g. while torch was still importing): one that says so, so a caller waiting for the file finds it."""
+def _interrupted_report(args: argparse.Namespace, started: float) -> None:
+    """The --json / --html asked for, when Ctrl-C or SIGTERM stopped a command before it wrote its report
+    (e.g. while torch was still importing): one that says so, so a caller waiting for the file finds it.
+    A file written since ``started`` is the command's own report and is left as it is."""
     from pitstop.findings import Report
     from pitstop.report import write_html, write_json
+
+    def unwritten(path: str | None) -> bool:
+        try:
+            return bool(path) and path != "-" and os.stat(path).st_mtime < started
+        except OSError:
+            return True
 
     sub = getattr(args, "tune_command", None) or getattr(args, "compress_command", None)
     tool = " ".join(str(v) for v in (args.command, sub) if v)
     error = "interrupted (Ctrl-C or SIGTERM) before the command had measurements to report"
     report = Report(tool=tool, error=error, meta={"interrupted": True})
-    if getattr(args, "json", None) and args.json != "-":
+    if unwritten(getattr(args, "json", None)):
         write_json(report, args.json)
-    if getattr(args, "html", None):
+    if unwritten(getattr(args, "html", None)):
         write_html(report, args.html)
 
 
