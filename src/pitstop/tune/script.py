@@ -28,8 +28,8 @@ def run_callback(
     command: list[str], what: str, args: dict[str, Any], timeout: float | None = None
 ) -> tuple[Any, str | None]:
     """Run the script with the ``what`` callback; (callback result or None, error text or None). A run
-    stopped before the callback returned (Ctrl-C, SIGTERM, --timeout) gives what the tuner wrote to its
-    partial file so far, marked interrupted."""
+    Ctrl-C or SIGTERM stopped before the callback returned gives what the tuner wrote to its partial
+    file so far (the batch-size search writes one after every size), marked interrupted."""
     from pitstop.profile.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory(prefix="pitstop-tune-") as tmp:
@@ -45,8 +45,8 @@ def run_callback(
             probes=False,
         )
         result = run(spec)
-        if result.callback_result is None and result.status in ("interrupted", "timeout", "killed"):
-            with contextlib.suppress(OSError, ValueError):  # stopped mid-size: the sizes it finished
+        if result.callback_result is None and result.status == "interrupted":
+            with contextlib.suppress(OSError, ValueError):  # killed mid-size: the sizes it finished
                 return {**json.loads(partial.read_text()), "interrupted": True}, None
     if result.callback_result is not None:
         return result.callback_result, None
