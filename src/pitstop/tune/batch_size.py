@@ -358,45 +358,8 @@ def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
             )
         return out
     best = next(t for t in fits if t.batch_size == result.best)
-    fit_sizes = {t.batch_size for t in fits}
-    first_bad = min(
-        (t for t in result.trials if not t.fits and t.status != "failed" and t.batch_size not in fit_sizes),
-        key=lambda t: t.batch_size,
-        default=None,
-    )
     top = max(fits, key=lambda t: t.samples_per_s or 0.0)
-    cut = cut_short(result)
-    bad_txt = (
-        f"; batch size {first_bad.batch_size}: {first_bad.status.replace('_', ' ')}"
-        + (f" ({first_bad.reason})" if first_bad.reason else "")
-        if first_bad
-        else f"; {cut}"
-        if cut
-        else " (the search reached its maximum)"
-    )
-    more = (
-        " Larger sizes were not tried: give the search more time (--time-budget)."
-        if result.out_of_time
-        else ""
-    )
-    out.append(
-        Finding(
-            id="tune.batch_size.best",
-            severity=Severity.INFO,
-            title=f"Largest batch size {'measured to fit' if cut else 'that fits'}: {result.best}",
-            evidence=f"batch size {result.best}: peak {best.peak_bytes / MiB:.0f} MiB ({result.memory_measure}) of a "
-            f"{result.budget_bytes / MiB:.0f} MiB budget on {result.device}, "
-            f"{best.samples_per_s or 0:.1f} samples/s{bad_txt}",
-            data={
-                "best": result.best,
-                "budget_bytes": result.budget_bytes,
-                "peak_bytes": best.peak_bytes,
-                "samples_per_s": best.samples_per_s,
-            },
-            fix="Batch sizes up to this fit; scale the learning rate with the batch size if you change it."
-            + more,
-        )
-    )
+    out.append(_best_finding(result, best))
     if (
         top.batch_size != result.best
         and top.samples_per_s
@@ -414,3 +377,42 @@ def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
             )
         )
     return out
+
+
+def _best_finding(result: BatchSizeResult, best: BatchTrial) -> Finding:
+    """``tune.batch_size.best`` for a search whose largest fitting size was ``best``: the first size that
+    did not fit, or what ended the search before one was found."""
+    fit_sizes = {t.batch_size for t in result.trials if t.fits}
+    first_bad = min(
+        (t for t in result.trials if not t.fits and t.status != "failed" and t.batch_size not in fit_sizes),
+        key=lambda t: t.batch_size,
+        default=None,
+    )
+    cut = cut_short(result)
+    if first_bad:
+        bad_txt = f"; batch size {first_bad.batch_size}: {first_bad.status.replace('_', ' ')}" + (
+            f" ({first_bad.reason})" if first_bad.reason else ""
+        )
+    else:
+        bad_txt = f"; {cut}" if cut else " (the search reached its maximum)"
+    more = (
+        " Larger sizes were not tried: give the search more time (--time-budget)."
+        if result.out_of_time
+        else ""
+    )
+    return Finding(
+        id="tune.batch_size.best",
+        severity=Severity.INFO,
+        title=f"Largest batch size {'measured to fit' if cut else 'that fits'}: {result.best}",
+        evidence=f"batch size {result.best}: peak {best.peak_bytes / MiB:.0f} MiB ({result.memory_measure}) of a "
+        f"{result.budget_bytes / MiB:.0f} MiB budget on {result.device}, "
+        f"{best.samples_per_s or 0:.1f} samples/s{bad_txt}",
+        data={
+            "best": result.best,
+            "budget_bytes": result.budget_bytes,
+            "peak_bytes": best.peak_bytes,
+            "samples_per_s": best.samples_per_s,
+        },
+        fix="Batch sizes up to this fit; scale the learning rate with the batch size if you change it."
+        + more,
+    )

@@ -175,8 +175,7 @@ def run_fix(
     ``pitstop.profile.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
     too) and reports what was measured."""
     cfg = cfg or FixConfig()
-    # a launch: the slowest rank's steps; a run Ctrl-C or SIGTERM stopped ends the measuring
-    runner = stop_on_interrupt(fix_dist.job_runner(runner or run))
+    runner = stop_on_interrupt(fix_dist.job_runner(runner or run))  # launches: the slowest rank's steps
     rounds = _Rounds(command, cfg, runner, progress, clock)
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
@@ -242,16 +241,19 @@ def run_fix(
         elif len(helped) > 1:
             _combine(helped, base, rounds, result)
     except KeyboardInterrupt:
-        result.interrupted = True
-        judge(base, base, cfg)
-        for m in result.candidates:
-            judge(m, base, cfg)
-            if m.verdict == "failed" and not m.errors:  # never ran: not a failure of the fix
-                m.verdict, m.reason = (
-                    UNDECIDED,
-                    "not measured: interrupted (Ctrl-C or SIGTERM) before its runs",
-                )
+        _judge_interrupted(result, cfg)
     return _finish(result, cfg, rounds.steps)
+
+
+def _judge_interrupted(result: FixResult, cfg: FixConfig) -> None:
+    """The verdicts of the runs measured before Ctrl-C or SIGTERM; a candidate that never ran is
+    undecided, not failed."""
+    result.interrupted = True
+    judge(result.baseline, result.baseline, cfg)
+    for m in result.candidates:
+        judge(m, result.baseline, cfg)
+        if m.verdict == "failed" and not m.errors:
+            m.verdict, m.reason = UNDECIDED, "not measured: interrupted (Ctrl-C or SIGTERM) before its runs"
 
 
 def _combine(helped: list[Measured], base: Measured, rounds: _Rounds, result: FixResult) -> None:
