@@ -1,5 +1,3 @@
-import sys
+from pitstop.cli import entry
 
-from pitstop.cli import main
-
-sys.exit(main())
+entry()

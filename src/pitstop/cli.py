@@ -8,8 +8,11 @@ profiled script failed), 2 usage error, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+import time
 from collections.abc import Sequence
 
 from pitstop import __version__
@@ -38,16 +41,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, check the output paths (exit 2 before anything is measured), run the command. SIGTERM is
+    Ctrl-C for every command: each stops, reports what it measured and exits 130."""
+    from pitstop.cliopts import check_outputs
+    from pitstop.cliutil import EXIT_INTERRUPTED, usage_error
+    from pitstop.interrupts import sigterm_interrupts
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    problem = check_outputs(args)
+    if problem:
+        return usage_error(problem)
+    started = time.time()
     try:
-        return int(args.func(args) or 0)
+        with sigterm_interrupts():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        from pitstop.cliutil import EXIT_INTERRUPTED
-
         print("pitstop: interrupted", file=sys.stderr)
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            _interrupted_report(args, started)
         return EXIT_INTERRUPTED
 
 
+def _interrupted_report(args: argparse.Namespace, started: float) -> None:
+    """The --json / --html asked for, when Ctrl-C or SIGTERM stopped a command before it wrote its report
+    (e.g. while torch was still importing): one that says so, so a caller waiting for the file finds it.
+    A file written since ``started`` is the command's own report and is left as it is."""
+    from pitstop.findings import Report
+    from pitstop.report import write_html, write_json
+
+    def unwritten(path: str | None) -> bool:
+        try:
+            return bool(path) and path != "-" and os.stat(path).st_mtime < started
+        except OSError:
+            return True
+
+    sub = getattr(args, "tune_command", None) or getattr(args, "compress_command", None)
+    tool = " ".join(str(v) for v in (args.command, sub) if v)
+    error = "interrupted (Ctrl-C or SIGTERM) before the command had measurements to report"
+    report = Report(tool=tool, error=error, meta={"interrupted": True})
+    if unwritten(getattr(args, "json", None)):
+        write_json(report, args.json)
+    if unwritten(getattr(args, "html", None)):
+        write_html(report, args.html)
+
+
+def entry() -> None:
+    """The ``pitstop`` console script: ``main``, then exit with its code. After Ctrl-C or SIGTERM the
+    exit skips the interpreter's teardown (torch's takes seconds on a busy machine), so pitstop is gone
+    within the 2 s it promises; the report is written by then and stdout/stderr are flushed here."""
+    code = main()
+    if code == 130:  # cliutil.EXIT_INTERRUPTED
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

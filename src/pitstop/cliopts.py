@@ -11,18 +11,27 @@ repeatable option), its default from the field (none: the option is required). `
 
     add_options(parser, DoctorOptions)       # in register()
     o = options_from(DoctorOptions, args)    # in the handler
+
+An option that names something the command writes (``opt(output="file")`` or ``"dir"``, or
+``mark_output`` for a plain argparse option) is checked before the command runs: ``check_outputs``
+says why one cannot be written, and ``pitstop.cli`` exits 2 with that line before anything is measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections.abc
+import contextlib
 import dataclasses
+import os
+import tempfile
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+OUTPUT = "_output:"  # namespace key prefix: (kind, flag) of an option that names an output path
 
 
 def opt(
@@ -36,11 +45,13 @@ def opt(
     remainder: bool = False,
     nargs: str | None = None,
     const: Any = None,
+    output: str | None = None,
 ) -> Any:
     """A dataclass field that is also a command-line option (``nargs="?"`` with ``const``: the value
-    given, ``const`` for the bare flag, the default without it)."""
+    given, ``const`` for the bare flag, the default without it). ``output``: "file" or "dir" when the
+    option names a path the command writes (checked before it runs: ``check_outputs``)."""
     meta = {"help": help, "flags": flags, "metavar": metavar, "choices": choices, "group": group}
-    meta.update(remainder=remainder, nargs=nargs, const=const)
+    meta.update(remainder=remainder, nargs=nargs, const=const, output=output)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -85,9 +96,59 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
             if m.get(key) is not None:
                 kw[key] = m[key]
         target.add_argument(*flags, **kw)
+        if m.get("output"):
+            mark_output(parser, f.name, m["output"], flags[0])
 
 
 def options_from(cls: type[T], args: argparse.Namespace) -> T:
     """The dataclass ``cls`` filled from parsed arguments (fields argparse did not set keep their default)."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def mark_output(parser: argparse.ArgumentParser, dest: str, kind: str, flag: str) -> None:
+    """Declare that option ``dest`` (shown as ``flag``) names a ``kind`` ("file" or "dir") the command
+    writes, so ``check_outputs`` checks it before the command runs."""
+    parser.set_defaults(**{OUTPUT + dest: (kind, flag)})
+
+
+def check_outputs(args: argparse.Namespace) -> str | None:
+    """The first output path given on the command line that cannot be written, as one line for the user
+    ("cannot write --html /proc/x.html: ..."); None when every one can (or none was given)."""
+    for key, (kind, flag) in sorted((k, v) for k, v in vars(args).items() if k.startswith(OUTPUT)):
+        path = getattr(args, key[len(OUTPUT) :], None)
+        if isinstance(path, str) and path and path != "-":
+            why = output_problem(path, kind)
+            if why:
+                return f"cannot write {flag} {path}: {why}"
+    return None
+
+
+def output_problem(path: str | os.PathLike[str], kind: str = "file") -> str | None:
+    """Why ``path`` cannot be written as a ``kind`` ("file": a file, its folders made as needed; "dir": a
+    folder to write files in), or None. Tried for real (a temporary file created and removed where the
+    output would go), since permission bits do not tell: root may write anywhere but in /proc."""
+    p = Path(path).expanduser()
+    if kind == "file" and p.is_dir():
+        return "it is a directory"
+    if kind == "dir" and p.exists() and not p.is_dir():
+        return "it is not a directory"
+    if kind == "file" and p.exists():
+        try:
+            with open(p, "a"):
+                pass
+        except OSError as e:
+            return e.strerror or str(e)
+    folder = p if kind == "dir" else p.parent
+    while not folder.exists() and folder != folder.parent:  # made when the output is written
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".pitstop-write-test-")
+    except OSError as e:
+        return f"{e.strerror or e} (in {folder})"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
+from pitstop.cliopts import mark_output
 from pitstop.findings import Report, Severity
 from pitstop.report import print_report, to_json, write_html, write_json
 from pitstop.report.html import Block
@@ -25,8 +26,10 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
     g = parser.add_argument_group("output")
     g.add_argument("--json", metavar="FILE", help="write the report as JSON ('-' for stdout)")
+    mark_output(parser, "json", "file", "--json")
     if html:
         g.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+        mark_output(parser, "html", "file", "--html")
     g.add_argument("--strict", action="store_true", help="exit 1 when any finding is at error severity")
     g.add_argument("--quiet", "-q", action="store_true", help="no terminal table")
 
@@ -62,7 +65,8 @@ def command_after_dashes(args: argparse.Namespace, attr: str = "cmd") -> list[st
 
 
 def usage_error(message: str) -> int:
-    Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message))
+    """``pitstop: message`` on stderr, one line however narrow the terminal; returns exit code 2."""
+    Console(stderr=True).print(Text("pitstop: ", style="bold red") + Text(message), soft_wrap=True)
     return EXIT_USAGE
 
 

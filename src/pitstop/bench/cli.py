@@ -41,9 +41,13 @@ class BenchArgs:
     no_compile: bool = opt(False, "leave out the torch.compile rows")
     no_schedules: bool = opt(False, "leave out OneCycle vs StepLR")
     ddp: int | None = opt(None, "DDP processes (default 2 on CPU, all GPUs; 0: none)", metavar="N")
-    data_dir: str | None = opt(None, "where to write the generated JPEG folder (default: a temp dir)")
-    png: str | None = opt(None, "write a PNG chart of speed-ups and memory ratios", metavar="FILE")
-    markdown: str | None = opt(None, "write the table as Markdown", metavar="FILE")
+    data_dir: str | None = opt(
+        None, "where to write the generated JPEG folder (default: a temp dir)", output="dir"
+    )
+    png: str | None = opt(
+        None, "write a PNG chart of speed-ups and memory ratios", metavar="FILE", output="file"
+    )
+    markdown: str | None = opt(None, "write the table as Markdown", metavar="FILE", output="file")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -46,7 +46,9 @@ class LaunchArgs:
         group=CPU,
     )
     env: Sequence[str] = opt([], "extra environment", metavar="KEY=VALUE", group=CPU)
-    log_dir: str | None = opt(None, "write each instance's output to DIR/instance_N.log", group=CPU)
+    log_dir: str | None = opt(
+        None, "write each instance's output to DIR/instance_N.log", group=CPU, output="dir"
+    )
     nproc_per_node: int | None = opt(None, "processes on this node (wraps torchrun)", group=TORCHRUN)
     nnodes: int = opt(1, group=TORCHRUN)
     node_rank: int = opt(0, group=TORCHRUN)
@@ -166,12 +168,16 @@ def cmd_sysctl(args: argparse.Namespace) -> int:
 class MonitorArgs:
     interval: float = opt(1.0, "seconds between samples (default 1)")
     duration: float | None = opt(None, "stop after this many seconds")
-    csv: str | None = opt(None, "append every sample to this CSV file", metavar="FILE")
+    csv: str | None = opt(None, "append every sample to this CSV file", metavar="FILE", output="file")
     plot: str | None = opt(None, "draw a CSV written by --csv to a PNG and exit", metavar="CSV")
-    out: str | None = opt(None, "PNG path for --plot (default: the CSV path with .png)", metavar="PNG")
+    out: str | None = opt(
+        None, "PNG path for --plot (default: the CSV path with .png)", metavar="PNG", output="file"
+    )
     low_util: float = opt(70.0, "GPU utilization threshold in %% (default 70)")
     window: float = opt(30.0, "seconds it must stay low to be flagged (default 30)")
-    command_log: str | None = opt(None, "keep the followed command's full output in FILE", metavar="FILE")
+    command_log: str | None = opt(
+        None, "keep the followed command's full output in FILE", metavar="FILE", output="file"
+    )
     no_live: bool = opt(False, "no live screen (also off when not a terminal)")
     cmd: Sequence[str] | None = opt(None, "-- COMMAND ARGS to start and follow", remainder=True)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pitstop.cliopts import add_options, opt, options_from
+from pitstop.cliopts import add_options, opt, options_from, output_problem
 from pitstop.cliutil import (
     EXIT_INTERRUPTED,
     add_output_args,
@@ -17,6 +19,10 @@ from pitstop.cliutil import (
     shows_tables,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    from pitstop.findings import Report
+    from pitstop.profile.runner import RunResult, RunSpec
 
 EXIT_SCRIPT_FAILED = 1
 
@@ -28,7 +34,9 @@ class ProfileArgs:
     full: bool = opt(False, "run the script to its end instead of stopping")
     timeout: float | None = opt(None, "stop a script running longer (s)", metavar="S")
     trace: bool = opt(False, "also record a torch.profiler Chrome trace")
-    out_dir: str | None = opt(None, "keep the run's files (measurements, trace) here", metavar="DIR")
+    out_dir: str | None = opt(
+        None, "keep the run's files (measurements, trace) here", metavar="DIR", output="dir"
+    )
     no_probes: bool = opt(False, "skip the measured what-ifs after the run")
     verify: float | None = opt(
         None,
@@ -57,16 +65,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rich.console import Console
 
     from pitstop.profile import summary
-    from pitstop.profile.fresh_confirm import confirm_all
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
-    from pitstop.tune.verdict_cache import annotate_profile
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)
@@ -85,8 +89,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except CommandError as e:
         return usage_error(str(e))
     out_dir = Path(o.out_dir) if o.out_dir else None
-    if o.trace and out_dir is None:
+    if o.trace and out_dir is None:  # the trace's folder: checked here, --out-dir is checked by the CLI
         out_dir = Path("pitstop-report-profile")
+        why = output_problem(out_dir, "dir")
+        if why:
+            return usage_error(f"cannot write the trace to {out_dir}: {why}")
     spec = RunSpec(
         command=cmd,
         steps=o.steps,
@@ -106,16 +113,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
-    # predictions that would warn, timed again in fresh runs with the fix injected
-    confirm_all(spec, result, say=(lambda m: err.print(f"pitstop profile: {m}")) if show else None)
-    report = result.report()
-    report.findings = annotate_profile(report.findings, cmd, out_dir)  # what `pitstop fix` measured before
-    if o.verify and result.ok:
-        from pitstop.profile.verify import verify
-
-        if show:
-            err.print(f"pitstop profile --verify: timing the top warning's fix (at most {o.verify:.0f} s)")
-        verify(report, cmd, o.verify, out_dir)
+    report = measured_report(spec, result, o.verify, out_dir, (lambda m: err.print(m)) if show else None)
     summary.reconcile(report)  # the verdict for the findings as fix's verdicts and --verify left them
     if shows_tables(args):
         print_breakdown(report, Console())
@@ -125,9 +123,62 @@ def cmd_profile(args: argparse.Namespace) -> int:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     if result.status == "not_started":
         return 2
-    if result.status == "interrupted":
+    if result.status == "interrupted" or report.meta.get("interrupted"):
         return EXIT_INTERRUPTED
     if not result.ok:
         print(f"pitstop profile: {result.error}", file=sys.stderr)
         return EXIT_SCRIPT_FAILED
     return code
+
+
+def measured_report(
+    spec: RunSpec,
+    result: RunResult,
+    verify_s: float | None,
+    out_dir: Path | None,
+    say: Callable[[str], None] | None,
+) -> Report:
+    """The run's report after its fresh confirmation runs and ``--verify``. Ctrl-C or SIGTERM in any
+    phase stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase
+    (exit 130), and the verdict says it was cut short (never healthy)."""
+    from pitstop.profile import summary
+    from pitstop.profile.fresh_confirm import confirm_all
+    from pitstop.tune.verdict_cache import annotate_profile
+
+    phase, report = None, None
+    try:
+        if result.status == "interrupted":  # in the script or its exit probes: the report says which
+            report = result.report()
+            phase = (report.meta.get(summary.BASIS) or {}).get("interrupted", "the script run")
+            return _interrupted(report, phase)
+        phase = "the fresh confirmation runs"  # predictions that would warn, timed again with the fix
+        confirm_all(spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None)
+        phase = None
+        report = result.report()
+        report.findings = annotate_profile(report.findings, spec.command, out_dir)  # what `fix` measured
+        if verify_s and result.ok:
+            from pitstop.profile.verify import verify
+
+            phase = "--verify"
+            if say:
+                say(f"pitstop profile --verify: timing the top warning's fix (at most {verify_s:.0f} s)")
+            verify(report, spec.command, verify_s, out_dir)
+            phase = None
+    except KeyboardInterrupt:
+        phase = phase or "the report"
+        report = report or result.report()
+    return _interrupted(report, phase) if phase else report
+
+
+def _interrupted(report: Report, phase: str) -> Report:
+    """``report`` marked as stopped by Ctrl-C or SIGTERM during ``phase``: ``meta["interrupted"]`` (exit
+    130), the verdict's basis (``summary.interrupted``, given by ``summary.reconcile``) and its error."""
+    from pitstop.profile import summary
+
+    report.meta["interrupted"] = phase
+    if isinstance(report.meta.get(summary.BASIS), dict):
+        report.meta[summary.BASIS]["interrupted"] = phase
+    report.error = (
+        report.error or f"interrupted (Ctrl-C or SIGTERM) during {phase}; what was measured is kept"
+    )
+    return report

@@ -28,7 +28,7 @@ from typing import Any
 from pitstop.findings import Severity
 from pitstop.measure import budget_for_rounds
 from pitstop.profile import malloc_confirm, workers_confirm
-from pitstop.profile.fresh_runs import WARMUP, Runner, timed
+from pitstop.profile.fresh_runs import WARMUP, Interrupted, Runner, timed
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
@@ -89,16 +89,23 @@ def time_model_probe(spec: RunSpec, result: RunResult, name: str, runner: Runner
         return replace(s, overrides=fix_overrides(name, probe, s.overrides))
 
     steps, budget = run_shape(result)
-    record = timed(
-        spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
-    )
     variant = fix_overrides(name, probe).describe()
-    probe["two_process"] = {**record, "variant": variant, "steps": steps, "budget_scaled": budget > BUDGET_S}
+    shape = {"variant": variant, "steps": steps, "budget_scaled": budget > BUDGET_S}
+    try:
+        record = timed(
+            spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
+        )
+    except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
+        probe["two_process"] = {**e.record, **shape}
+        raise
+    probe["two_process"] = {**record, **shape}
     return probe["two_process"]
 
 
 def confirm_all(spec: RunSpec, result: RunResult, runner: Runner = run, say: Say | None = None) -> list[str]:
-    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran."""
+    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran.
+    Ctrl-C or SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds
+    measured before it kept in their finding's record."""
     ran: list[str] = []
     if not result.ok:
         return ran

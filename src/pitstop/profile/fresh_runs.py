@@ -8,7 +8,8 @@ steps each within ``budget_s``; the per-step times go through ``pitstop.measure`
 base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
 bounds (``pitstop.profile.probes.saving``), the same from blocks of steps within the runs
 (``blocks_saving``), the throughput speed-up with its interval (``throughput``:
-``pitstop.measure_throughput``), or ``errors`` saying why a run measured nothing.
+``pitstop.measure_throughput``), or ``errors`` saying why a run measured nothing. Ctrl-C or SIGTERM stops
+the runs at once: ``Interrupted`` carries the record of the rounds measured before it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ from typing import Any
 from pitstop.measure import Arm, Settings, interleave
 from pitstop.measure_blocks import within_runs_interval
 from pitstop.measure_throughput import arm_windows, throughput_interval
-from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.profile.runner import RunResult, RunSpec, run, stop_on_interrupt
 
 BUDGET_S = 30.0  # wall time for all the child runs together
 STEPS, WARMUP = 10, 3  # per child run
 MAX_ROUNDS = 4
 
 Runner = Callable[[RunSpec], RunResult]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during fresh runs; ``record``: what the rounds before it measured."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__("interrupted during fresh runs")
+        self.record = record
 
 
 def timed(
@@ -44,12 +53,14 @@ def timed(
     """Rotating rounds of fresh runs of ``spec``'s script, as it is vs ``variant(spec)``, ``steps``
     measured steps each, ``rounds`` rounds unless the budget ends them first; their saving and the
     speed-up's verdict. ``min_rounds`` (default: ``rounds``, i.e. all of them) is the round from which
-    a verdict may stop the runs."""
+    a verdict may stop the runs. Raises ``Interrupted`` (with the record so far) at Ctrl-C or SIGTERM."""
     from pitstop.profile.probes import Timed, saving
 
     plain, fixed = Arm("plain"), Arm("fixed")
     start = clock()
     errors: list[str] = []
+    interrupted = False
+    runner = stop_on_interrupt(runner)
 
     def sample(name: str) -> list[float] | None:
         left = max(5.0, budget_s - (clock() - start))
@@ -78,7 +89,8 @@ def timed(
             clock=clock,
         )
     except KeyboardInterrupt:
-        errors.append("interrupted")
+        interrupted = True
+        errors.append("interrupted (Ctrl-C or SIGTERM) before the runs were done")
     out: dict[str, Any] = {
         "rounds": sum(1 for b, c in zip(plain.rounds, fixed.rounds, strict=False) if b and c),
         "steps_each_side": [plain.steps, fixed.steps],
@@ -99,6 +111,9 @@ def timed(
         )
         out.update(saving(t, "plain", "fixed"))
         out.update(blocks_saving(plain.rounds, fixed.rounds, out["base_s"]))
+    if interrupted:
+        out["interrupted"] = True
+        raise Interrupted(out)
     return out
 
 

@@ -31,7 +31,15 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.host.load import CpuOutsideSession
 from pitstop.profile import rank_worker as rw
-from pitstop.profile.runner import RunResult, RunSpec, note_other_cpu, supervise, wait_or_kill
+from pitstop.profile.runner import (
+    GRACE_S,
+    RunResult,
+    RunSpec,
+    grace_s,
+    note_other_cpu,
+    supervise,
+    wait_or_kill,
+)
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
@@ -129,7 +137,7 @@ def run_ranks(
         nonlocal hang
         if status == "timeout":
             hang = waiting(read_states(out))
-        stop_group(proc)
+        stop_group(proc, grace_s(status))
 
     try:
         status = supervise(proc, tick, spec.timeout, stop, TICK_S)
@@ -149,12 +157,12 @@ def run_ranks(
     return result
 
 
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT to the launcher and every rank (each writes what it measured), SIGKILL after the grace
-    period or at a second Ctrl-C."""
+def stop_group(proc: subprocess.Popen[bytes], grace: float = GRACE_S) -> None:
+    """SIGINT to the launcher and every rank (each writes what it measured), SIGKILL after ``grace``
+    seconds or at a second Ctrl-C."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGINT)
-    wait_or_kill(proc)
+    wait_or_kill(proc, grace)
 
 
 def read_states(out: Path) -> dict[int, dict[str, Any]]:

@@ -250,22 +250,7 @@ def problem_findings(
     bd = breakdown(steps)
     found: list[Finding] = progress_rules(data)  # hang, timeout, stalls, dead workers
     if bd is None:
-        totals = data.get("totals", {})
-        found.append(
-            Finding(
-                id="profile.no_step",
-                severity=Severity.WARN,
-                title="No training step was seen",
-                evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
-                f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
-                f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
-                "neither optimizer.step() nor enough backward() calls to delimit steps by "
-                "(or the script stopped before them)",
-                data=totals,
-                fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
-                "profile the training script, or run longer.",
-            )
-        )
+        found.append(no_step_finding(data))
         found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
         return found, None
     cores = cores if cores is not None else cpu.usable_cores()
@@ -291,6 +276,40 @@ def problem_findings(
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
     # no finding saves more than the part of the step it lives in; one finding per site
     return dedupe(bounded(found, bd, dev_type)), bd
+
+
+def no_step_finding(data: dict[str, Any]) -> Finding:
+    """``profile.no_step``: no measured step. Either every step the script ran was a warm-up step (it
+    ended too soon for ``--warmup``), or no step boundary was seen at all."""
+    totals = data.get("totals", {})
+    warm = sum(1 for r in data.get("steps") or [] if isinstance(r, dict) and r.get("warmup"))
+    if warm:
+        what = "optimizer steps" if data.get("step_boundary") == "optimizer.step()" else "steps"
+        n = data.get("warmup", warm)
+        ended = "then it was stopped" if data.get("status") == "interrupted" else "then the script ended"
+        return Finding(
+            id="profile.no_step",
+            severity=Severity.WARN,
+            title=f"All {warm} {what} were warm-up: none was measured",
+            evidence=f"{warm} {what} seen ({totals.get('optimizer_steps', 0)} optimizer.step() calls), all "
+            f"within the first {n} that --warmup leaves out of the measurement; {ended}",
+            data={**totals, "warmup_steps": warm, "warmup": n},
+            fix=f"Run the script longer (more batches or epochs), or lower --warmup below {warm} "
+            f"(e.g. --warmup {max(0, warm - 3)}) so some steps are measured.",
+        )
+    return Finding(
+        id="profile.no_step",
+        severity=Severity.WARN,
+        title="No training step was seen",
+        evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
+        f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
+        f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
+        "neither optimizer.step() nor enough backward() calls to delimit steps by "
+        "(or the script stopped before them)",
+        data=totals,
+        fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
+        "profile the training script, or run longer.",
+    )
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:
@@ -325,6 +344,11 @@ def build_report(result: RunResult) -> Report:
         return Report(tool="profile", error=result.error, meta={"command": " ".join(result.command)})
     findings, bd = problem_findings(result.steps, data)
     basis = verdict_basis(findings, bd, data) if bd is not None else None
+    if basis is not None and result.status == "interrupted":  # Ctrl-C / SIGTERM: never healthy
+        probing = data.get("status") == "probing" or "KeyboardInterrupt" in str(data.get("finalize_error"))
+        basis["interrupted"] = (
+            "the measured what-ifs after the script (exit probes)" if probing else "the script run"
+        )
     if basis is not None and (last := summary.verdict(findings, **basis)) is not None:
         findings.append(last)
     sections: dict[str, Any] = {

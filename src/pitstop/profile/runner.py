@@ -42,7 +42,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,14 +50,18 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.host.load import CpuOutsideSession
+from pitstop.interrupts import sigterm_interrupts
 from pitstop.profile.command import launcher_for, resolve_script
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_from_log, steps_per_s
-from pitstop.profile.watchdog import hang_summary, read_watchdog, request_stacks
+from pitstop.profile.watchdog import REQUEST_WAIT_S, hang_summary, read_watchdog, request_stacks
 
 MEASUREMENTS = "measurements.json"
 CONFIG = "run-config.json"
-GRACE_S = 20.0  # after SIGINT (timeout, Ctrl-C): time for the child to write what it measured
+GRACE_S = 20.0  # after SIGINT at a timeout: time for the child to write what it measured
+# Ctrl-C / SIGTERM: the user waits, so the child gets less (pitstop stops within 2 s in all); a child that
+# has not written its final record by then is killed, and its last periodic record is what was measured
+INTERRUPT_GRACE_S, INTERRUPT_STACKS_S = 1.0, 0.5
 POLL_S = 0.25
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 # interpreter flags that take no argument / one argument; we run the script with pitstop's interpreter
@@ -169,6 +172,20 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
 # ------------------------------------------------------------------------------------------------ run
 
 
+def stop_on_interrupt(runner: Callable[[RunSpec], RunResult]) -> Callable[[RunSpec], RunResult]:
+    """``runner`` for commands that run the script many times (fresh runs, fix, --verify): a run that
+    Ctrl-C or SIGTERM stopped (status "interrupted") raises KeyboardInterrupt once the child has written
+    what it measured, so the command stops there instead of starting the next run."""
+
+    def guarded(spec: RunSpec) -> RunResult:
+        r = runner(spec)
+        if r.status == "interrupted":
+            raise KeyboardInterrupt
+        return r
+
+    return guarded
+
+
 def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) -> None:
     """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``) into
     ``result.data``; ``session``: the script's, whose processes are its own."""
@@ -271,18 +288,25 @@ def run(
 
 def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
     """The watchdog's stack dump, SIGINT (the script sees KeyboardInterrupt and pitstop writes what it
-    measured), then SIGKILL after ``GRACE_S`` or at a second Ctrl-C."""
+    measured), then SIGKILL after the grace period (``grace_s``) or at a second Ctrl-C."""
+    user = reason == "interrupted"
     with contextlib.suppress(KeyboardInterrupt):
-        request_stacks(out, reason, alive=lambda: proc.poll() is None)
+        wait = INTERRUPT_STACKS_S if user else REQUEST_WAIT_S
+        request_stacks(out, reason, wait_s=wait, alive=lambda: proc.poll() is None)
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
-    wait_or_kill(proc)
+    wait_or_kill(proc, grace_s(reason))
 
 
-def wait_or_kill(proc: subprocess.Popen[bytes]) -> None:
-    """Wait ``GRACE_S`` for ``proc`` to end; then, or at a second Ctrl-C, SIGKILL its process group."""
+def grace_s(reason: str) -> float:
+    """How long a child stopped for ``reason`` gets to write what it measured before SIGKILL."""
+    return INTERRUPT_GRACE_S if reason == "interrupted" else GRACE_S
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], grace: float = GRACE_S) -> None:
+    """Wait ``grace`` seconds for ``proc`` to end; then, or at a second Ctrl-C, SIGKILL its process group."""
     try:
-        proc.wait(timeout=GRACE_S)
+        proc.wait(timeout=grace)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -299,29 +323,28 @@ def supervise(
     """Wait for ``proc``, calling ``tick`` every ``poll_s`` (progress; a status it returns stops the run);
     ``stop(status)`` ends it at ``timeout`` ("timeout"), at Ctrl-C or SIGTERM ("interrupted") or at the
     status ``tick`` gave. The status that stopped it, or None when it ended by itself."""
-    old_term = _on_sigterm_interrupt()
     deadline = None if timeout is None else time.monotonic() + timeout
     status: str | None = None
     watch = _ExitWatch(proc)
-    try:
-        while True:
-            if watch.ended(poll_s):
-                return None
-            status = tick()
-            if status is None and deadline is not None and time.monotonic() > deadline:
-                status = "timeout"
-            if status is not None:
+    # the child runs in its own session: SIGTERM to pitstop must stop it too (also while stopping it)
+    with sigterm_interrupts():
+        try:
+            while True:
+                if watch.ended(poll_s):
+                    return None
+                status = tick()
+                if status is None and deadline is not None and time.monotonic() > deadline:
+                    status = "timeout"
+                if status is not None:
+                    stop(status)
+                    return status
+        except KeyboardInterrupt:
+            if status is None:  # a second Ctrl-C while stopping keeps the first status
+                status = "interrupted"
                 stop(status)
-                return status
-    except KeyboardInterrupt:
-        if status is None:  # a second Ctrl-C while stopping keeps the first status
-            status = "interrupted"
-            stop(status)
-        return status
-    finally:
-        watch.close()
-        if old_term is not _UNSET:
-            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+            return status
+        finally:
+            watch.close()
 
 
 class _ExitWatch:
@@ -351,23 +374,6 @@ class _ExitWatch:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-
-
-def _on_sigterm_interrupt() -> Any:
-    """While the child runs, SIGTERM to pitstop stops the child too (it runs in its own session)."""
-    if threading.current_thread() is not threading.main_thread():
-        return _UNSET
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):
-        return _UNSET
-
-
-_UNSET = object()
 
 
 def _reap_group(proc: subprocess.Popen[bytes]) -> None:
@@ -448,7 +454,7 @@ def collect_data(
             "" if data.get("status") not in (None, "running", "probing") else " (partial measurements)"
         )
     elif status_override == "interrupted":
-        status, error = "interrupted", "interrupted (Ctrl-C)"
+        status, error = "interrupted", "interrupted (Ctrl-C or SIGTERM)"
     data["watchdog"] = read_watchdog(out_dir, status) if out_dir is not None else {}
     hung = hang_summary(data["watchdog"])
     error = f"{hung}; {error}" if hung and error else hung or error

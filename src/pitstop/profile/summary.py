@@ -7,7 +7,9 @@ could not tell. ``summary.unconfirmed`` says so and names the estimates; ``summa
 runs where nothing estimated costs ``WARN_SHARE`` of the step. Where other processes used the CPUs
 during the run (``other_cpu_share``: the runner's ``host.load.CpuOutsideSession``, a lower bound), the
 verdict quotes it: their load widens every interval. Findings that change after the run (`pitstop fix`'s cached verdicts, ``--verify``)
-change the verdict: ``reconcile`` gives it again from the basis kept in the report's meta.
+change the verdict: ``reconcile`` gives it again from the basis kept in the report's meta. A run stopped
+by Ctrl-C or SIGTERM (``interrupted``: the phase it was in) is never healthy: ``summary.interrupted``
+says where it stopped and what was measured before.
 """
 
 from __future__ import annotations
@@ -60,15 +62,19 @@ def verdict(
     healthy_title: str,
     measured: str,
     other_cpu_share: float | None = None,
+    interrupted: str | None = None,
     **data: object,
 ) -> Finding | None:
-    """The summary finding for ``found`` (None when one of them warns or errs): ``summary.unconfirmed``
-    where estimates of ``WARN_SHARE`` or more were not confirmed, else ``summary.healthy``.
-    ``measured``: what the run measured (steps, median, the step's parts), for the evidence."""
-    if any(f.severity.rank >= Severity.WARN.rank for f in found):
-        return None
+    """The summary finding for ``found``: ``summary.interrupted`` when Ctrl-C or SIGTERM stopped the run
+    during ``interrupted`` (a phase, e.g. "the fresh confirmation runs"); else None when a finding warns
+    or errs, ``summary.unconfirmed`` where estimates of ``WARN_SHARE`` or more were not confirmed, else
+    ``summary.healthy``. ``measured``: what the run measured (steps, median, the step's parts)."""
     busy = busy_text(other_cpu_share)
     extra = {**data, "other_cpu_share": other_cpu_share}
+    if interrupted:
+        return _interrupted(found, interrupted, measured + busy, extra)
+    if any(f.severity.rank >= Severity.WARN.rank for f in found):
+        return None
     open_ = unconfirmed(found)
     if not open_:
         return Finding(
@@ -91,6 +97,21 @@ def verdict(
         "it is, in rounds, until their intervals decide; a longer run (`--steps`) or a quieter machine "
         "narrows the intervals.",
         est_saving_s=None,
+    )
+
+
+def _interrupted(found: list[Finding], phase: str, measured: str, data: dict) -> Finding:
+    open_ = unconfirmed(found)
+    warned = sum(f.severity.rank >= Severity.WARN.rank for f in found)
+    return Finding(
+        id="summary.interrupted",
+        severity=Severity.INFO,
+        title=f"Interrupted during {phase}: no verdict on the whole run",
+        evidence=f"Measured before the stop: {measured}. {warned} finding(s) warn on what was measured"
+        + (f"; not confirmed: {', '.join(f.id for f in open_)}" if open_ else "")
+        + ". A problem the stop cut short may be missing, so nothing here says the run is healthy.",
+        data={**data, "interrupted": phase, "unconfirmed": [f.id for f in open_]},
+        fix="Run it again to the end (fewer `--steps`, or `--no-probes` to skip the measured what-ifs).",
     )
 
 

@@ -109,7 +109,8 @@ def verify(
     run_fix: Callable[..., Any] | None = None,
 ) -> Finding:
     """Measure the top warning's fix, record the verdict for later profiles, and add ``profile.verify``
-    to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding."""
+    to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding;
+    raises KeyboardInterrupt, the finding added, when Ctrl-C or SIGTERM stopped the runs."""
     from pitstop.tune import verdict_cache
     from pitstop.tune.fix import run_fix as real_run_fix
 
@@ -135,6 +136,8 @@ def verify(
     if found.data.get("below_prediction"):
         report.findings = [below_prediction(g, found) if g.id == f.id else g for g in report.findings]
     report.add(found)
+    if result.interrupted:  # Ctrl-C / SIGTERM stopped fix's runs: the command stops, with what they measured
+        raise KeyboardInterrupt
     return found
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pitstop.findings import Severity
 from pitstop.host import cpu
-from pitstop.profile.fresh_runs import Runner, timed
+from pitstop.profile.fresh_runs import Interrupted, Runner, timed
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.profile.timeline import breakdown
@@ -64,5 +64,10 @@ def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run, cores:
     from pitstop.profile.rules import suggested_workers
 
     n = cores if cores is not None else cpu.usable_cores()
-    result.data[KEY] = two_process(spec, suggested_workers(n, result.data), runner)
+    workers = suggested_workers(n, result.data)
+    try:
+        result.data[KEY] = two_process(spec, workers, runner)
+    except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
+        result.data[KEY] = {**e.record, "num_workers": workers}
+        raise
     return True

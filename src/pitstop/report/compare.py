@@ -13,9 +13,11 @@ Reports to a Report (tool "compare"); rendering is below, separate from the numb
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -33,7 +35,42 @@ BLOCK_STEPS = 10  # steps per block; 3 to 10 blocks a side
 
 
 class CompareError(ValueError):
-    """The reports cannot be compared (different kinds, fewer than two)."""
+    """The reports cannot be compared (unreadable, not a report, different kinds, fewer than two)."""
+
+
+EXPECTED = "expected a pitstop JSON report (an object with 'tool' and 'findings', as --json writes)"
+
+
+def read_report(path: str) -> Report:
+    """The pitstop report in the JSON file ``path``; CompareError with one line saying what was expected
+    and what the file holds instead (not JSON, a list, another file's object, a compare report)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise CompareError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:  # UnicodeDecodeError too
+        raise CompareError(f"{path} is not JSON ({e}): {EXPECTED}") from None
+    if not isinstance(data, dict):
+        raise CompareError(f"{path}: {EXPECTED}; got a JSON {_json_type(data)}")
+    if not isinstance(data.get("tool"), str) or not isinstance(data.get("findings", []), list):
+        keys = ", ".join(sorted(map(str, data))[:6]) or "none"
+        raise CompareError(f"{path}: {EXPECTED}; got an object with keys {keys}")
+    if data["tool"] == "compare":
+        raise CompareError(f"{path} is a compare report: compare the reports it was made from")
+    try:
+        report = Report.from_dict(data)
+        row = summary_row(report)  # everything compare reads of it
+        numbers = {k: row[k] for k in ("median_step_s", "mean_step_s", "steps_per_s")} | row["parts_s"]
+        bad = [k for k, v in numbers.items() if v is not None and not isinstance(v, int | float)]
+        if bad:
+            raise TypeError(f"{', '.join(bad)}: not a number")
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        raise CompareError(f"{path}: a {data['tool']} report not as pitstop writes it: {e!r}") from None
+    return report
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
 @dataclass(frozen=True)

@@ -24,18 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pitstop.report.compare import CompareError, compare, html_blocks, print_compare
-    from pitstop.report.jsonfmt import load_json
+    from pitstop.report.compare import CompareError, compare, html_blocks, print_compare, read_report
 
     if len(args.reports) < 2:
         return usage_error("compare needs at least two reports")
-    reports = []
-    for path in args.reports:
-        try:
-            reports.append(load_json(path))
-        except (OSError, ValueError, KeyError) as e:
-            return usage_error(f"cannot read {path} as a pitstop JSON report: {e}")
     try:
+        reports = [read_report(path) for path in args.reports]
         result = compare(reports, _labels(args.reports))
     except CompareError as e:
         return usage_error(str(e))

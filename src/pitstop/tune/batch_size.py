@@ -8,21 +8,20 @@ live tensor bytes of the size's batch and first step (``pitstop.train.memory.Ten
 A size whose peak, extrapolated from the sizes already measured, would exceed the budget is not run at
 all, so a CPU search never pushes the machine past it. Peaks are growth over the memory held after one
 warm-up step at batch size 2 (model, optimizer state), so the budget is what a training step may add. The model and optimizer are restored
-to their state before the search.
+to their state before the search. The search has a time budget (``TIME_BUDGET_S`` unless told otherwise,
+on every device): a size that would not finish in time is not started, and the sizes measured are kept.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import gc
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.tune.batch_meters import CpuMeter, CudaMeter, is_oom
 from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
 from pitstop.units import MiB
 
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from pitstop.train.trainer import ComputeLoss
 
 BatchFn = Callable[[int], Any]
+TIME_BUDGET_S = 120.0  # the search's default time bound, on every device (a CPU doubles for minutes)
 
 
 @dataclass
@@ -54,6 +54,8 @@ class BatchSizeResult:
     memory_measure: str  # what peak_bytes is: CudaMeter.name or CpuMeter.name
     trials: list[BatchTrial] = field(default_factory=list)
     interrupted: bool = False
+    time_budget_s: float | None = None  # the search's time bound (None: none)
+    out_of_time: int | None = None  # the size not started because the time budget would not hold it
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -65,107 +67,6 @@ class BatchSizeResult:
         d = dict(d)
         d["trials"] = [BatchTrial(**t) for t in d.get("trials", [])]
         return cls(**d)
-
-
-# ------------------------------------------------------------------------------------------- memory meters
-
-
-def _malloc_trim() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-class CpuMeter:
-    """Peak live tensor bytes of a size's first step, from a tensor tracker (deterministic).
-
-    The process RSS high-water mark was tried first and was not usable: glibc's adaptive mmap threshold
-    and heap fragmentation moved the same size's reading by 2x between runs, so the answer did too.
-    The tracker counts every storage an op creates until it is freed; allocator overhead and C++
-    scratch buffers are not included, which the default budget (half of available RAM) leaves room for.
-    """
-
-    name = "peak live tensor memory (CPU tensor tracker)"
-
-    def __init__(self, model: Any = None, optimizer: Any = None) -> None:
-        self._preexisting = _state_tensors(model, optimizer)
-        self._tracker: Any = None
-
-    def reset(self) -> None:
-        self._tracker = None
-
-    @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
-        from pitstop.train.memory import TensorMemoryTracker
-
-        with TensorMemoryTracker(self._preexisting) as tracker:
-            self._tracker = tracker
-            yield
-
-    def peak(self) -> int:
-        t = self._tracker
-        return 0 if t is None else max(0, t.peak_bytes - t.baseline_bytes)
-
-    def cleanup(self, full: bool = False) -> None:
-        if full:  # after an OOM: frames and cycles may still hold the step's tensors
-            gc.collect()
-        _malloc_trim()  # hand a large size's freed heap back to the system
-
-
-def _state_tensors(model: Any, optimizer: Any) -> list[Any]:
-    """Parameters, buffers and optimizer state: memory held before a size's step starts."""
-    import torch
-
-    out: list[Any] = []
-    if model is not None:
-        out += list(model.parameters()) + list(model.buffers())
-    if optimizer is not None:
-        for state in optimizer.state.values():
-            out += [v for v in state.values() if isinstance(v, torch.Tensor)]
-    return out
-
-
-class CudaMeter:
-    """Growth of ``torch.cuda.max_memory_allocated`` over all of a size's steps."""
-
-    name = "cuda max_memory_allocated"
-
-    def __init__(self, device: Any) -> None:
-        import torch
-
-        self.device = device
-        torch.cuda.synchronize(device)
-        self.origin = torch.cuda.memory_allocated(device)
-
-    def reset(self) -> None:
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-    @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
-        yield  # the allocator keeps the peak by itself
-
-    def peak(self) -> int:
-        import torch
-
-        return max(0, torch.cuda.max_memory_allocated(self.device) - self.origin)
-
-    def cleanup(self, full: bool = False) -> None:
-        import torch
-
-        if full:
-            gc.collect()
-        torch.cuda.empty_cache()
-
-
-def is_oom(exc: BaseException) -> bool:
-    import torch
-
-    if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in str(exc).lower() or "can't allocate memory" in str(exc).lower()
-    )
 
 
 def dataset_batch_fn(dataset: Any, collate_fn: Callable[[list[Any]], Any] | None = None) -> BatchFn:
@@ -219,12 +120,18 @@ def find_batch_size(
     tolerance: float = 1 / 32,
     progress: Callable[[str], None] | None = None,
     meter: CpuMeter | CudaMeter | None = None,
+    time_budget_s: float | None = TIME_BUDGET_S,
+    on_trial: Callable[[BatchSizeResult], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> BatchSizeResult:
     """Doubling from ``start`` until a size does not fit, then bisection down to ``tolerance`` of the size.
 
     ``batch_fn(bs)`` returns a batch of ``bs`` samples; ``steps`` training steps run per size (the first is
     a warm-up, the rest are timed). ``optimizer`` defaults to SGD (no state); pass the real one, since
-    Adam's state is memory too. Ctrl-C stops the search with what was measured.
+    Adam's state is memory too. The search ends within ``time_budget_s`` (None: no bound): a size whose
+    trial, scaled from the last one's time, would not finish in what is left is not started
+    (``out_of_time``). Ctrl-C stops the search; either way the result holds what was measured, and
+    ``on_trial`` gets it after every size.
     """
     import torch
 
@@ -250,116 +157,175 @@ def find_batch_size(
     if meter is None:  # tests pass their own
         meter = CudaMeter(device) if device.type == "cuda" else CpuMeter(model, optimizer)
     budget = int(budget_bytes) if budget_bytes else default_budget(device)
-    result = BatchSizeResult(None, budget, str(device), meter.name)
+    result = BatchSizeResult(None, budget, str(device), meter.name, time_budget_s=time_budget_s)
     if warm_error is not None and not is_oom(warm_error):
         saved.restore()
         msg = str(warm_error).splitlines()[0][:200] if str(warm_error) else ""
         result.trials.append(BatchTrial(2, "failed", reason=f"{type(warm_error).__name__}: {msg}"))
         return result
-
-    def trial(bs: int) -> BatchTrial:
-        pred = _predict(result.trials, bs)
-        if pred is not None and pred > budget:
-            return BatchTrial(
-                bs, "predicted_over", int(pred), reason=f"predicted peak {pred / MiB:.0f} MiB > budget"
-            )
-        if progress:
-            progress(f"batch size {bs}")
-        t = BatchTrial(bs, "fits")
-        oom = False
-        times: list[float] = []
-        meter.reset()
-        batch = None
-
-        def timed_step() -> float:
-            t0 = time.perf_counter()
-            # .item() completes the step (CUDA), so the timing is the step's
-            train_step(model, optimizer, batch, loss_fn).item()
-            return time.perf_counter() - t0
-
-        try:
-            # Memory is taken over the batch and the first (warm-up) step, which allocate what every step
-            # does; the later steps are timed outside the CPU tracker, whose per-op bookkeeping costs time.
-            with meter.track():
-                batch = move_to(batch_fn(bs), device, non_blocking=True)
-                first = timed_step()
-            times = [timed_step() for _ in range(max(1, steps) - 1)] or [first]
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:
-            if is_oom(e):
-                oom = True
-                t.status, t.reason = "oom", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            else:
-                t.status, t.reason = (
-                    "failed",
-                    f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-                )
-        # Outside the except block, so the exception's frames (holding the step's tensors) are gone.
-        batch = None
-        optimizer.zero_grad(set_to_none=True)
-        t.peak_bytes = meter.peak()
-        meter.cleanup(full=t.status != "fits")
-        if not oom and t.status == "fits":
-            if t.peak_bytes > budget:
-                t.status, t.reason = "over_budget", f"peak {t.peak_bytes / MiB:.0f} MiB > budget"
-            if times:
-                t.step_s = statistics.median(times)
-                t.samples_per_s = bs / t.step_s
-        return t
-
-    lo, hi = 0, None
+    search = _Search(
+        model, optimizer, batch_fn, loss_fn, meter, result, max(1, steps), progress, on_trial, clock
+    )
     try:
-        bs = max(1, start)
-        for _ in range(
-            4
-        ):  # a re-checked edge that fits restarts the doubling above it (rarely more than once)
-            failed = False
-            hi = None
-            while bs <= max_batch_size:
-                t = trial(bs)
-                result.trials.append(t)
-                if t.status == "failed":
-                    failed = True
-                    break
-                if not t.fits:
-                    hi = bs
-                    break
-                lo = bs
-                bs *= 2
-            if failed or hi is None or lo == 0:
-                break
-            while hi - lo > max(1, int(lo * tolerance)):
-                mid = (lo + hi) // 2
-                t = trial(mid)
-                result.trials.append(t)
-                if t.status == "failed":
-                    failed = True
-                    break
-                if t.fits:
-                    lo = mid
-                else:
-                    hi = mid
-            # The edge may be a size that was only predicted not to fit, from an extrapolation made before
-            # the sizes near it were measured: re-predict with them, and measure it if it may fit now.
-            edge = next((t for t in reversed(result.trials) if t.batch_size == hi), None)
-            if failed or edge is None or edge.status != "predicted_over":
-                break
-            pred = _predict(result.trials, hi)
-            if pred is None or pred > budget:
-                break
-            t = trial(hi)
-            result.trials.append(t)
-            if not t.fits:
-                break
-            lo, bs = hi, hi * 2
+        search.run(max(1, start), max_batch_size, tolerance)
     except KeyboardInterrupt:
         result.interrupted = True
+    except _OutOfTime:
+        pass
     finally:
         saved.restore()
         meter.cleanup()
-    result.best = lo or None
+    result.best = search.lo or None
     return result
+
+
+class _OutOfTime(Exception):
+    """The next size would not finish inside the time budget."""
+
+
+class _Search:
+    """The doubling / bisection over sizes, each size one ``trial``, inside the result's time budget."""
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any,
+        batch_fn: BatchFn,
+        loss_fn: ComputeLoss,
+        meter: CpuMeter | CudaMeter,
+        result: BatchSizeResult,
+        steps: int,
+        progress: Callable[[str], None] | None,
+        on_trial: Callable[[BatchSizeResult], None] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.model, self.optimizer, self.batch_fn, self.loss_fn = model, optimizer, batch_fn, loss_fn
+        self.meter, self.result, self.steps, self.progress, self.on_trial = (
+            meter,
+            result,
+            steps,
+            progress,
+            on_trial,
+        )
+        self.clock, self.start = clock, clock()
+        self.lo = 0
+        self.last: tuple[int, float] | None = None  # (size, seconds) of the last trial that ran
+
+    def trial(self, bs: int) -> BatchTrial:
+        """Measure size ``bs`` (or predict it over the memory budget), add it to the result."""
+        r = self.result
+        pred = _predict(r.trials, bs)
+        if pred is not None and pred > r.budget_bytes:
+            t = BatchTrial(
+                bs, "predicted_over", int(pred), reason=f"predicted peak {pred / MiB:.0f} MiB > budget"
+            )
+        else:
+            self._check_time(bs)
+            if self.progress:
+                self.progress(f"batch size {bs}")
+            t0 = self.clock()
+            t = _measure(self, bs)
+            self.last = (bs, self.clock() - t0)
+        r.trials.append(t)
+        if self.on_trial:
+            self.on_trial(r)
+        return t
+
+    def _check_time(self, bs: int) -> None:
+        """Raise ``_OutOfTime`` when size ``bs``, timed as the last size scaled by the batch, would end
+        past the time budget (the first size always runs)."""
+        budget = self.result.time_budget_s
+        if budget is None or self.last is None:
+            return
+        size, took = self.last
+        left = budget - (self.clock() - self.start)
+        if took * max(1.0, bs / size) > left:
+            self.result.out_of_time = bs
+            raise _OutOfTime
+
+    def run(self, bs: int, max_batch_size: int, tolerance: float) -> None:
+        trials = self.result.trials
+        for _ in range(
+            4
+        ):  # a re-checked edge that fits restarts the doubling above it (rarely more than once)
+            hi = None
+            while bs <= max_batch_size:
+                t = self.trial(bs)
+                if t.status == "failed":
+                    return
+                if not t.fits:
+                    hi = bs
+                    break
+                self.lo, bs = bs, bs * 2
+            if hi is None or self.lo == 0:
+                return
+            while hi - self.lo > max(1, int(self.lo * tolerance)):
+                mid = (self.lo + hi) // 2
+                t = self.trial(mid)
+                if t.status == "failed":
+                    return
+                self.lo, hi = (mid, hi) if t.fits else (self.lo, mid)
+            # The edge may be a size that was only predicted not to fit, from an extrapolation made before
+            # the sizes near it were measured: re-predict with them, and measure it if it may fit now.
+            edge = next((t for t in reversed(trials) if t.batch_size == hi), None)
+            if edge is None or edge.status != "predicted_over":
+                return
+            pred = _predict(trials, hi)
+            if pred is None or pred > self.result.budget_bytes or not self.trial(hi).fits:
+                return
+            self.lo, bs = hi, hi * 2
+
+
+def _measure(s: _Search, bs: int) -> BatchTrial:
+    """Run ``s.steps`` training steps at size ``bs``: its peak memory, median step and throughput."""
+    from pitstop.train.prefetch import move_to
+
+    device = model_device(s.model)
+    t = BatchTrial(bs, "fits")
+    times: list[float] = []
+    s.meter.reset()
+    batch = None
+
+    def timed_step() -> float:
+        t0 = time.perf_counter()
+        # .item() completes the step (CUDA), so the timing is the step's
+        train_step(s.model, s.optimizer, batch, s.loss_fn).item()
+        return time.perf_counter() - t0
+
+    try:
+        # Memory is taken over the batch and the first (warm-up) step, which allocate what every step
+        # does; the later steps are timed outside the CPU tracker, whose per-op bookkeeping costs time.
+        with s.meter.track():
+            batch = move_to(s.batch_fn(bs), device, non_blocking=True)
+            first = timed_step()
+        times = [timed_step() for _ in range(s.steps - 1)] or [first]
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        t.status, t.reason = ("oom" if is_oom(e) else "failed"), reason
+    # Outside the except block, so the exception's frames (holding the step's tensors) are gone.
+    batch = None
+    s.optimizer.zero_grad(set_to_none=True)
+    t.peak_bytes = s.meter.peak()
+    s.meter.cleanup(full=t.status != "fits")
+    if t.status == "fits":
+        if t.peak_bytes > s.result.budget_bytes:
+            t.status, t.reason = "over_budget", f"peak {t.peak_bytes / MiB:.0f} MiB > budget"
+        if times:
+            t.step_s = statistics.median(times)
+            t.samples_per_s = bs / t.step_s
+    return t
+
+
+def cut_short(result: BatchSizeResult) -> str:
+    """What ended the search before its limit was found ("" when nothing did)."""
+    if result.out_of_time is not None:
+        return (
+            f"the search stopped at its {result.time_budget_s:.0f} s time budget before batch size "
+            f"{result.out_of_time}"
+        )
+    return "the search was interrupted (Ctrl-C or SIGTERM)" if result.interrupted else ""
 
 
 def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
@@ -392,36 +358,8 @@ def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
             )
         return out
     best = next(t for t in fits if t.batch_size == result.best)
-    fit_sizes = {t.batch_size for t in fits}
-    first_bad = min(
-        (t for t in result.trials if not t.fits and t.status != "failed" and t.batch_size not in fit_sizes),
-        key=lambda t: t.batch_size,
-        default=None,
-    )
     top = max(fits, key=lambda t: t.samples_per_s or 0.0)
-    bad_txt = (
-        f"; batch size {first_bad.batch_size}: {first_bad.status.replace('_', ' ')}"
-        + (f" ({first_bad.reason})" if first_bad.reason else "")
-        if first_bad
-        else " (the search reached its maximum)"
-    )
-    out.append(
-        Finding(
-            id="tune.batch_size.best",
-            severity=Severity.INFO,
-            title=f"Largest batch size that fits: {result.best}",
-            evidence=f"batch size {result.best}: peak {best.peak_bytes / MiB:.0f} MiB ({result.memory_measure}) of a "
-            f"{result.budget_bytes / MiB:.0f} MiB budget on {result.device}, "
-            f"{best.samples_per_s or 0:.1f} samples/s{bad_txt}",
-            data={
-                "best": result.best,
-                "budget_bytes": result.budget_bytes,
-                "peak_bytes": best.peak_bytes,
-                "samples_per_s": best.samples_per_s,
-            },
-            fix="Batch sizes up to this fit; scale the learning rate with the batch size if you change it.",
-        )
-    )
+    out.append(_best_finding(result, best))
     if (
         top.batch_size != result.best
         and top.samples_per_s
@@ -439,3 +377,42 @@ def batch_size_findings(result: BatchSizeResult) -> list[Finding]:
             )
         )
     return out
+
+
+def _best_finding(result: BatchSizeResult, best: BatchTrial) -> Finding:
+    """``tune.batch_size.best`` for a search whose largest fitting size was ``best``: the first size that
+    did not fit, or what ended the search before one was found."""
+    fit_sizes = {t.batch_size for t in result.trials if t.fits}
+    first_bad = min(
+        (t for t in result.trials if not t.fits and t.status != "failed" and t.batch_size not in fit_sizes),
+        key=lambda t: t.batch_size,
+        default=None,
+    )
+    cut = cut_short(result)
+    if first_bad:
+        bad_txt = f"; batch size {first_bad.batch_size}: {first_bad.status.replace('_', ' ')}" + (
+            f" ({first_bad.reason})" if first_bad.reason else ""
+        )
+    else:
+        bad_txt = f"; {cut}" if cut else " (the search reached its maximum)"
+    more = (
+        " Larger sizes were not tried: give the search more time (--time-budget)."
+        if result.out_of_time
+        else ""
+    )
+    return Finding(
+        id="tune.batch_size.best",
+        severity=Severity.INFO,
+        title=f"Largest batch size {'measured to fit' if cut else 'that fits'}: {result.best}",
+        evidence=f"batch size {result.best}: peak {best.peak_bytes / MiB:.0f} MiB ({result.memory_measure}) of a "
+        f"{result.budget_bytes / MiB:.0f} MiB budget on {result.device}, "
+        f"{best.samples_per_s or 0:.1f} samples/s{bad_txt}",
+        data={
+            "best": result.best,
+            "budget_bytes": result.budget_bytes,
+            "peak_bytes": best.peak_bytes,
+            "samples_per_s": best.samples_per_s,
+        },
+        fix="Batch sizes up to this fit; scale the learning rate with the batch size if you change it."
+        + more,
+    )

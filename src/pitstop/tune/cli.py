@@ -172,8 +172,12 @@ def _in_script(
 def _script_failed(tool: str, error: str | None, args: argparse.Namespace) -> int:
     from pitstop.cliutil import finish
     from pitstop.findings import Finding, Report, Severity
+    from pitstop.tune.script import INTERRUPTED
 
     report = Report(tool=tool, error=error or "the script ended before the tuner ran")
+    if report.error.startswith(INTERRUPTED):  # Ctrl-C / SIGTERM: not a failure of the script
+        report.meta["interrupted"] = True
+        return finish(report, args)
     report.add(
         Finding(
             id="tune.script",
@@ -207,6 +211,8 @@ def _register_batch_size(tsub: argparse._SubParsersAction) -> None:  # type: ign
 
 
 def cmd_tune_batch_size(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from pitstop.cliutil import finish, usage_error
     from pitstop.tune.batch_size import BatchSizeResult, dataset_batch_fn, find_batch_size
     from pitstop.tune.reports import batch_size_report
@@ -216,7 +222,14 @@ def cmd_tune_batch_size(args: argparse.Namespace) -> int:
         return usage_error("need 0 < --start <= --max and --steps > 0")
     if args.budget_mib is not None and args.budget_mib <= 0:
         return usage_error("--budget-mib must be positive")
-    meta: dict[str, Any] = {}
+    if args.time_budget <= 0:
+        return usage_error("--time-budget must be positive")
+    if not args.quiet:
+        say = (
+            f"the search takes at most {args.time_budget:g} s (--time-budget); Ctrl-C keeps what it measured"
+        )
+        Console(stderr=True).print(f"pitstop tune batch-size: {say}")
+    meta: dict[str, Any] = {"time_budget_s": args.time_budget}
     if cmd:
         payload = _in_script(args, cmd, "batch_size", meta)
         if isinstance(payload, int):
@@ -243,6 +256,7 @@ def cmd_tune_batch_size(args: argparse.Namespace) -> int:
                 max_batch_size=args.max,
                 steps=args.steps,
                 progress=update,
+                time_budget_s=args.time_budget,
             )
     report, blocks = batch_size_report(result, meta)
     rows = [

@@ -48,7 +48,7 @@ class LoaderArgs(ScriptArgs):
     prefetch: str = opt("2,4", "prefetch_factor values to try (default 2,4)")
     batch_sizes: str = opt("", "also measure these batch sizes, e.g. 32,64,128")
     confirm_rounds: int = opt(3, "interleaved baseline/chosen rounds for the speed-up (3)")
-    plot: str | None = opt(None, "write the num_workers curve as a PNG", metavar="PNG")
+    plot: str | None = opt(None, "write the num_workers curve as a PNG", metavar="PNG", output="file")
 
 
 @dataclass
@@ -59,6 +59,11 @@ class BatchSizeArgs(ScriptArgs, ModelArgs):
     start: int = opt(2, "first batch size (default 2)")
     max: int = opt(65536, "largest batch size to try")
     steps: int = opt(3, "training steps per size (first is warm-up)")
+    time_budget: float = opt(
+        120.0,
+        "seconds the search may take; a size that would not finish in time is not started (120)",
+        metavar="S",
+    )
 
 
 @dataclass
@@ -68,7 +73,7 @@ class LRArgs(ScriptArgs, ModelArgs):
     steps: int = opt(100, "steps of the ramp (default 100)")
     smooth: float = opt(0.98, "EMA factor for the loss (default 0.98)")
     diverge: float = opt(4.0, "stop when smoothed loss > this x its minimum")
-    plot: str | None = opt(None, "write loss vs learning rate as a PNG", metavar="PNG")
+    plot: str | None = opt(None, "write loss vs learning rate as a PNG", metavar="PNG", output="file")
 
 
 @dataclass
@@ -98,5 +103,6 @@ class FixArgs:
         "keep the verdicts here for later `pitstop profile --out-dir DIR` runs of the same script "
         "(default: the user's cache directory, ~/.cache/pitstop)",
         metavar="DIR",
+        output="dir",
     )
     cmd: Sequence[str] | None = opt(None, "-- python train.py ARGS", remainder=True)

@@ -267,6 +267,7 @@ def fix_report(result: FixResult, meta: dict[str, Any] | None = None) -> tuple[R
     )
     if result.interrupted:
         report.error = "interrupted: the report holds the runs measured before Ctrl-C"
+        report.meta["interrupted"] = True
     judged = [m for m in [*result.candidates, *([result.combined] if result.combined else [])] if m.interval]
     blocks = [
         table(

@@ -27,7 +27,7 @@ from pitstop.host.cpu import usable_cores
 from pitstop.measure import Progress, Settings, interleave, log_spread, steps_for_startup
 from pitstop.measure_throughput import rejudge_throughput
 from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.profile.runner import RunResult, RunSpec, run, stop_on_interrupt
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.apply import plan
@@ -41,7 +41,7 @@ from pitstop.tune.fix import (
     loader_of,
     merge,
 )
-from pitstop.tune.fixjudge import HELPED, Measured, judge
+from pitstop.tune.fixjudge import HELPED, UNDECIDED, Measured, judge
 from pitstop.tune.patch import dataloader_patch
 
 Runner = Callable[[RunSpec], RunResult]
@@ -180,9 +180,10 @@ def run_fix(
     clock: Callable[[], float] = time.monotonic,
 ) -> FixResult:
     """Measure the candidate fixes for ``command`` within ``cfg.budget`` seconds; ``runner`` replaces
-    ``pitstop.profile.runner.run`` in tests. Ctrl-C stops the measuring and reports what was measured."""
+    ``pitstop.profile.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
+    too) and reports what was measured."""
     cfg = cfg or FixConfig()
-    runner = fix_dist.job_runner(runner or run)  # a launch: the slowest rank's steps
+    runner = stop_on_interrupt(fix_dist.job_runner(runner or run))  # launches: the slowest rank's steps
     rounds = _Rounds(command, cfg, runner, progress, clock)
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
@@ -250,10 +251,7 @@ def run_fix(
         elif len(helped) > 1:
             _combine(helped, base, rounds, result)
     except KeyboardInterrupt:
-        result.interrupted = True
-        judge(base, base, cfg)
-        for m in result.candidates:
-            judge(m, base, cfg)
+        _judge_interrupted(result, cfg)
     return _finish(result, cfg, rounds.steps)
 
 
@@ -264,6 +262,17 @@ def _workers_pick(workers: list[Measured], result: FixResult, cfg: FixConfig) ->
     machine = WorkerMachine.of_run(result.run_data, usable_cores())
     choice = choose_workers(machine, {w: m.speedup or 0.0 for w, m in by_count.items()}, cfg.min_gain)
     return by_count.get(choice.workers) or max(workers, key=lambda m: m.speedup or 0.0)
+
+
+def _judge_interrupted(result: FixResult, cfg: FixConfig) -> None:
+    """The verdicts of the runs measured before Ctrl-C or SIGTERM; a candidate that never ran is
+    undecided, not failed."""
+    result.interrupted = True
+    judge(result.baseline, result.baseline, cfg)
+    for m in result.candidates:
+        judge(m, result.baseline, cfg)
+        if m.verdict == "failed" and not m.errors:
+            m.verdict, m.reason = UNDECIDED, "not measured: interrupted (Ctrl-C or SIGTERM) before its runs"
 
 
 def _combine(helped: list[Measured], base: Measured, rounds: _Rounds, result: FixResult) -> None:

@@ -67,6 +67,7 @@ def loader_report(result: LoaderTuneResult, meta: dict[str, Any] | None = None) 
     )
     if result.interrupted:
         report.error = "interrupted: the report holds the points measured before Ctrl-C"
+        report.meta["interrupted"] = True  # exit 130
     xs, ys = worker_curve(result)
     blocks = [
         line_chart(
@@ -88,6 +89,7 @@ def batch_size_report(
     )
     if result.interrupted:
         report.error = "interrupted: the report holds the sizes measured before Ctrl-C"
+        report.meta["interrupted"] = True  # exit 130
     rows = [
         [
             t.batch_size,
@@ -131,6 +133,7 @@ def lr_report(result: LRResult, meta: dict[str, Any] | None = None) -> tuple[Rep
     )
     if result.stop == "interrupted":
         report.error = "interrupted: the report holds the steps measured before Ctrl-C"
+        report.meta["interrupted"] = True  # exit 130
     xs = [math.log10(lr) for lr in result.lrs]
     blocks = [
         line_chart(

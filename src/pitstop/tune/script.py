@@ -9,12 +9,17 @@ arguments cross the process boundary as JSON in the ``PITSTOP_TUNE_ARGS`` enviro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 ENV = "PITSTOP_TUNE_ARGS"
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM)"
+PARTIAL_ENV = "PITSTOP_TUNE_PARTIAL"  # where a tuner writes what it measured so far (a stop may kill it)
 CALLBACKS = {"loader": "loader", "batch_size": "step", "lr": "step"}  # what -> callback_at
 STEPS_UNBOUNDED = 10**9  # the callback's own training steps must not end the run
 
@@ -22,22 +27,31 @@ STEPS_UNBOUNDED = 10**9  # the callback's own training steps must not end the ru
 def run_callback(
     command: list[str], what: str, args: dict[str, Any], timeout: float | None = None
 ) -> tuple[Any, str | None]:
-    """Run the script with the ``what`` callback; (callback result or None, error text or None)."""
+    """Run the script with the ``what`` callback; (callback result or None, error text or None). A run
+    Ctrl-C or SIGTERM stopped before the callback returned gives what the tuner wrote to its partial
+    file so far (the batch-size search writes one after every size), marked interrupted."""
     from pitstop.profile.runner import RunSpec, run
 
-    spec = RunSpec(
-        command=list(command),
-        steps=STEPS_UNBOUNDED,
-        warmup=1,
-        timeout=timeout,
-        callback=f"pitstop.tune.script:{what}_callback",
-        callback_at=CALLBACKS[what],
-        env={ENV: json.dumps(args)},
-        probes=False,
-    )
-    result = run(spec)
+    with tempfile.TemporaryDirectory(prefix="pitstop-tune-") as tmp:
+        partial = Path(tmp) / "partial.json"
+        spec = RunSpec(
+            command=list(command),
+            steps=STEPS_UNBOUNDED,
+            warmup=1,
+            timeout=timeout,
+            callback=f"pitstop.tune.script:{what}_callback",
+            callback_at=CALLBACKS[what],
+            env={ENV: json.dumps(args), PARTIAL_ENV: str(partial)},
+            probes=False,
+        )
+        result = run(spec)
+        if result.callback_result is None and result.status == "interrupted":
+            with contextlib.suppress(OSError, ValueError):  # killed mid-size: the sizes it finished
+                return {**json.loads(partial.read_text()), "interrupted": True}, None
     if result.callback_result is not None:
         return result.callback_result, None
+    if result.status == "interrupted":
+        return None, f"{INTERRUPTED} before the tuner in the script returned what it measured"
     error = result.error
     if error is None:
         need = "a DataLoader" if what == "loader" else "a training step (model + optimizer)"
@@ -104,7 +118,7 @@ def batch_from_last(last_batch: Any) -> Any:
 
 
 def batch_size_callback(captured: Any) -> dict[str, Any]:
-    from pitstop.tune.batch_size import dataset_batch_fn, find_batch_size
+    from pitstop.tune.batch_size import TIME_BUDGET_S, dataset_batch_fn, find_batch_size
     from pitstop.units import MiB
 
     args = _args()
@@ -127,8 +141,20 @@ def batch_size_callback(captured: Any) -> dict[str, Any]:
         max_batch_size=int(args.get("max") or 65536),
         steps=int(args.get("steps") or 3),
         progress=_say,
+        time_budget_s=args.get("time_budget", TIME_BUDGET_S),
+        on_trial=_write_partial,
     )
     return result.to_dict()
+
+
+def _write_partial(result: Any) -> None:
+    """The sizes measured so far, for the parent should the script be killed mid-size."""
+    from pitstop.report.jsonfmt import atomic_write_text
+
+    path = os.environ.get(PARTIAL_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            atomic_write_text(Path(path), json.dumps(result.to_dict()))
 
 
 def lr_callback(captured: Any) -> dict[str, Any]:

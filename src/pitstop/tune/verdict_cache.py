@@ -150,4 +150,8 @@ def annotate_profile(
     """``annotate`` with this script's verdicts from the cache in ``out_dir``."""
     key = script_key(command)
     verdicts = load(out_dir).get(key) if key else None
-    return annotate(findings, verdicts) if isinstance(verdicts, dict) else findings
+    if not isinstance(verdicts, dict):
+        return findings
+    # a cache edited by hand or written by another version: only entries of the shape ``record`` writes
+    kept = {k: [r for r in v if isinstance(r, dict)] for k, v in verdicts.items() if isinstance(v, list)}
+    return annotate(findings, kept)
