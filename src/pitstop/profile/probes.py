@@ -134,8 +134,10 @@ def run_probes(
     """All applicable probes; each entry has the medians and 'saving_s' (>0 = the change is faster)."""
     import time
 
-    out: dict[str, Any] = {}
+    from pitstop.profile import thread_probe  # it times through this module
+
     start = time.perf_counter()
+    out: dict[str, Any] = thread_probe.run(model, inputs, model_facts)  # threads vs free cores, first
     if model is not None and inputs is not None:
         try:
             out.update(_model_probes(model, inputs, model_facts))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
+from pitstop.profile.contention_rules import contention_findings, note_contention
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
@@ -265,13 +266,14 @@ def problem_findings(
         found += unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
+    found += contention_findings(bd, data, cores)  # host.oversubscribed / host.contention
     found += probe_failure_rules(probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    return found, bd
+    return note_contention(found, data), bd  # each finding says where other work used the CPUs
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:

@@ -170,9 +170,10 @@ def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str,
 
 
 def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) -> None:
-    """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``) into
-    ``result.data``; ``session``: the script's, whose processes are its own."""
+    """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``), and the
+    hypervisor's steal, into ``result.data``; ``session``: the script's, whose processes are its own."""
     result.data["other_cpu_share"] = round(other.share(session), 4)
+    result.data["steal_share"] = round(other.steal_share(), 4)
 
 
 def run(
