@@ -52,6 +52,10 @@ def _record(base, new, lo, hi, threads=2, fit=1, rounds=5):
     }
 
 
+# busy until its parent (this test process) is gone, so a burner never outlives the test run
+BURN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+
+
 def _find(fid, steps, data):
     return next((f for f in findings_for(steps, data, cores=2)[0] if f.id == fid), None)
 
@@ -139,9 +143,7 @@ def test_probe_times_fewer_threads_when_the_script_oversubscribes_and_restores_i
 @contextlib.contextmanager
 def _burners(n: int, cpus: set[int]):
     """``n`` busy processes outside this process tree, pinned to ``cpus``; killed on exit."""
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", BURN], start_new_session=True) for _ in range(n)]
     try:
         for p in procs:
             os.sched_setaffinity(p.pid, cpus)
@@ -204,3 +206,66 @@ def test_proc_stat_parse(tmp_path):
     (task / "schedstat").write_text("100 2500000000 3")
     assert load.own_runnable_threads(tmp_path / "task") == 1
     assert load.own_wait_s(tmp_path / "task") == pytest.approx(2.5)
+
+
+def test_probe_loads_a_batch_as_the_main_process_did_and_the_rule_counts_it_timed():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from pitstop.profile.captured import CapturedLoader
+
+    ds = TensorDataset(torch.randn(40, 32))
+    calls = []
+
+    def collate(items):
+        calls.append(len(items))
+        return torch.stack([t for (t,) in items])
+
+    main = CapturedLoader(DataLoader(ds, batch_size=8, collate_fn=collate), {}, ds, "train.py:9", batches=3)
+    workers = CapturedLoader(DataLoader(ds, batch_size=8, num_workers=2), {}, ds, "train.py:5", batches=3)
+    assert (
+        thread_probe.main_process_batch([workers]) is None and thread_probe.main_process_batch(None) is None
+    )
+    batch, where = thread_probe.main_process_batch([workers, main])
+    assert where == "train.py:9" and batch().shape == (8, 32) and calls == [8]
+    model, inputs = _tiny()
+    before = torch.get_num_threads()
+    rec = thread_probe.run(model, inputs, {}, budget_s=1.0, loaders=[main])["threads"]
+    assert rec["loader_location"] == "train.py:9" and len(calls) > 1  # every pass loaded a batch
+
+    # the script removed its data on the way out: the probe times the rest and says why
+    class Gone(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            raise FileNotFoundError("/tmp/data/0.jpg")
+
+    gone = CapturedLoader(DataLoader(Gone(), batch_size=2), {}, Gone(), "train.py:9", batches=3)
+    torch.set_num_threads(load.usable_cores() + 1)  # oversubscribed: the A/B always runs
+    try:
+        rec = thread_probe.run(model, inputs, {}, budget_s=1.0, loaders=[gone])["threads"]
+    finally:
+        torch.set_num_threads(before)
+    assert "FileNotFoundError" in rec["loader_error"] and "loader_location" not in rec and "base_s" in rec
+    f = _find(OVERSUBSCRIBED, _steps(), {"probes": {"threads": rec}})
+    assert "not loading a batch: loading a batch failed: FileNotFoundError" in f.evidence
+    # a step that is mostly data wait: timed by the probe when it loaded a batch, so a tight interval
+    # around no gain is a pass; untimed, the wait could gain at the upper bound's rate: undecided
+    steps = _steps(total=2.6, fwd=0.05, bwd=0.05, wait=2.5)
+    rec = {**_record(2.6, 2.6, lo=0.98, hi=1.01), "loader_location": "train.py:9"}
+    assert _find(CONTENTION, steps, {"probes": {"threads": rec}}).severity is Severity.PASS
+    rec = _record(0.1, 0.1, lo=0.9, hi=1.5)
+    assert _find(CONTENTION, steps, {"probes": {"threads": rec}}).severity is Severity.INFO
+
+
+def test_the_runs_share_of_other_work_reaches_every_ranks_data():
+    from types import SimpleNamespace
+
+    from pitstop.profile.runner import note_other_cpu
+
+    other = SimpleNamespace(share=lambda session: 0.31, steal_share=lambda: 0.05)
+    ranks = {0: SimpleNamespace(data={}), 1: SimpleNamespace(data={})}
+    result = SimpleNamespace(data={}, ranks=ranks)
+    note_other_cpu(result, other, 123)
+    assert result.data == {"other_cpu_share": 0.31, "steal_share": 0.05}
+    assert all(r.data == result.data for r in ranks.values())

@@ -49,7 +49,7 @@ def _fix(fit: int, workers: int) -> tuple[str, str]:
         else ""
     )
     text = (
-        f"Run {fit} intra-op thread{'s' if fit != 1 else ''} while the machine is this busy: "
+        f"Run {fit} intra-op thread{'s' if fit != 1 else ''}, as many as the cores left free: "
         f"torch.set_num_threads({fit}) at the start of the script, or OMP_NUM_THREADS={fit}{fewer}. "
         "`pitstop launch --core-list` pins the script to cores other work leaves free, with one thread per core."
     )
@@ -85,18 +85,19 @@ def contention_findings(bd: Breakdown, data: dict[str, Any], cores: int) -> list
     return []
 
 
-def untimed_rest(bd: Breakdown, hi_speedup: float) -> float:
-    """What the part of the step the probe did not time (all but forward and backward: data loading in
-    the process, the optimizer, the rest) could save at most, if it gained as much as forward+backward's
-    upper bound ``hi_speedup``: its intra-op work runs on the same threads."""
-    rest = max(0.0, bd.total_s - bd.parts.get("forward_s", 0.0) - bd.parts.get("backward_s", 0.0))
+def untimed_rest(bd: Breakdown, hi_speedup: float, loaded: bool) -> float:
+    """What the part of the step the probe did not time (all but forward and backward, and the data
+    wait where the probe loaded a batch: the optimizer, data loading, the rest) could save at most, if it
+    gained as much as the probe's upper bound ``hi_speedup``: its intra-op work runs on the same threads."""
+    timed = ("forward_s", "backward_s", "data_wait_s") if loaded else ("forward_s", "backward_s")
+    rest = max(0.0, bd.total_s - sum(bd.parts.get(k, 0.0) for k in timed))
     return rest * max(0.0, 1 - 1 / hi_speedup) if hi_speedup > 0 else rest
 
 
 def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers: int) -> Finding:
-    """The A/B's finding: a warning where the forward+backward saving's lower bound clears the bar; a
-    pass where its upper bound, plus what the untimed rest of the step could gain at that rate, stays
-    under it; else undecided (info)."""
+    """The A/B's finding: a warning where the probe's saving's lower bound clears the bar; a pass where
+    its upper bound, plus what the untimed rest of the step could gain at that rate, stays under it;
+    else undecided (info)."""
     threads, fit = rec["threads"], rec["fit"]
     seen = Competition.from_dict(rec.get("competition") or {})
     saving, share = cost(bd, rec["saving_s"])
@@ -104,9 +105,16 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
     lo, hi = rec.get("saving_lo_s"), rec.get("saving_hi_s")
     bounds = (lo, hi) if lo is not None and hi is not None else None
     hi_speedup = (rec.get("interval") or {}).get("hi") or float("inf")
-    rest = untimed_rest(bd, hi_speedup)
+    rest = untimed_rest(bd, hi_speedup, "loader_location" in rec)
+    work = (
+        f"Loading a batch as the main process did (the DataLoader at {rec['loader_location']}) and "
+        "forward+backward on the script's last batch"
+        if "loader_location" in rec
+        else "Forward+backward on the script's last batch"
+        + (f" (not loading a batch: {rec['loader_error']})" if rec.get("loader_error") else "")
+    )
     evidence = (
-        f"{layout}; during the exit probe {seen.text()}. Forward+backward on the script's last batch: "
+        f"{layout}; during the exit probe {seen.text()}. {work}: "
         f"{ms(rec['base_s'])} at {threads} threads, {ms(rec['new_s'])} at {fit} (medians, interleaved rounds: "
         f"{rec.get('interval_text') or 'no interval'})"
     )
@@ -132,7 +140,7 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
         Finding(
             id=fid,
             severity=sev(share),
-            title=f"{threads} intra-op threads where {fit} fit ({cause}): forward+backward {speed:.2f}x "
+            title=f"{threads} intra-op threads where {fit} fit ({cause}): the step's work {speed:.2f}x "
             f"faster at {fit}",
             evidence=evidence,
             data=data,
@@ -148,8 +156,8 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
     if f.data["confirmed"]:
         return f
     untimed = (
-        f"; the rest of the step ({ms(rest)} of it could gain at the upper bound's rate: data loading in this "
-        "process, the optimizer) runs on the same threads and was not timed"
+        f"; the rest of the step (the optimizer, data loading, other work: up to {ms(rest)} to gain at the "
+        "upper bound's rate) runs on the same threads and was not timed"
         if rest >= WARN_SHARE * step
         else ""
     )
@@ -199,14 +207,14 @@ def contention_note(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
 
 
 def note_contention(found: list[Finding], data: dict[str, Any]) -> list[Finding]:
-    """Every finding's evidence with ``contention_note`` appended where the run was contended (the host
-    findings quote the competition themselves)."""
+    """Every finding's evidence with ``contention_note`` appended where the run was contended (the
+    contention findings quote the competition themselves)."""
     note, numbers = contention_note(data)
     if not note:
         return found
     return [
         f
-        if f.area in ("host", "summary")
+        if f.id in (CONTENTION, OVERSUBSCRIBED) or f.area == "summary"
         else replace(f, evidence=f.evidence + note, data={**f.data, NOTED: numbers})
         for f in found
     ]
