@@ -221,20 +221,7 @@ def check_threads(
     )
     out = []
     if load is not None and usable >= n > fit:
-        out.append(
-            Finding(
-                "cpu.threads",
-                Severity.WARN,
-                f"{n} intra-op threads while other work leaves {load.free_cores:.1f} of {usable} usable cores "
-                "free",
-                evidence,
-                data,
-                fix=f"While the machine is this busy use {fit} thread{'s' if fit != 1 else ''} (a thread that "
-                "loses its core stalls the others at every parallel region); `pitstop profile` measures what "
-                "the threads cost your script (host.contention).",
-                fix_code=f"export OMP_NUM_THREADS={fit}   # or torch.set_num_threads({fit})",
-            )
-        )
+        out.append(_threads_over_free_cores(n, usable, fit, load, evidence, data))
     elif n > usable:
         out.append(
             Finding(
@@ -273,6 +260,29 @@ def check_threads(
                 data,
             )
         )
+    out.append(_thread_env(omp, mkl))
+    return out
+
+
+def _threads_over_free_cores(
+    n: int, usable: int, fit: int, load: Competition, evidence: str, data: dict[str, Any]
+) -> Finding:
+    """cpu.threads: threads that fit the usable cores but not those other work leaves free."""
+    return Finding(
+        "cpu.threads",
+        Severity.WARN,
+        f"{n} intra-op threads while other work leaves {load.free_cores:.1f} of {usable} usable cores free",
+        evidence,
+        data,
+        fix=f"While the machine is this busy use {fit} thread{'s' if fit != 1 else ''} (a thread that loses "
+        "its core stalls the others at every parallel region); `pitstop profile` measures what the threads "
+        "cost your script (host.contention).",
+        fix_code=f"export OMP_NUM_THREADS={fit}   # or torch.set_num_threads({fit})",
+    )
+
+
+def _thread_env(omp: str | None, mkl: str | None) -> Finding:
+    """cpu.thread_env: OMP_NUM_THREADS / MKL_NUM_THREADS malformed, inconsistent, set or not."""
     bad_env = {}
     for name, value in (("OMP_NUM_THREADS", omp), ("MKL_NUM_THREADS", mkl)):
         if value is None:
@@ -285,32 +295,24 @@ def check_threads(
     if omp is not None and mkl is not None and omp != mkl and not bad_env:
         bad_env["MKL_NUM_THREADS"] = f"{mkl} (differs from OMP_NUM_THREADS={omp})"
     if bad_env:
-        out.append(
-            Finding(
-                "cpu.thread_env",
-                Severity.WARN,
-                "Thread environment variables malformed or inconsistent",
-                ", ".join(f"{k}={v!r}" for k, v in bad_env.items()),
-                {"bad": bad_env},
-                fix="Set OMP_NUM_THREADS (and MKL_NUM_THREADS, if set) to the same positive integer.",
-            )
+        return Finding(
+            "cpu.thread_env",
+            Severity.WARN,
+            "Thread environment variables malformed or inconsistent",
+            ", ".join(f"{k}={v!r}" for k, v in bad_env.items()),
+            {"bad": bad_env},
+            fix="Set OMP_NUM_THREADS (and MKL_NUM_THREADS, if set) to the same positive integer.",
         )
-    else:
-        out.append(
-            Finding(
-                "cpu.thread_env",
-                Severity.PASS if omp or mkl else Severity.INFO,
-                "Thread environment variables consistent"
-                if omp or mkl
-                else "OMP_NUM_THREADS not set: torch picks",
-                f"OMP_NUM_THREADS={omp!r}, MKL_NUM_THREADS={mkl!r}",
-                {"OMP_NUM_THREADS": omp, "MKL_NUM_THREADS": mkl},
-                fix=""
-                if omp or mkl
-                else "Fine for one process; set it per process when several share the machine (torchrun sets 1).",
-            )
-        )
-    return out
+    return Finding(
+        "cpu.thread_env",
+        Severity.PASS if omp or mkl else Severity.INFO,
+        "Thread environment variables consistent" if omp or mkl else "OMP_NUM_THREADS not set: torch picks",
+        f"OMP_NUM_THREADS={omp!r}, MKL_NUM_THREADS={mkl!r}",
+        {"OMP_NUM_THREADS": omp, "MKL_NUM_THREADS": mkl},
+        fix=""
+        if omp or mkl
+        else "Fine for one process; set it per process when several share the machine (torchrun sets 1).",
+    )
 
 
 def check_governor(cpu_root: str | os.PathLike[str] = SYS_CPU) -> list[Finding]:
