@@ -13,13 +13,6 @@ import pytest
 from pitstop.profile.runner import RunSpec, run
 from pitstop.profile.timeline import PARTS, usable_steps
 
-
-def script_ranked(report):
-    """The report's findings ranked, other processes' contention for the cores left out: on a loaded
-    machine it may rightly rank first, and it is the machine's, not the planted problem of the script."""
-    return [f for f in report.ranked() if f.id != "host.contention"]
-
-
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -61,8 +54,8 @@ def check_parts(result, report) -> dict:
 def test_lightning_closure_is_forward_and_backward(tmp_path, manual):
     name = "lightning_loop.py"
     result, report = profile(tmp_path, name, *(["--manual"] if manual else []))
-    top = script_ranked(report)[0]
-    assert top.id == "dataloader.workers", [(f.id, f.est_saving_s) for f in script_ranked(report)]
+    top = report.ranked()[0]
+    assert top.id == "dataloader.workers", [(f.id, f.est_saving_s) for f in report.ranked()]
     assert top.location.endswith(f"{name}:{line_of(name, 'loader = DataLoader(')}")
     bd = check_parts(result, report)
     assert bd["boundary"] == "optimizer.step()"
@@ -74,8 +67,8 @@ def test_lightning_closure_is_forward_and_backward(tmp_path, manual):
 def test_hf_trainer(tmp_path):
     pytest.importorskip("transformers")
     result, report = profile(tmp_path, "hf_trainer.py", "--max-steps", "40")
-    top = script_ranked(report)[0]
-    assert top.id == "dataloader.workers", [(f.id, f.est_saving_s) for f in script_ranked(report)]
+    top = report.ranked()[0]
+    assert top.id == "dataloader.workers", [(f.id, f.est_saving_s) for f in report.ranked()]
     bd = check_parts(result, report)
     assert bd["boundary"] == "optimizer.step()"
     assert bd["optimizer_s"] < bd["forward_s"] + bd["backward_s"]
@@ -86,8 +79,8 @@ def test_accelerate_backward(tmp_path):
     pytest.importorskip("accelerate")
     name = "accelerate_loop.py"
     result, report = profile(tmp_path, name, steps=8)
-    top = script_ranked(report)[0]
-    assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in script_ranked(report)]
+    top = report.ranked()[0]
+    assert top.id == "sync.item", [(f.id, f.est_saving_s) for f in report.ranked()]
     # three syncs a sample, as many calls each and within noise of each other in cost: the finding
     # names the costliest of them, which may be any of the loop's three lines
     loop = line_of(name, "correct.append(bool(preds[i] == yb[i]))")
