@@ -3,8 +3,8 @@ probe says about it.
 
 Runs examples/slow_loader.py plain (no pitstop) with torch's default threads vs OMP_NUM_THREADS=1,
 interleaved in rounds through ``pitstop.measure`` (each run's throughput: its own timer's ms/step over
-its measured steps), first on the machine as it is ("quiet": no burner of ours), then with one busy
-process per usable core ("burner"). Prints each condition's speed-up of 1 thread over the default with
+its measured steps), first on the machine as it is ("no burner": whatever else runs there, quoted),
+then with one busy process per usable core ("burner"). Prints each condition's speed-up of 1 thread over the default with
 its 95% interval, and what the script competed with (``host.load.CompetitionMeter`` over the runs) and
 the load it ran under (``host.load.load_line``). Then, under the burner, the thread probe itself
 (``pitstop.profile.thread_probe``) on a small conv net: the threads it fits and its A/B. Writes
@@ -133,7 +133,7 @@ def main() -> int:
     args = ap.parse_args()
     n_burn = args.burners or usable_cores()
     t0 = time.perf_counter()
-    rows = [condition("quiet", args.rounds, args.steps, args.warmup, args.budget)]
+    rows = [condition("no burner", args.rounds, args.steps, args.warmup, args.budget)]
     with burners(n_burn):
         time.sleep(0.5)  # the burners are running before the first round
         rows.append(condition("burner", args.rounds, args.steps, args.warmup, args.budget))
@@ -149,7 +149,8 @@ def main() -> int:
         f"OMP_NUM_THREADS unset vs 1, interleaved rounds (2 to {args.rounds}, within {args.budget:.0f} s a condition); burner: {n_burn} busy "
         f"process(es) (a busy loop); run by `.venv/bin/python {cmd}`; {wall:.0f} s in all",
         "- speed-up: 1 thread over the default, each run's throughput (its own timer over its measured steps), "
-        "rounds paired by `pitstop.measure`",
+        "rounds paired by `pitstop.measure`; competed with: `host.load.CompetitionMeter` over the condition, "
+        "seen from the benchmark (its runs' CPU time is its own; their threads count in the run queue)",
         "",
         "| condition | default threads, ms/step | 1 thread, ms/step | speed-up of 1 thread | competed with | load |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -14,6 +14,10 @@ launcher (torchrun) and of the process above it (`pitstop profile` in a profiled
 
     flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_overhead.py [--rounds 6] [--steps 200] [--pin]
 
+With ``--nodes 2`` the two ranks are two nodes of one job (two torchrun agents on this machine, each
+under its own `pitstop profile`): what a job across nodes adds per rank (the state shared through the store
+once a second, the records copied at the end) is in the figures; results go to ``*_nodes.md``.
+
 With ``--pin`` each rank runs on a core of its own: where two ranks share two cores unpinned, how the
 scheduler places them and the backend's threads changes a run's step time by about 10% from one launch
 to the next (this EPYC: s.d. of log median step time 0.09 unpinned, 0.03 pinned), which hides a few
@@ -52,7 +56,8 @@ from torch.utils.data import DataLoader, TensorDataset
 torch.set_num_threads(1)
 if os.environ.get("BENCH_PIN"):  # this thread, and the backend's threads started after it, on one core
     cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[int(os.environ["LOCAL_RANK"]) % len(cores)]})
+    which = os.environ["RANK" if os.environ["BENCH_PIN"] == "by-rank" else "LOCAL_RANK"]  # nodes share cores
+    os.sched_setaffinity(0, {cores[int(which) % len(cores)]})
 dist.init_process_group("gloo")
 steps, warm = int(sys.argv[1]), 10
 TICK = os.sysconf("SC_CLK_TCK")
@@ -103,14 +108,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_run(script: Path, steps: int, profiled: bool, pin: bool = False, tries: int = 3) -> dict[int, dict]:
+def launches(script: Path, steps: int, profiled: bool, nodes: int) -> list[list[str]]:
+    """The commands of one launch: one torchrun of 2 ranks, or ``nodes`` torchrun agents of one rank each
+    as the nodes of one job (static rendezvous on 127.0.0.1), each under its own `pitstop profile`."""
+    port = free_port()
+    per_node = 2 // nodes
+    out = []
+    for node in range(nodes):
+        torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={per_node}",
+                    f"--nnodes={nodes}", f"--node_rank={node}", "--master_addr=127.0.0.1",
+                    f"--master_port={port}", str(script), str(steps)]  # fmt: skip
+        profile = [sys.executable, "-m", "pitstop", "profile", "--full", "--no-probes", "-q", "--"]
+        out.append([*profile, *torchrun] if profiled else torchrun)
+    return out
+
+
+def one_run(
+    script: Path, steps: int, profiled: bool, pin: bool = False, tries: int = 3, nodes: int = 1
+) -> dict[int, dict]:
     """Each rank's timed steps and CPU of one launch. A launch that fails is run again, with its error
     shown (seen here: a rank aborted by gloo, in plain runs as in profiled ones)."""
     for attempt in range(tries):
         out = Path(tempfile.mkdtemp(prefix="pitstop-bench-ranks-"))
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                    "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(script), str(steps)]  # fmt: skip
-        cmd = [sys.executable, "-m", "pitstop", "profile", "--full", "--no-probes", "-q", "--", *torchrun]
         env = {
             **os.environ,
             "BENCH_OUT": str(out),
@@ -118,14 +137,16 @@ def one_run(script: Path, steps: int, profiled: bool, pin: bool = False, tries: 
             "MASTER_ADDR": "127.0.0.1",
         }
         if pin:
-            env["BENCH_PIN"] = "1"
-        p = subprocess.run(
-            cmd if profiled else torchrun, env=env, capture_output=True, text=True, timeout=600
-        )
+            env["BENCH_PIN"] = "1" if nodes == 1 else "by-rank"
+        procs = [
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for cmd in launches(script, steps, profiled, nodes)
+        ]
+        ends = [p.communicate(timeout=600) for p in procs]
         ranks = {int(f.stem.split("-")[1]): json.loads(f.read_text()) for f in out.glob("rank-*.json")}
-        if p.returncode == 0 and len(ranks) == 2:
+        if all(p.returncode == 0 for p in procs) and len(ranks) == 2:
             return ranks
-        print(f"run failed (try {attempt + 1} of {tries}): {p.stderr[-1500:]}", file=sys.stderr)
+        print(f"run failed (try {attempt + 1} of {tries}): {ends[-1][1][-1500:]}", file=sys.stderr)
     raise RuntimeError("a launch failed every try")
 
 
@@ -163,6 +184,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--pin", action="store_true", help="each rank's main thread on a core of its own")
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                    help="2: two torchrun agents of one rank each, as two nodes of one job, each profiled by its own pitstop")  # fmt: skip
     a = ap.parse_args()
     script = Path(tempfile.mkdtemp(prefix="pitstop-bench-ranks-")) / "ddp_workload.py"
     script.write_text(WORKLOAD)
@@ -172,7 +195,7 @@ def main() -> int:
     runs: dict[str, list[dict[int, dict]]] = {PLAIN: [], PROFILED: []}
     for r in range(a.rounds):
         for name in rotated([PLAIN, PROFILED], r):
-            runs[name].append(one_run(script, a.steps, name == PROFILED, a.pin))
+            runs[name].append(one_run(script, a.steps, name == PROFILED, a.pin, nodes=a.nodes))
     share, load_text = other.share(), load_line(load0)
 
     def per_round(name: str, rank: int, key: str) -> list[list[float]]:
@@ -193,13 +216,14 @@ def main() -> int:
         return 1000 * statistics.median(one(run) for run in runs[name])
 
     lines = [
-        f"# profile overhead per rank (2-rank gloo DDP, {a.steps} timed steps a run, {a.rounds} rounds)",
+        f"# profile overhead per rank (2-rank gloo DDP{', as 2 nodes' if a.nodes == 2 else ''}, {a.steps} timed "
+        f"steps a run, {a.rounds} rounds)",
         "",
         f"- date: {start:%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
         f"- load: {load_text}; other processes used {100 * share:.0f}% of the CPUs during the runs",
         "- command: `flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_ranks_overhead.py "
-        f"--rounds {a.rounds} --steps {a.steps}{' --pin' if a.pin else ''}`",
+        f"--rounds {a.rounds} --steps {a.steps}{' --pin' if a.pin else ''}{' --nodes 2' if a.nodes == 2 else ''}`",
         "- method: each round runs `torchrun` plain and under `pitstop profile --full --no-probes`, the order "
         "rotated every round; overhead = profiled / plain, geometric mean over rounds of the ratio of "
         "median step times (CPU: of CPU seconds per timed step), 95% Student t interval over rounds "
@@ -242,6 +266,8 @@ def main() -> int:
     ]
     text = "\n".join(lines) + "\n"
     out = RESULTS_PINNED if a.pin else RESULTS
+    if a.nodes == 2:  # the job across nodes: ranks share their states through the store every second
+        out = out.with_name(out.stem + "_nodes.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)

@@ -85,6 +85,31 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-f.severity.rank, -sure_saving(f), -(f.est_saving_s or 0.0), f.id))
 
 
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (id, location) where a location is given: the worst of them (severity, then
+    cost) stays, in the first one's place; the others' differing data go under its ``data["merged"]``.
+    Findings without a location are kept as they are."""
+    keep: dict[tuple[str, str], int] = {}
+    out: list[Finding] = []
+    for f in findings:
+        key = (f.id, f.location)
+        if f.location is None:
+            out.append(f)
+            continue
+        i = keep.get(key)
+        if i is None:
+            keep[key] = len(out)
+            out.append(f)
+            continue
+        kept = out[i]
+        if (f.severity.rank, f.est_saving_s or 0.0) > (kept.severity.rank, kept.est_saving_s or 0.0):
+            f, kept = kept, f
+        if f.data != kept.data and f.data not in kept.data.get("merged", []):
+            kept.data = {**kept.data, "merged": [*kept.data.get("merged", []), f.data]}
+        out[i] = kept
+    return out
+
+
 def sure_saving(f: Finding) -> float:
     """The part of the finding's cost that is sure: the lower bound of its saving's interval
     (``data["saving_ci_s"]``) where it has one; 0 for a prediction judged without an interval

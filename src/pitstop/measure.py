@@ -22,9 +22,9 @@ Every "is B faster than A" in pitstop is answered here, in four steps:
    narrow as well: it cannot see more spread than the few rounds show, and in a simulation with a 10%
    run-to-run spread it called 8 of 40 A/A pairs helped or hurt (this rule: 4 of 300 helped, 24 hurt).
    Student t with n - 1 degrees of freedom widens the interval for few rounds by exactly the right
-   amount when log ratios are normal, and
-   pairing the candidate with the baseline of its own round removes slow drift. The interval is a pure
-   function of the samples, so the same samples give the same interval.
+   amount when log ratios are normal, and pairing the candidate with the baseline of its own round
+   removes slow drift. The interval is a pure function of the samples, so the same samples give the
+   same interval. Slow steps, where few rounds fit: ``budget_for_rounds``, ``pitstop.measure_blocks``.
 4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
    above ``1 + min_gain``; *hurt* when the upper bound is below 1; *no change* when the interval lies
    inside ``1 +- min_gain``; otherwise the next round. A candidate still open when the budget ends is
@@ -69,6 +69,7 @@ from typing import Any
 
 MAD_SCALE = 1.4826  # MAD * this = standard deviation, for normal noise
 HELPED, HURT, NO_CHANGE, UNDECIDED = "helped", "hurt", "no change", "undecided"
+NO_GAIN = "no gain"  # ``against_bar``: the saving's upper bound is under the bar (a pass)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class Interval:
     steps_cand: int
     confidence: float = 0.95
     unit: str = "steps"  # what one sample is: a step, or a block of steps timed together
+    method: str = "rounds"  # "rounds": over whole runs; "blocks": blocks of steps inside the runs
 
     def text(self) -> str:
         """'1.20x (95% CI 1.12–1.28, 6 rounds, 180 steps each side)'."""
@@ -133,7 +135,8 @@ def format_interval(iv: Interval) -> str:
         if iv.steps_base == iv.steps_cand
         else f"{iv.steps_cand} vs {iv.steps_base} {iv.unit}"
     )
-    rounds = f"{iv.rounds} round" + ("" if iv.rounds == 1 else "s")
+    n = f"{iv.rounds} round{'' if iv.rounds == 1 else 's'}"
+    rounds = n + (", blocks within runs" if iv.method == "blocks" else "")
     if not math.isfinite(iv.hi):
         return f"{iv.estimate:.2f}x (no interval from {rounds}, {steps})"
     return (
@@ -245,6 +248,25 @@ def decide(
     if final and hurt_iv is not None and hurt_iv.lo > 1:
         return HELPED
     return None
+
+
+def against_bar(lo: float | None, hi: float | None, bar: float) -> str:
+    """A saving's verdict against the ``bar`` a fix must clear to be worth making, from the bounds of its
+    interval: HELPED when the lower bound clears the bar, NO_GAIN when the upper bound is under it (a
+    pass, as decisive as a warning), else UNDECIDED (no interval, or one that straddles the bar)."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return UNDECIDED
+    return HELPED if lo >= bar else NO_GAIN if hi < bar else UNDECIDED
+
+
+def budget_for_rounds(
+    round_s: float, rounds: int, floor_s: float, cap_s: float, margin: float = 1.25
+) -> float:
+    """Seconds that hold ``rounds`` rounds of ``round_s`` (with ``margin``), within [``floor_s``, ``cap_s``]:
+    slow steps get the time the sequential rule's first look (``decide`` from ``min_rounds``) needs."""
+    if not (round_s > 0 and math.isfinite(round_s)):
+        return floor_s
+    return min(max(cap_s, floor_s), max(floor_s, margin * rounds * round_s))
 
 
 def steps_for_startup(
@@ -451,6 +473,7 @@ __all__ = [
     "HELPED",
     "HURT",
     "NO_CHANGE",
+    "NO_GAIN",
     "UNDECIDED",
     "Arm",
     "Cleaned",
@@ -458,7 +481,9 @@ __all__ = [
     "Outlier",
     "Progress",
     "Settings",
+    "against_bar",
     "blocks",
+    "budget_for_rounds",
     "clean",
     "decide",
     "faster_not_by_margin",

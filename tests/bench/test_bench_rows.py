@@ -133,3 +133,41 @@ def test_cuda_choices_with_a_faked_gpu(monkeypatch):
     assert "CUDA device" in _ddp_unavailable("cuda").reason
     assert _ddp_procs(BenchOptions(ddp_procs=3), "cpu") == 3
     assert _ddp_procs(BenchOptions(ddp_procs=1), "cpu") == 0
+
+
+def test_a_speedup_claim_passes_only_on_an_interval_that_decides_it():
+    from pitstop.bench.results import findings
+    from pitstop.bench.runner import BenchOptions, BenchResult
+    from pitstop.findings import Severity
+
+    speed = Claim("AMP 2-3x", "speedup", 2.0, 3.0)
+    ref = [1.0, 1.1, 0.9]
+
+    def row(blocks, ref_blocks):
+        return derive(
+            _row(
+                name="amp_bf16",
+                claim=speed,
+                block_step_s=blocks,
+                ref_block_step_s=ref_blocks,
+                ref_samples_per_step=8,
+                ref_samples_per_s=8 / ref_blocks[0],
+            ),
+            None,
+            {},
+        )
+
+    one = row([0.2], [1.1])  # one block a side: 5.5x, but no verdict
+    steady = row([t / 3 for t in ref], ref)  # 3x in every block
+    spread = row([0.2, 0.8, 0.3], ref)  # 5x, 1.4x, 3x: spans the claim's 2x
+    result = BenchResult(BenchOptions(), "tiny", "cpu", 2, rows=[one, steady, spread])
+    f_one = next(
+        f
+        for f in findings(BenchResult(BenchOptions(), "tiny", "cpu", 2, rows=[one]))
+        if f.id == "bench.amp_bf16"
+    )
+    assert f_one.severity is Severity.INFO and "undecided: 1 block(s) a side" in f_one.evidence
+    assert "--repeats" in f_one.fix
+    sev = [f.severity for f in findings(result) if f.id == "bench.amp_bf16"]
+    assert sev == [Severity.INFO, Severity.PASS, Severity.INFO]
+    assert "95% CI 3.00" in steady.verdict and "undecided: it spans" in spread.verdict

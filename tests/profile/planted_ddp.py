@@ -19,7 +19,7 @@ ACCUM = int(env("ACCUM", "1"))
 
 class Data(Dataset):
     def __len__(self):
-        return 100000
+        return int(env("ITEMS", "100000"))  # a short run (ITEMS / 8 steps) ends by itself
 
     def __getitem__(self, i):
         if rank == 1 and SLOW_S:

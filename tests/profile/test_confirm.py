@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pitstop.findings import Finding, Severity
@@ -100,4 +102,27 @@ def test_findings_that_are_not_probe_predictions_are_left_alone():
     bd = breakdown(steps(data_wait_s=0.06))
     f = Finding(id="dataloader.workers", severity=Severity.WARN, title="", est_saving_s=0.06)
     passed = Finding(id="precision.amp", severity=Severity.PASS, title="", data=probe(-0.001))
-    assert confirm.apply([f, passed], bd) == [f, passed]
+    decided = replace(passed, data={**passed.data, "saving_ci_s": [-0.003, 0.001]})
+    (g, p) = confirm.apply([f, decided], bd)
+    assert g == f and p.severity is Severity.PASS and p.data["verdict"] == "no gain"
+    # a hardware fact (no probe measured anything) is a pass as it is
+    fact = Finding(
+        id="precision.amp", severity=Severity.PASS, title="no fast bf16", data={"skipped": "no AMX"}
+    )
+    assert confirm.apply([fact], bd) == [fact]
+
+
+def test_a_pass_without_a_deciding_interval_is_undecided():
+    bd = breakdown(steps())
+    passed = Finding(id="precision.amp", severity=Severity.PASS, title="fp32 is as fast", data=probe(-0.001))
+    for ci in (None, [-0.003, 0.006]):  # no interval; one reaching 5% of the 100 ms step
+        data = {**passed.data, "saving_ci_s": ci}
+        (f,) = confirm.apply([replace(passed, data=data)], bd)
+        assert f.severity is Severity.INFO and f.data["verdict"] == "undecided"
+        assert "pitstop fix --candidates amp" in f.fix and f.title.startswith("Undecided")
+    # page faults: the run's faults at the most one can cost bound the saving
+    faults = {"base_s": 0.05, "new_s": 0.05, "saving_s": 0.0, "faults_per_step": 3}
+    few = Finding(id="host.page_faults", severity=Severity.PASS, title="few faults", data=faults)
+    assert confirm.apply([few], bd)[0].severity is Severity.PASS
+    many = replace(few, data={**faults, "faults_per_step": 4000})
+    assert confirm.apply([many], bd)[0].severity is Severity.INFO

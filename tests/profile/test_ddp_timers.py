@@ -33,6 +33,10 @@ class Rec:
     def _beat(self, step: int) -> None:
         self.beats.append(step)
 
+    def enter_round(self, loc, t) -> None:
+        self.entered = getattr(self, "entered", 0) + 1
+        self.current = (WHAT, loc, t)
+
     def add_round(self, *args) -> None:
         self.rounds.append(args)
 
@@ -118,6 +122,7 @@ def test_backward_after_a_syncing_forward_is_the_current_collective_until_it_ret
     assert rec.current == (WHAT, "train.py:9", 6.0)
     timers.backward_end(failed=False)
     assert rec.totals[0]["ddp_rounds"] == 1  # the backward that raised is not a round
+    assert rec.entered == 2  # each all-reduce waited in counts among the collectives the rank entered
 
 
 REDUCER = """

@@ -142,3 +142,47 @@ def test_page_faults_are_counted_per_step_and_probed_on_cpu():
     # glibc's dynamic mmap threshold makes the plain steps' faults vary (0 to ~4,000 a step): their
     # mean over 12 steps, not a median of a few, is what falls
     assert statistics.fmean(per_step["kept"]) < statistics.fmean(per_step["base"]) / 2, per_step
+
+
+def test_slow_steps_example_decides_with_intervals_or_says_undecided():
+    """examples/resnet_slow_steps.py, made smaller so the test stays short (the full size is ~1 s a step),
+    profiled as `pitstop profile` does, fresh-run confirmation included. Whatever this CPU measures (no
+    fast bf16: autocast is not probed; a loaded machine: wide intervals), every warning and every
+    measured pass carries the interval that decides it, and an undecided probe says what decides it."""
+    from pitstop.profile.fresh_confirm import confirm_all
+
+    spec = RunSpec(
+        command=[
+            sys.executable,
+            str(EXAMPLES / "resnet_slow_steps.py"),
+            "--image-size",
+            "64",
+            "--batch-size",
+            "4",
+        ],
+        steps=6,
+        warmup=2,
+        quiet=True,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    result = run(spec)
+    assert result.ok, result.error
+    confirm_all(spec, result)
+    report = result.report()
+    step = report.sections["breakdown"]["median_step_s"]
+    probes = report.sections.get("probes") or {}
+    assert "channels_last" in probes and probes["channels_last"].get("budget_s", 0) >= 6.0
+    checked = 0
+    for f in report.findings:
+        data = f.data if isinstance(f.data, dict) else {}
+        if f.severity is Severity.WARN and data.get("confirmed") is not None:
+            lo, _ = data["saving_ci_s"]
+            assert lo >= 0.05 * step, f
+        if f.severity is Severity.PASS and "saving_s" in data:
+            assert data["verdict"] == "no gain" and data["saving_ci_s"][1] < 0.05 * step, f
+        # undecided: a prediction not confirmed, or a probe that ruled nothing out
+        if data.get("verdict") == "undecided":
+            assert f.severity is Severity.INFO, f
+            assert "not confirmed" in f.evidence or "pitstop fix --candidates" in f.fix, f
+        checked += f.id in ("precision.amp", "memory_format.channels_last")
+    assert checked >= 1  # channels_last is probed on any CPU (a conv net fed NCHW)

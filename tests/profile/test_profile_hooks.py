@@ -219,12 +219,12 @@ def test_steps_holding_a_validation_pass_are_flagged_and_set_apart(instrument):
         opt.step()
         if i == 2:
             with torch.no_grad():
-                model(torch.randn(2, 4))  # "validation" after the optimizer step: starts the next step
+                model(torch.randn(2, 4))  # "validation" after the optimizer step: part of this step
     inst.close_pending()
     flags = [r["eval"] for r in inst.records]
-    assert flags == [False, False, False, True, False, False]
+    assert flags == [False, False, True, False, False, False]  # booked to the step it ran in
     recs = [StepRecord.from_dict(r) for r in inst.records]
-    assert [s.index for s in usable_steps(recs)] == [0, 1, 2, 4, 5]
+    assert [s.index for s in usable_steps(recs)] == [0, 1, 3, 4, 5]
 
 
 def test_printing_and_formatting_tensors_count_once_each(instrument, capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
@@ -10,21 +9,6 @@ from pitstop.profile.hooks import Config, Instrumentation
 from pitstop.profile.stepclock import BACKWARDS_BEFORE_FALLBACK, PHASES
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture
-def instrument():
-    made: list[Instrumentation] = []
-
-    def make(**kw) -> Instrumentation:
-        inst = Instrumentation(Config(**{"warmup": 0, "steps": 1000, "full": True, **kw}))
-        inst.install()
-        made.append(inst)
-        return inst
-
-    yield make
-    for inst in made:
-        inst.uninstall()
 
 
 def _parts_add_up(records):

@@ -16,7 +16,9 @@ from pitstop.profile import ranks
 
 def _state(d: Path, step: int) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    (d / rw.STATE).write_text(json.dumps({"rank": 0, "pid": 0, "host": None, "step": step, "status": "running"}))
+    (d / rw.STATE).write_text(
+        json.dumps({"rank": 0, "pid": 0, "host": None, "step": step, "status": "running"})
+    )
 
 
 def test_heartbeat_of_a_killed_rank_is_read_with_its_last_step(tmp_path):
@@ -25,8 +27,8 @@ def test_heartbeat_of_a_killed_rank_is_read_with_its_last_step(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from pitstop.profile.rank_worker import RankWorker, HEARTBEAT, _heartbeat_map
-        w = RankWorker(0, Path({str(d)!r}))
+        from pitstop.profile.rank_worker import RankWorker, HEARTBEAT, _heartbeat_map, identity
+        w = RankWorker(identity({{}}), Path({str(d)!r}))
         w._beaten, w._beat_map = -1, _heartbeat_map(w.out / HEARTBEAT)
         for step in (5, 5, 7):
             w._beat(step)
@@ -55,7 +57,7 @@ def test_heartbeat_before_any_collective_is_not_a_step(tmp_path):
 
 def test_heartbeat_where_the_file_cannot_be_made_is_skipped(tmp_path):
     assert rw._heartbeat_map(tmp_path / "missing-dir" / rw.HEARTBEAT) is None
-    w = rw.RankWorker(0, tmp_path)
+    w = rw.RankWorker(rw.identity({}), tmp_path)
     w._beaten, w._beat_map = -1, None
     w._beat(4)  # no file, no error: the rank trains on
     assert w._beaten == 4

@@ -184,9 +184,9 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
 
 def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(group):
     from pitstop.profile.comm import CommRecorder
-    from pitstop.profile.rank_worker import RankWorker
+    from pitstop.profile.rank_worker import RankWorker, identity
 
-    worker = RankWorker(0, Path("."))
+    worker = RankWorker(identity({}), Path("."))
     worker.comm = CommRecorder()
     worker.comm.install()
     try:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.bench.configs import MEMORY_CLAIMS
-from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_value, verdict
+from pitstop.bench.rows import MEASURED, SKIPPED, Row, claim_decision, claim_value, verdict
 from pitstop.bench.runner import BenchResult
 from pitstop.findings import Finding, Report, Severity
-from pitstop.measure import Interval, format_interval
+from pitstop.measure import HELPED, UNDECIDED, Interval, format_interval
 from pitstop.report.html import Block, bar_chart, table
 from pitstop.units import MiB
 
@@ -70,6 +70,8 @@ def _severity(row: Row) -> Severity:
     v, c = claim_value(row), row.claim
     if c is None or v is None or c.low is None or c.high is None:
         return Severity.INFO
+    if (decision := claim_decision(row)) is not None:  # timed: a pass needs an interval that decides it
+        return Severity.PASS if decision == HELPED else Severity.INFO
     lower_is_better = c.metric in ("memory", "activations", "steps")
     meets = v <= c.high if lower_is_better else v >= c.low
     return Severity.PASS if meets else Severity.INFO
@@ -115,7 +117,11 @@ def findings(result: BenchResult) -> list[Finding]:
                 title=f"{r.title}: {r.claim.text}",
                 evidence=evidence,
                 data=data,
-                fix="" if r.status == MEASURED else r.reason,
+                fix=r.reason
+                if r.status != MEASURED
+                else "More timed blocks (`--repeats`, a longer `--budget`) narrow the interval until it decides."
+                if claim_decision(r) == UNDECIDED
+                else "",
             )
         )
     return out

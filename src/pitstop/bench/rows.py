@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pitstop.bench.configs import Claim
-from pitstop.measure import speedup_interval
+from pitstop.measure import UNDECIDED, against_bar, speedup_interval
 
 MEASURED, SKIPPED, FAILED, TIMEOUT = "measured", "skipped", "failed", "timeout"
 
@@ -105,6 +105,32 @@ def claim_value(row: Row) -> float | None:
     return row.speedup
 
 
+def claim_decision(row: Row) -> str | None:
+    """A speed-up claim's verdict from the row's interval (``measure.against_bar`` against the claim's
+    low end): HELPED when the lower bound reaches it, NO_GAIN when the upper bound is under it, UNDECIDED
+    without an interval that decides (one block a side gives none). None for claims on counted
+    quantities (memory, steps), which are not timing noise, and for rows without a numeric claim."""
+    c = row.claim
+    if row.status != MEASURED or c is None or c.metric != "speedup" or c.low is None:
+        return None
+    iv = row.speedup_interval or {}
+    lo = iv.get("lo") if iv.get("rounds", 0) >= 2 else None
+    return against_bar(lo, iv.get("hi"), c.low)
+
+
+def _decision_text(row: Row) -> str:
+    """'' for claims without a timed verdict; else the interval the verdict rests on, or why undecided."""
+    decision = claim_decision(row)
+    iv = row.speedup_interval or {}
+    if decision is None:
+        return ""
+    n = iv.get("rounds", 0)
+    if n < 2:
+        return f"; undecided: {n} block(s) a side, no interval"
+    ci = f"95% CI {iv['lo']:.2f}\u2013{iv['hi']:.2f}x over {n} blocks"
+    return f"; {ci}" + ("; undecided: it spans the claim's low end" if decision == UNDECIDED else "")
+
+
 def verdict(row: Row) -> str:
     """'claim 2-3x, measured 1.4x' style sentence; says why when there is no number."""
     if row.status != MEASURED:
@@ -135,4 +161,4 @@ def verdict(row: Row) -> str:
         where = "short of the claim"
     else:
         where = "better than the claim"
-    return f"claim {claimed}, measured {measured} ({where})"
+    return f"claim {claimed}, measured {measured} ({where}){_decision_text(row)}"

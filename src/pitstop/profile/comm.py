@@ -108,6 +108,10 @@ class CommRecorder:
         self.devices: set[str] = set()
         self.backend: str | None = None
         self.current: tuple[str, str | None, float] | None = None
+        # collectives this rank has entered (explicit calls and DDP all-reduce rounds, in order), and the
+        # number and bytes of the one in ``current``: ranks of a job that entered fewer never reached it
+        self.entered = 0
+        self.current_n: tuple[int, int | None] | None = None
         self.forbid: str | None = None  # who may not communicate now (rank 0's exit probes)
         self._seq: dict[str, int] = {}
         self._local = threading.local()
@@ -191,8 +195,10 @@ class CommRecorder:
             if dev:
                 rec.devices.add(dev)
             blocking = not kwargs.get("async_op", False)
+            nbytes = _nbytes(args[:1] or list(kwargs.values())[:1])
+            rec.entered = n = rec.entered + 1
             if blocking:
-                rec.current = (name, loc, t)
+                rec.current, rec.current_n = (name, loc, t), (n, nbytes)
             rec._beat(rec.step())
             rec._local.inside = True
             try:
@@ -201,9 +207,8 @@ class CommRecorder:
                 rec._local.inside = False
                 if blocking:
                     rec.current = None
-            entry = rec._record(
-                name, loc, t, clock() - t, _nbytes(args[:1] or list(kwargs.values())[:1]), blocking
-            )
+            entry = rec._record(name, loc, t, clock() - t, nbytes, blocking)
+            entry["n"] = n
             if not blocking and out is not None:
                 if len(rec._pending) > MAX_PENDING:  # Works never waited on (their futures used instead)
                     rec._pending.clear()
@@ -223,6 +228,7 @@ class CommRecorder:
                 return orig(work, *args, **kwargs)
             t = clock()
             rec.current = (f"{entry['op']} (wait)", user_location(2), t)
+            rec.current_n = (entry["n"], entry["bytes"])
             try:
                 return orig(work, *args, **kwargs)
             finally:
@@ -364,8 +370,13 @@ class CommRecorder:
         loc = user_location(3)
         rnd = self._new_round(step, t, loc)
         self._round = rnd
-        self.current = (ddp_timers.WHAT, loc, t)
+        self.enter_round(loc, t)
         return rnd
+
+    def enter_round(self, loc: str | None, t: float) -> None:
+        """A DDP gradient all-reduce begins: it is the rank's current collective (its bytes unknown yet)."""
+        self.entered += 1
+        self.current, self.current_n = (ddp_timers.WHAT, loc, t), (self.entered, None)
 
     def _new_round(self, step: int, t: float, loc: str | None) -> dict[str, Any]:
         seq = self._seq.get(DDP_OP, 0)
@@ -426,11 +437,21 @@ class CommRecorder:
             with contextlib.suppress(Exception):
                 facts["unused_parameters"] = int((reducer._get_local_used_map() == 0).sum())
 
+    def current_record(self) -> dict[str, Any] | None:
+        """The collective this rank is blocked in: what, file:line, since (wall clock), its number among
+        the collectives the rank entered (``n``) and its bytes; None when it is in none."""
+        cur, n = self.current, self.current_n
+        if cur is None:
+            return None
+        out: dict[str, Any] = {"what": cur[0], "location": cur[1], "since_s": self.wall0 + cur[2]}
+        if n is not None:
+            out["n"], out["bytes"] = n
+        return out
+
     def snapshot(self) -> dict[str, Any]:
         self.timers.finish(st for st in self._ddp_state.values() if st.get("timers"))
         self._finish_rounds()
         self._graph_facts()
-        cur = self.current
         return {
             "backend": self.backend,
             "devices": sorted(self.devices),
@@ -438,8 +459,7 @@ class CommRecorder:
             "per_step": {str(k): v for k, v in sorted(self.per_step.items())},
             "sites": list(self.sites.values()),
             "calls": self.calls,
-            "current": None
-            if cur is None
-            else {"what": cur[0], "location": cur[1], "since_s": self.wall0 + cur[2]},
+            "current": self.current_record(),
+            "entered": self.entered,
             "env": {k: os.environ[k] for k in NCCL_ENV if k in os.environ},
         }

@@ -132,6 +132,17 @@ def resolve_script(command: list[str], cwd: str | None = None) -> tuple[Path | N
 
 
 def launcher_for(kind: str, target: str, args: list[str]) -> str | None:
-    """``launcher_of`` for a parsed command, reading a console script's entry point from its file."""
+    """``launcher_of`` for a parsed command, reading a console script's entry point from its file; "srun"
+    for the script of one task of a Slurm job step of several tasks, one rank per task."""
     entry = inspect_executable(Path(target)).entry if kind == "script" else None
-    return launcher_of(kind, target, args, entry)
+    launcher = launcher_of(kind, target, args, entry)
+    if launcher is None and slurm_task():
+        return "srun"
+    return launcher
+
+
+def slurm_task(env: dict[str, str] | None = None) -> bool:
+    """This process is one task of a Slurm job step of several tasks (``srun`` of one task per rank), not
+    started by a launcher of its own (torchrun inside srun sets RANK for its workers)."""
+    env = dict(os.environ) if env is None else env
+    return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "RANK" not in env

@@ -7,7 +7,11 @@ in rounds (``saving_lo_s``, ``saving_hi_s`` in the probe's record). A prediction
 the interval's lower bound is at least ``WARN_SHARE`` of the median step; otherwise, or when there is no
 interval (a before/after probe that cannot be interleaved in one process, or too few rounds), it is at
 most info and its evidence says it was not confirmed. Each probe-based finding carries
-``saving_ci_s: [lo, hi]`` (None where there is no interval) and ``confirmed`` in its ``data``.
+``saving_ci_s: [lo, hi]`` (None where there is no interval), ``confirmed`` and ``verdict`` in its
+``data``: ``pitstop.measure.against_bar`` of the interval against that bar (helped, no gain: the upper
+bound under it, or undecided). Slow steps whose fresh runs fitted too few rounds for an interval are
+decided by blocks of steps within those runs where the in-process probe's interval agrees
+(``agreeing_blocks``).
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.rulekit import WARN_SHARE, ms
+from pitstop.host.event_costs import page_fault_bound_s
+from pitstop.measure import HELPED, NO_GAIN, UNDECIDED, against_bar
+from pitstop.measure_blocks import PER_BLOCK, RUN_SPREAD
+from pitstop.profile.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms, undecided
 from pitstop.profile.timeline import Breakdown
-from pitstop.recipes import recipe
+from pitstop.recipes import by_finding, recipe
 
 
 def _fp16(f: Finding) -> dict[str, Any] | None:
@@ -45,6 +52,7 @@ def _fresh_or_self(f: Finding) -> dict[str, Any]:
 PROBE_OF: dict[str, Callable[[Finding], dict[str, Any] | None]] = {
     recipe("amp").finding: _fresh_or_self,
     recipe("channels_last").finding: _fresh_or_self,
+    recipe("float32").finding: _fresh_or_self,
     recipe("cudnn_benchmark").finding: _self,
     recipe("host_memory").finding: _fresh_or_self,
     recipe("tf32").finding: _self,
@@ -73,18 +81,38 @@ def saving_bounds(f: Finding, probe: dict[str, Any]) -> tuple[float, float] | No
     return lo + shift, hi + shift
 
 
-def _no_interval_reason(probe: dict[str, Any]) -> str:
+def _no_interval_reason(probe: dict[str, Any], fresh: bool = False) -> str:
     if probe.get("confirmed") is False:
         return "no interval: the probe ran before then after in one process, which cannot be interleaved"
-    return "no interval: too few probe rounds fitted the probe's budget"
+    got = f"{probe['rounds']} round(s)" if probe.get("rounds") is not None else ""
+    got += f" in {probe['budget_s']:.0f} s" if probe.get("budget_s") else ""
+    what = "rounds of fresh runs fitted their" if fresh else "probe rounds fitted the probe's"
+    return f"no interval: too few {what} budget" + (f" ({got.strip()})" if got else "")
+
+
+def agreeing_blocks(f: Finding, two: dict[str, Any]) -> tuple[float, float] | None:
+    """The fresh runs' saving bounds from blocks of steps within the runs (``pitstop.measure_blocks``),
+    where too few rounds fitted for an interval over rounds, when the in-process probe's own interval
+    agrees that the change helps (its lower bound above ``MIN_PROBE_GAIN`` of the probed pass): two
+    independent measurements of one saving. None otherwise."""
+    lo, hi = two.get("blocks_saving_lo_s"), two.get("blocks_saving_hi_s")
+    own_lo, base = f.data.get("saving_lo_s"), f.data.get("base_s")
+    if lo is None or hi is None or own_lo is None or not base or own_lo <= MIN_PROBE_GAIN * base:
+        return None
+    return lo, hi
 
 
 def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:
     """The fresh processes' saving replaces the prediction scaled from the in-process probe."""
     saved = max(0.0, probe["saving_s"])
+    scaled = (
+        f" ({probe.get('steps')} steps a run, a budget of {probe.get('budget_s', 0):.0f} s scaled with the step)"
+        if probe.get("budget_scaled")
+        else ""
+    )
     text = (
         f"; fresh runs of the script, as it is vs {probe.get('variant') or 'with the fix'}, "
-        f"{probe.get('rounds', 0)} rounds: median step {ms(probe['base_s'])} vs {ms(probe['new_s'])}"
+        f"{probe.get('rounds', 0)} rounds{scaled}: median step {ms(probe['base_s'])} vs {ms(probe['new_s'])}"
     )
     share = min(1.0, saved / bd.total_s) if bd.total_s > 0 else 0.0
     return replace(f, evidence=f.evidence + text, est_saving_s=saved, share=share)
@@ -102,8 +130,20 @@ def confirm(f: Finding, bd: Breakdown) -> Finding:
     step = bd.median_total_s
     if probe is f.data.get("two_process"):
         f = _measured_in_two_processes(f, probe, bd)
-    why_none = _no_interval_reason(probe)
     two = f.data.get("two_process")
+    why_none = _no_interval_reason(probe, fresh=bool(two) and probe is two)
+    if two and probe is two and bounds is None and (agreed := agreeing_blocks(f, two)) is not None:
+        bounds = agreed
+        iv = two.get("blocks_interval") or {}
+        f = replace(
+            f,
+            evidence=f"{f.evidence}; {two.get('rounds', 0)} round(s) of fresh runs fitted their "
+            f"{two.get('budget_s', 0):.0f} s budget, so the interval is from blocks of "
+            f"{PER_BLOCK} steps within the runs ({iv.get('estimate', 0):.2f}x, a {RUN_SPREAD:.0%} allowance "
+            "for each run's own speed), decided where the in-process probe's interval "
+            f"({f.data.get('interval_text') or 'its rounds'}) agrees",
+            data={**f.data, "decided_by": "fresh runs' blocks + in-process rounds"},
+        )
     if two and probe is not two:
         # the fresh runs were to decide and measured nothing: the in-process interval does not stand in
         bounds = None
@@ -118,8 +158,10 @@ def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none
     """``f`` with ``saving_ci_s`` and ``confirmed`` in its data: kept as it is when the interval's lower
     bound is at least ``WARN_SHARE`` of the median ``step``, else at most info, saying why (``why_none``
     where there is no interval)."""
-    confirmed = bounds is not None and step > 0 and bounds[0] >= WARN_SHARE * step
+    verdict = against_bar(*(bounds or (None, None)), WARN_SHARE * step) if step > 0 else UNDECIDED
+    confirmed = verdict == HELPED
     data = {**f.data, "saving_ci_s": list(bounds) if bounds else None, "confirmed": confirmed}
+    data["verdict"] = verdict
     if bounds is not None:
         ci = f"saving {ms(f.est_saving_s or 0.0)} (95% CI {ms(bounds[0])}\u2013{ms(bounds[1])})"
     else:
@@ -128,6 +170,8 @@ def judged(f: Finding, bounds: tuple[float, float] | None, step: float, why_none
         return replace(f, evidence=f"{f.evidence}; confirmed: {ci}", data=data)
     severity = Severity.INFO if f.severity.rank > Severity.INFO.rank else f.severity
     bar = f"; a warning needs the lower bound at {WARN_SHARE:.0%} of the {ms(step)} median step"
+    if verdict == NO_GAIN:
+        bar += ", and the upper bound is under it: measured not to save that much"
     return replace(f, severity=severity, evidence=f"{f.evidence}; not confirmed: {ci}{bar}", data=data)
 
 
@@ -150,7 +194,45 @@ def untimed(f: Finding, bd: Breakdown) -> Finding:
     return judged(f, None, bd.median_total_s, f"no interval: {why}")
 
 
+# the most one minor page fault can cost: it maps at most a 2 MiB huge page, zeroed at >= 10 GB/s
+MAX_FAULT_S = 200e-6
+
+
+def pass_bounds(f: Finding) -> tuple[tuple[float, float] | None, str]:
+    """The saving interval a probe-based pass is decided by, and how to say it: its own ``saving_ci_s``;
+    for the page faults without one, 0 to the run's faults per step at the most one fault may cost (the
+    bound from its cost measured alone on this machine, ``host.event_costs``, else ``MAX_FAULT_S``): a
+    bound, not a guess."""
+    ci = f.data.get("saving_ci_s")
+    if isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
+        return (ci[0], ci[1]), ""
+    faults = f.data.get("faults_per_step")
+    if f.id == recipe("host_memory").finding and isinstance(faults, int | float):
+        measured = page_fault_bound_s(f.data.get("isolated_fault_s"))
+        per_fault = measured or MAX_FAULT_S
+        why = "the most one may cost, from its cost alone on this machine" if measured else "the most one can cost"
+        hi = faults * per_fault
+        return (0.0, hi), f"at most {ms(hi)} a step: {faults:,.0f} faults at {per_fault * 1e6:.1f} us, {why}"
+    return None, ""
+
+
+def decided_pass(f: Finding, bd: Breakdown) -> Finding:
+    """A pass from a measured probe (``PROBE_OF``) stands only where an interval rules out a saving of
+    ``WARN_SHARE`` of the step (``pass_bounds``); else it is info, undecided, saying what decides it
+    (``rulekit.undecided``). Passes that measured nothing (a hardware or configuration fact) stand."""
+    r = by_finding(f.id)
+    if f.severity is not Severity.PASS or f.id not in PROBE_OF or "saving_s" not in f.data or r is None:
+        return f
+    step = bd.median_total_s
+    bounds, said = pass_bounds(f)
+    if step > 0 and against_bar(*(bounds or (None, None)), WARN_SHARE * step) == NO_GAIN:
+        return replace(f, data={**f.data, "verdict": NO_GAIN, "saving_ci_s": list(bounds or ())})
+    probe = {**f.data, "saving_lo_s": bounds[0], "saving_hi_s": bounds[1]} if bounds else f.data
+    return undecided(r.name, probe, step, f"{f.title}: {f.evidence}", f.location, said)
+
+
 def apply(found: list[Finding], bd: Breakdown) -> list[Finding]:
     """Every probe-based finding in ``found`` confirmed by its interval, or demoted to info; those whose
-    fix cannot be timed (``UNTIMED``) at most info."""
-    return [untimed(confirm(f, bd), bd) for f in found]
+    fix cannot be timed (``UNTIMED``) at most info; a probe's pass without an interval that decides it
+    undecided (``decided_pass``)."""
+    return [decided_pass(untimed(confirm(f, bd), bd), bd) for f in found]

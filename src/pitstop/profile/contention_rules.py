@@ -17,6 +17,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.host.load import Competition, fitting_threads
+from pitstop.measure import NO_GAIN, against_bar
 from pitstop.profile.confirm import judged
 from pitstop.profile.probe_failures import _failed
 from pitstop.profile.rulekit import WARN_SHARE, cost, ms, pct, sev
@@ -120,7 +121,9 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
     )
     speed = rec["base_s"] / rec["new_s"] if rec["new_s"] > 0 else float("inf")
     data = {**rec, "workers": workers, "speedup": speed, "untimed_rest_max_s": rest}
-    if bounds is not None and bounds[1] + rest < WARN_SHARE * step:
+    # the pass side counts what the untimed rest could gain; the warning side, what was timed
+    verdict = against_bar(lo, None if hi is None else hi + rest, WARN_SHARE * step)
+    if verdict == NO_GAIN and bounds is not None:
         return Finding(
             id=fid,
             severity=Severity.PASS,
@@ -128,7 +131,7 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
             f"the script's {threads}",
             evidence=f"{evidence}; the saving's upper bound {ms(bounds[1])}, plus {ms(rest)} the untimed rest of "
             f"the step could gain at that rate, is under {pct(WARN_SHARE)} of the {ms(step)} median step",
-            data={**data, "saving_ci_s": list(bounds), "confirmed": False},
+            data={**data, "verdict": NO_GAIN, "saving_ci_s": list(bounds), "confirmed": False},
         )
     cause = (
         "more intra-op threads than usable cores"
@@ -153,6 +156,7 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
         step,
         "no interval: too few probe rounds fitted the probe's budget",
     )
+    f.data["verdict"] = verdict
     if f.data["confirmed"]:
         return f
     untimed = (

@@ -90,7 +90,7 @@ class TimerRounds:
         self.rounds, self.armed, self.in_backward, self.location = self.armed, 0, True, location
         rec = self.rec
         rec._beat(rec.step())
-        rec.current = (WHAT, location, now)
+        rec.enter_round(location, now)
 
     def backward_end(self, failed: bool) -> None:
         """A backward that raised (a peer gone) keeps the all-reduce it was blocked in as ``current``."""

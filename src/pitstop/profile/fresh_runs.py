@@ -6,7 +6,8 @@ is timed again in fresh child processes of the script, alternating the script as
 script with ``variant`` applied to its ``RunSpec`` (an env, ``Overrides``), in rotating rounds of a few
 steps each within ``budget_s``; the per-step times go through ``pitstop.measure``. The record gives
 base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
-bounds (``pitstop.profile.probes.saving``), or ``errors`` saying why a run measured nothing.
+bounds (``pitstop.profile.probes.saving``), the same from blocks of steps within the runs
+(``blocks_saving``), or ``errors`` saying why a run measured nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from pitstop.measure import Arm, Settings, interleave
+from pitstop.measure_blocks import within_runs_interval
 from pitstop.profile.runner import RunResult, RunSpec, run
 
 BUDGET_S = 30.0  # wall time for all the child runs together
@@ -90,4 +92,18 @@ def timed(
             {"plain": statistics.median(base), "fixed": statistics.median(new)}, {"fixed": fixed.interval}
         )
         out.update(saving(t, "plain", "fixed"))
+        out.update(blocks_saving(plain.rounds, fixed.rounds, out["base_s"]))
     return out
+
+
+def blocks_saving(base: list[list[float]], cand: list[list[float]], base_s: float) -> dict[str, Any]:
+    """The saving's bounds from blocks of steps within the runs (``pitstop.measure_blocks``), for
+    ``pitstop.profile.confirm`` where too few rounds fitted for an interval over rounds."""
+    iv = within_runs_interval(base, cand)
+    if iv is None:
+        return {}
+    return {
+        "blocks_interval": iv.to_dict(),
+        "blocks_saving_lo_s": base_s - base_s / iv.lo,
+        "blocks_saving_hi_s": base_s - base_s / iv.hi,
+    }

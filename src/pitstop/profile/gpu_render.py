@@ -48,7 +48,13 @@ def idle_line(dev: dict[str, Any]) -> str:
 
 def mfu_line(m: dict[str, Any]) -> str:
     if m.get("mfu") is None:
-        return f"MFU: not measured ({m.get('skipped') or m.get('error') or 'no peak'})"
+        why = (
+            m.get("skipped")
+            or m.get("error")
+            or ("inconsistent" in m and "over 100%: inconsistent")
+            or "no peak"
+        )
+        return f"MFU: not measured ({why})"
     return (
         f"MFU {100 * m['mfu']:.1f}%: {m['flops_per_step'] / 1e9:.2f} GFLOP/step at "
         f"{m['achieved_flops_per_s'] / 1e12:.3f} TFLOP/s, {m['dtype']} matmul peak "

@@ -60,9 +60,7 @@ def sections(steps: list[StepRecord], data: dict[str, Any], bd: Breakdown | None
     out: dict[str, Any] = {}
     if (dev := device_section(steps, data)) is not None:
         out["device_time"] = dev
-    records = data.get("steps") or []
-    forwards = (data.get("totals") or {}).get("forwards", 0)
-    passes = max(1.0, round(forwards / len(records))) if records else 1.0
+    passes = mfu.passes_per_step(data.get("totals") or {}, len(data.get("steps") or []))
     m = mfu.section(data.get("mfu"), bd.median_total_s if bd else None, passes)
     if m:
         out["mfu"] = m
@@ -238,6 +236,16 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
 
 
 def mfu_findings(m: dict[str, Any] | None) -> list[Finding]:
+    if m and m.get("inconsistent"):
+        return [
+            Finding(
+                id="compute.mfu",
+                severity=Severity.INFO,
+                title="Model FLOPs utilisation not reported: the FLOPs counted exceed the measured peak",
+                evidence=m["inconsistent"],
+                data=m,
+            )
+        ]
     if not m or m.get("mfu") is None:
         return []
     return [

@@ -94,7 +94,8 @@ class Instrumentation:
         self._extra_undo: list[Any] = []
         self.in_next = False  # inside DataLoader.__next__
         self.in_backward = False  # inside a top-level backward call
-        self.counts = {"batches": 0, "forwards": 0, "backwards": 0, "optimizer_steps": 0}
+        # train_forwards: top-level forwards with grad on and the module in training mode (MFU's passes)
+        self.counts = {"batches": 0, "forwards": 0, "train_forwards": 0, "backwards": 0, "optimizer_steps": 0}
         # the current step
         self.step_loss: torch.Tensor | None = None
         self._h2d_events: list[tuple[Any, Any]] = []
@@ -196,10 +197,13 @@ class Instrumentation:
 
     # ---------------------------------------------------------------------------- step boundaries
     def boundary(self, now: float) -> None:
-        """Called where a new step may begin: closes the current step if it holds a step's work."""
+        """Called where a new step may begin: closes the current step if it holds a step's work, but not
+        with grad off (a sampling callback or validation pass after the step is booked to that step)."""
+        if self.models.direct_model is not None:  # a model.forward(x) call: it ended before
+            self.models.end_direct()
         if self.clock.step_start is None:
             self._begin(now)
-        elif self.clock.should_close():
+        elif self.clock.should_close() and torch.is_grad_enabled():
             self.close_step(now)
 
     def _begin(self, now: float, faults: int | None = None) -> None:
@@ -338,25 +342,28 @@ class Instrumentation:
             self.device_timer.mark("fwd_start", start)
         if not torch.is_grad_enabled():
             self._eval_seen = True  # a validation pass ran inside this step: the timeline can set it apart
+        elif module.training:
+            self.counts["train_forwards"] += 1
         facts = self.model_facts.get(id(module))
         if facts is not None and "autocast" not in facts:
             facts.update(forward_facts(module, args, _call_kwargs()))
-        ov = self.cfg.overrides
-        return self.models.override_inputs(module, args) if ov.channels_last or ov.autocast else None
+        return self.models.override_inputs(module, args) if self.models.on_inputs else None
 
-    def forward_end(self, module: torch.nn.Module, output: Any) -> Any:
-        """A top-level forward ended; returns a replacement output (autocast override) or None."""
-        now = clock()
+    def forward_end(self, module: torch.nn.Module, output: Any, now: float | None = None) -> Any:
+        """A top-level forward ended (at ``now``); returns a replacement output (overrides) or None."""
+        now = clock() if now is None else now
         self.clock.phases.exit(FORWARD, now)
         if self.device_timer.enabled:
             self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
         models = self.models
-        return models.override_output(module, output) if models.pending_cl or models.autocast_ctx else None
+        return models.override_output(module, output) if models.pending_cl or models.on_outputs else None
 
     def backward_begin(self, loss: torch.Tensor | None, now: float) -> None:
         if self.clock.mode == BY_BACKWARD and (self.clock.step_start is None or self.clock.backwards):
             self.boundary(now)  # a loop with no module call or batch fetch between its backward calls
+        if self.models.direct_model is not None:
+            self.models.end_direct()
         self.in_backward = True
         if self.step_loss is None and loss is not None:
             self.step_loss = loss.detach()
@@ -383,7 +390,7 @@ class Instrumentation:
         self.clock.optimizer_started()
         if self.clock.step_start is None:
             self._begin(now)
-        elif id(opt) in self.clock.stepped:
+        elif self.clock.repeats(opt):
             self.close_step(now)
         self.clock.phases.enter(OPTIMIZER, clock())
         if kwargs.get("closure") is not None:
@@ -410,7 +417,7 @@ class Instrumentation:
         if self.device_timer.enabled:
             self.device_timer.mark("opt_end", now)
         self.counts["optimizer_steps"] += 1
-        if self.clock.optimizer_stepped(opt, now):
+        if self.clock.optimizer_stepped(opt, now, self._warm_done, len(self.records)):
             self._drop_records()
         elif self._warm_done and not self.models.narrowed:
             self.models.narrow(self.patches)  # outside any module call: its hooks may go

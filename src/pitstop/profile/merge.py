@@ -77,18 +77,30 @@ def collect_ranks(
     if status is None:
         _wait_for_nodes(out, MERGE_WAIT_S if wait_s is None else wait_s)
     ranks: dict[int, RunResult] = {}
-    for r, d in rank_dirs(out).items():
+    dirs = rank_dirs(out)
+    for r, d in dirs.items():
         ranks[r] = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
     states = read_states(out)
     for r, res in ranks.items():
-        if res.status == "killed":  # no final record: the launcher's exit status is not this rank's
-            st = states.get(r) or {}
-            last = st.get("collective_step")
+        st = states.get(r) or {}
+        if res.status != "killed" or res.data.get("remote_missing"):  # (that record says why itself)
+            continue
+        if (
+            st.get("remote") and not (dirs[r] / MEASUREMENTS).exists()
+        ):  # only its state was copied here (pitstop.profile.rank_share)
             res.error = (
-                "ended abruptly (os._exit, a signal or a crash in native code)"
-                + (f" after reaching its collectives of step {last}" if last is not None else "")
-                + "; measurements up to its last periodic record"
+                f"no record of rank {r} (on {st.get('host') or 'another node'}) reached this node: this node's "
+                f"local rank 0, which copies them here, ended first; last seen at step {st.get('step', 0)}, "
+                "and its own node's report has what it measured"
             )
+            continue
+        # no final record: the launcher's exit status is not this rank's
+        last = st.get("collective_step")
+        res.error = (
+            "ended abruptly (os._exit, a signal or a crash in native code)"
+            + (f" after reaching its collectives of step {last}" if last is not None else "")
+            + "; measurements up to its last periodic record"
+        )
     failed = {r: res for r, res in ranks.items() if not res.ok}
     first = ranks.get(0) or next(iter(ranks.values()), None)
     if not ranks:
@@ -183,7 +195,10 @@ def _first_failure(failed: dict[int, RunResult], states: dict[int, dict[str, Any
 
     def key(r: int) -> tuple[bool, int, float]:
         err = (failed[r].error or "").lower()
-        ended = (states.get(r) or {}).get("time_s") or float("inf")
+        st = states.get(r) or {}
+        # a rank of another node with no record here: when it ended is not known on this node
+        known = not (st.get("remote") and failed[r].status == "killed")
+        ended = (st.get("time_s") if known else None) or float("inf")
         return (any(m in err for m in PEER_ERRORS), order.get(failed[r].status, 5), ended)
 
     return min(failed, key=key)
@@ -200,11 +215,13 @@ def quote(error: str | None) -> str:
 
 
 def _where(rank: int, st: dict[str, Any]) -> str | None:
+    from pitstop.profile.ranks import collective_name
+
     cur = st.get("current")
     if not cur:
         return None
     at = f" at {cur['location']}" if cur.get("location") else ""
-    return f"rank {rank} was waiting in {cur['what']}{at} (step {st.get('step', 0)})"
+    return f"rank {rank} was waiting in {collective_name(cur)}{at} (step {st.get('step', 0)})"
 
 
 def merge_dir(out: Path, wait_s: float = 0.0) -> RanksResult:

@@ -93,18 +93,29 @@ def measure(
     }
 
 
+def passes_per_step(totals: dict[str, Any], steps: int) -> float:
+    """Training forward+backward passes per step: top-level forwards with grad on and the module in
+    training mode (``train_forwards``), so a no-grad sampling callback, an inference-mode or an eval pass
+    is not counted as training; at least one. Records from before that count use all forwards."""
+    forwards = totals.get("train_forwards", totals.get("forwards", 0))
+    return max(1.0, round(forwards / steps)) if steps else 1.0
+
+
 def section(
     m: dict[str, Any] | None, median_step_s: float | None, passes_per_step: float
 ) -> dict[str, Any] | None:
     """The report's ``mfu`` section: FLOPs per step (training passes x FLOPs of one), achieved FLOP/s at
-    the median step time, the peak, and their ratio."""
+    the median step time, the peak, and their ratio. A ratio over 1 is a measurement that does not add
+    up (passes counted that did not train, a peak measured under load): ``mfu`` is None and
+    ``inconsistent`` says why, so it is never reported as utilisation."""
     if not m:
         return None
     if "flops_per_pass" not in m or "peak_flops_per_s" not in m or not median_step_s:
         return {k: m[k] for k in ("skipped", "error", "flops_per_pass", "dtype") if k in m} or None
     per_step = m["flops_per_pass"] * max(1.0, passes_per_step)
     achieved = per_step / median_step_s
-    return {
+    ratio = achieved / m["peak_flops_per_s"] if m["peak_flops_per_s"] > 0 else None
+    out = {
         "flops_per_step": per_step,
         "passes_per_step": max(1.0, passes_per_step),
         "achieved_flops_per_s": achieved,
@@ -114,5 +125,15 @@ def section(
         "dtype": m["dtype"],
         "device": m.get("device"),
         "median_step_s": median_step_s,
-        "mfu": achieved / m["peak_flops_per_s"] if m["peak_flops_per_s"] > 0 else None,
+        "mfu": ratio,
     }
+    if ratio is not None and ratio > 1.0:
+        out["mfu"] = None
+        out["inconsistent"] = (
+            f"{per_step / 1e9:.2f} GFLOP per step (FlopCounterMode, forward+backward x {out['passes_per_step']:.0f} "
+            f"training passes) in the {median_step_s * 1e3:.1f} ms median step is {achieved / 1e12:.3f} TFLOP/s, "
+            f"{100 * ratio:.0f}% of the {m['peak_flops_per_s'] / 1e12:.3f} TFLOP/s {m['dtype']} matmul peak "
+            "measured here: more than the device can do, so the FLOPs counted per step or the peak are wrong "
+            "for this run (a pass counted that does not run every step, a peak measured under load)"
+        )
+    return out

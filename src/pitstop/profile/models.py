@@ -20,13 +20,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules import module as _module
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from pitstop.profile import direct_forward
 from pitstop.profile.where import user_location
+from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
 from pitstop.train.memory_format import channels_last_input
 
 if TYPE_CHECKING:
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from pitstop.profile.patches import Patches
 
 is_compiling = torch.compiler.is_compiling
+clock = time.perf_counter
 
 
 class ModelHooks:
@@ -51,6 +55,16 @@ class ModelHooks:
         self.only_ddp = True  # every timed forward so far was a DDP module's
         self.narrowed = False  # narrow() has decided
         self.wrapped = False  # DistributedDataParallel.forward times the forwards now
+        # forwards called as model.forward(x) (pitstop.profile.direct_forward)
+        self.direct_ids: set[int] = set()  # models seen called that way
+        self.direct_parts: set[int] = set()  # their modules
+        self.direct_model: torch.nn.Module | None = None  # the one whose forward is open now
+        self.direct_frame: Any = None  # its forward's frame
+        self.direct_end = 0.0  # when the last submodule call inside it ended
+        ov = inst.cfg.overrides
+        self.on_inputs = bool(ov.channels_last or ov.autocast or ov.float32)  # override_inputs has work
+        # override_output has work: while an autocast context is open (the list), always under float32
+        self.on_outputs: list[Any] | bool = True if ov.float32 else self.autocast_ctx
 
     def install(self, patches: Patches) -> None:
         self.handles = [
@@ -105,16 +119,60 @@ class ModelHooks:
         if inst.in_next or inst.in_backward or torch._C._is_tracing():
             return False
         if id(module) not in self.model_ids:
-            if id(module) in self.part_ids or next(module.parameters(), None) is None:
+            if id(module) in self.part_ids:
+                caller = sys._getframe(3)
+                # a part of a model called directly, or of one called model(x) so far, called inside a forward
+                if id(module) in self.direct_parts or direct_forward.near_forward(caller):
+                    self._direct_call(caller)
+                return False
+            if next(module.parameters(), None) is None:
                 return False
             inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule of a known model
             if isinstance(inner, torch.nn.Module) and id(inner) in self.model_ids:
                 self.model_ids.add(id(module))
+            elif self._direct_call(sys._getframe(3)):
+                return False  # a submodule of a model called as model.forward(x): timed as that model
             else:
                 self.add_model(module)
+        if self.direct_model is not None:
+            self.end_direct()
         if not isinstance(module, DDP) or type(module).forward is not DDP.forward:
             self.only_ddp = False  # (a subclass with a forward of its own would bypass the wrapper)
         return True
+
+    def _direct_call(self, caller: Any) -> bool:
+        """A module call no other module call encloses, made from ``caller`` (a frame): where it runs
+        inside the ``forward`` of a model called directly, that forward is open (opened now, if it was
+        not). Whether it is."""
+        if self.direct_model is not None:
+            if direct_forward.on_stack(self.direct_frame, caller):
+                return True
+            self.end_direct()  # the forward open so far has returned
+        found = direct_forward.outermost_forward(caller)
+        if found is None:
+            return False
+        model, frame = found
+        inst = self.inst
+        if id(model) not in self.direct_ids:
+            self.direct_ids.add(id(model))
+            self.direct_parts.update(id(m) for m in model.modules())
+            if id(model) not in self.model_ids:
+                self.add_model(model)
+        self.only_ddp = False
+        inputs = direct_forward.frame_inputs(frame)
+        inst.forward_begin(model, inputs[0] if inputs else ())
+        self.direct_model, self.direct_frame = model, frame
+        self.direct_end = clock()
+        if inputs is not None and torch.is_grad_enabled():
+            inst.captured.last_inputs = inputs
+        return True
+
+    def end_direct(self) -> None:
+        """The direct forward open ends where its last submodule call ended (or where the phases last
+        changed, if later)."""
+        model, self.direct_model, self.direct_frame = self.direct_model, None, None
+        if model is not None:
+            self.inst.forward_end(model, None, max(self.direct_end, self.inst.clock.phases.mark))
 
     def post(self, module: torch.nn.Module, args: Any, *rest: Any) -> Any:
         # (args, kwargs, output) after a forward; (args, output) when forward raised (always_call)
@@ -127,6 +185,8 @@ class ModelHooks:
         self.depth = 0
         top = self.top
         if not top or top[-1] is not module:
+            if self.direct_model is not None:
+                self.direct_end = clock()
             return None
         top.pop()
         if len(rest) == 2 and torch.is_grad_enabled():
@@ -138,13 +198,12 @@ class ModelHooks:
         input override is on, time them from ``DistributedDataParallel.forward`` and remove the global
         hooks. Decided once."""
         self.narrowed = True
-        ov = self.inst.cfg.overrides
         if (
             not (self.only_ddp and self.model_ids)
             or self.depth
             or self.top
-            or ov.channels_last
-            or ov.autocast
+            or self.on_inputs
+            or self.direct_ids
         ):
             return
         self.uninstall()
@@ -186,6 +245,8 @@ class ModelHooks:
         ov = inst.cfg.overrides
         if ov.channels_last:
             self.channels_last(module)
+        if ov.float32 and has_float64(module) and id(module) not in self.direct_ids:
+            float32_model(module)
         if ov.compile:
             try:
                 module.compile()
@@ -204,7 +265,10 @@ class ModelHooks:
             self.inst.override_errors.append(f"channels_last: {type(e).__name__}: {e}")
 
     def override_inputs(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """Apply the input overrides (channels_last, autocast) at a top-level forward; new args or None."""
+        """Apply the input overrides (channels_last, autocast, float32) at a top-level forward; new args
+        or None. Not for a model called as ``model.forward(x)``: its arguments are bound already."""
+        if id(module) in self.direct_ids:
+            return None
         ov = self.inst.cfg.overrides
         new = None
         if ov.channels_last:
@@ -216,15 +280,24 @@ class ModelHooks:
             ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
             ctx.__enter__()
             self.autocast_ctx.append(ctx)
+        if ov.float32:
+            new = float32_inputs(args if new is None else new)
+            kwargs = _call_kwargs()
+            kwargs.update(float32_inputs(kwargs))
         return new
 
     def override_output(self, module: torch.nn.Module, output: Any) -> Any:
         if self.pending_cl and id(module) in self.pending_cl:
             self.channels_last(module)
+        if id(module) in self.direct_ids:
+            return None
+        new = None
         if self.autocast_ctx:
             self.autocast_ctx.pop().__exit__(None, None, None)
-            return _float_outputs(output)
-        return None
+            new = _float_outputs(output)
+        if self.on_outputs is True:  # float32 override: what follows sees the dtype the script made
+            new = float64_outputs(output if new is None else new)
+        return new
 
 
 def _call_kwargs() -> dict[str, Any]:

@@ -27,6 +27,9 @@ class Overrides:
     dataloader:     kwargs forced on every DataLoader the script builds (keys in ``DATALOADER_KEYS``).
     channels_last:  the top-level model (the module that runs forward) and its 4-D float inputs.
     autocast:       "bfloat16" / "float16": autocast around the top-level forward.
+    float32:        a float64 model's parameters and buffers become float32 at its first forward, its
+                    float64 inputs float32 and its float32 outputs float64 again (the loss and what
+                    follows run as before).
     cudnn_benchmark: ``torch.backends.cudnn.benchmark = True`` before the script runs.
     optimizer_impl: "foreach" or "fused" set on every optimizer constructed (where supported).
     compile:        ``torch.compile`` the top-level model; errors fall back to eager (recorded).
@@ -43,6 +46,7 @@ class Overrides:
     dataloader: dict[str, Any] = field(default_factory=dict)
     channels_last: bool = False
     autocast: str | None = None
+    float32: bool = False
     cudnn_benchmark: bool = False
     optimizer_impl: str | None = None
     compile: bool = False

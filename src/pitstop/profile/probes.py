@@ -1,8 +1,8 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, NCHW vs channels_last, cudnn.benchmark off vs on, the optimizer's step as it ran vs
-foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
+vs autocast, float64 vs float32 (``probe_float64``), NCHW vs channels_last, cudnn.benchmark off vs on,
+the optimizer's step as it ran vs foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
 rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
 (``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
 runs last, before then after, and is marked ``confirmed: False``. Each probe is bounded in time and
@@ -24,12 +24,16 @@ from torch.utils._pytree import tree_map_only
 
 from pitstop import matmul
 from pitstop.host import precision
-from pitstop.measure import Arm, Interval, Settings, interleave
+from pitstop.measure import Arm, Interval, Settings, budget_for_rounds, interleave
 from pitstop.profile import gpu_probes
+from pitstop.train import optim
 from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
-BUDGET_S = 20.0  # all probes together
+BUDGET_S = 20.0  # all probes together (more for slow passes: ``PASSES_IN_BUDGET``)
+PASSES_IN_BUDGET = 24  # the model probes time about this many passes at their sequential first look
+PROBE_BUDGET_S, PROBE_BUDGET_CAP_S = 6.0, 30.0  # one probe's rounds; scaled up to the cap for slow passes
+PROBE_ROUNDS = 3  # rounds the budget must hold: the sequential rule's first look
 MAX_COPY_BYTES = 1 << 30  # the optimizer probe copies params, grads and state
 
 
@@ -51,28 +55,44 @@ def _first_grad_tensor(out: Any, depth: int = 0) -> torch.Tensor | None:
     return None
 
 
-def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _fwd_bwd(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """Forward and backward from the output's first differentiable tensor; returns the scalar the
+    backward ran from (zero where the output has none), as an optimizer closure returns its loss."""
     model.zero_grad(set_to_none=True)
     out = model(*args, **kwargs)
     t = _first_grad_tensor(out)
-    if t is not None:
-        t.float().mean().backward()
+    if t is None:
+        return torch.zeros(())
+    loss = t.float().mean()
+    loss.backward()
+    return loss.detach()
 
 
 @dataclass
 class Timed:
     """Median seconds per call of each variant, and each later variant's speed-up over the first with
-    its 95% interval (``pitstop.measure``; None when fewer than two rounds fitted the budget)."""
+    its 95% interval (``pitstop.measure``; None when fewer than two rounds fitted the budget), and the
+    budget the rounds had (scaled with the variants' time, ``probe_budget``)."""
 
     medians: dict[str, float]
     intervals: dict[str, Interval | None] = field(default_factory=dict)
+    budget_s: float | None = None
+    scaled: bool = False  # the budget was raised for slow variants
+
+
+def probe_budget(round_s: float, budget_s: float = PROBE_BUDGET_S) -> float:
+    """Seconds for one probe's rounds: ``budget_s``, or as long as ``PROBE_ROUNDS`` rounds of
+    ``round_s`` take where its variants are slow, at most ``PROBE_BUDGET_CAP_S``."""
+    return budget_for_rounds(round_s, PROBE_ROUNDS, budget_s, PROBE_BUDGET_CAP_S)
 
 
 def timed(
-    variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = 6.0
+    variants: dict[str, Callable[[], None]], device_type: str, reps: int = 5, budget_s: float = PROBE_BUDGET_S
 ) -> Timed:
-    """Rotating rounds of the variants through the timing engine, after one warm-up call each. A round
-    calls each variant up to 3 times (fewer when a call is slow, so ``reps`` rounds fit ``budget_s``)."""
+    """Rotating rounds of the variants through the timing engine, after one warm-up call each: at most
+    ``reps`` rounds, ended early once every interval decides (the sequential rule from round
+    ``PROBE_ROUNDS``). A round calls each variant up to 3 times (fewer when a call is slow); the budget
+    is ``budget_s`` or, for slow variants, what ``PROBE_ROUNDS`` rounds need (``probe_budget``)."""
     import time
 
     warm: list[float] = []
@@ -82,7 +102,8 @@ def timed(
         fn()
         _sync(device_type)
         warm.append(time.perf_counter() - t)
-    calls = max(1, min(3, int(budget_s / max(1e-9, reps * sum(warm)))))
+    budget = probe_budget(sum(warm), budget_s)
+    calls = max(1, min(3, int(budget / max(1e-9, reps * sum(warm)))))
 
     def sample(name: str) -> list[float]:
         fn, out = variants[name], []
@@ -96,16 +117,24 @@ def timed(
 
     names = list(variants)
     base, arms = Arm(names[0]), [Arm(n) for n in names[1:]]
-    interleave(base, arms, sample, Settings(budget_s=budget_s, min_rounds=reps, max_rounds=reps))
+    first_look = min(PROBE_ROUNDS, reps)
+    interleave(base, arms, sample, Settings(budget_s=budget, min_rounds=first_look, max_rounds=reps))
     medians = {a.name: statistics.median(v for r in a.rounds for v in r) for a in [base, *arms]}
-    return Timed(medians, {a.name: a.interval for a in arms})
+    return Timed(medians, {a.name: a.interval for a in arms}, budget, budget > budget_s)
 
 
 def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
-    """base_s, new_s, saving_s (>0: ``new`` is faster) and, from the interval, the saving's bounds."""
+    """base_s, new_s, saving_s (>0: ``new`` is faster), the rounds' budget and, from the interval, the
+    saving's bounds."""
     b, n = t.medians[base], t.medians[new]
     out: dict[str, Any] = {"base_s": b, "new_s": n, "saving_s": b - n}
+    if t.budget_s is not None:
+        out["budget_s"] = t.budget_s
+    if t.scaled:
+        out["budget_scaled"] = True
     iv = t.intervals.get(new)
+    if iv is not None:
+        out["rounds"] = iv.rounds
     if iv is not None and iv.rounds >= 2:
         # speed-up S = base/new, so new = base/S and the saving base - base/S grows with S
         out["saving_lo_s"] = b - b / iv.lo if iv.lo > 0 else None
@@ -123,6 +152,13 @@ def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
             if t.dim() == 4 and t.is_floating_point():
                 t.data = t.data.contiguous(memory_format=torch.channels_last)
     return model
+
+
+def all_probes_budget(pass_s: float | None) -> float:
+    """Seconds for all probes together: ``BUDGET_S``, or ``PASSES_IN_BUDGET`` of the model's passes
+    where one is slow (the model probes' budgets scale with it), capped at that many passes of
+    ``MAX_PASS_S`` (the slowest pass probed)."""
+    return min(PASSES_IN_BUDGET * MAX_PASS_S, max(BUDGET_S, PASSES_IN_BUDGET * (pass_s or 0.0)))
 
 
 def run_probes(
@@ -146,21 +182,21 @@ def run_probes(
             out.update(_model_probes(model, inputs, model_facts))
         except Exception as e:
             out["error"] = f"model probes failed: {type(e).__name__}: {e}"
+    budget = all_probes_budget(out.get("pass_s"))
     for opt, facts in optimizers:
-        if time.perf_counter() - start > BUDGET_S:
+        if time.perf_counter() - start > budget:
             out.setdefault("skipped", []).append("optimizer: time budget spent")
             break
         if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
             try:
-                out.setdefault("optimizer", []).append(_optimizer_probe(opt, facts))
+                res = _optimizer_probe(opt, facts)
             except Exception as e:
-                out.setdefault("optimizer", []).append(
-                    {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
-                )
+                res = {"type": facts.get("type"), "error": f"{type(e).__name__}: {e}"}
+            out.setdefault("optimizer", []).append({**res, "location": facts.get("location")})
     # Last: it changes malloc for the rest of the process.
     p = next(model.parameters(), None) if model is not None else None
     if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:
-        if time.perf_counter() - start > BUDGET_S:
+        if time.perf_counter() - start > budget:
             out.setdefault("skipped", []).append("host_memory: time budget spent")
         else:
             try:
@@ -221,6 +257,11 @@ def _model_probes(
     elif fp32:
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
         out["precision"] = {"dtype": None, "skipped": why}
+
+    if "float64" in (facts.get("param_dtypes") or []):  # float64 training: the float32 gain
+        from pitstop.profile import probe_float64
+
+        out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
 
     # memory format: conv nets fed NCHW
     if (
@@ -285,6 +326,7 @@ def _host_memory_probe(
     parameters move with the steps; nothing reads them afterwards)."""
     import time
 
+    from pitstop.host import event_costs
     from pitstop.train import host_memory
 
     # "kept": freed memory already stays mapped, so there is nothing to probe and the rules say so.
@@ -295,6 +337,7 @@ def _host_memory_probe(
     if reason := host_memory.blocker():
         return {"skipped": reason, "kept": False}
     args, kwargs = inputs
+    closing = any(optim.needs_closure(opt) for opt in optimizers)
 
     def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
         times: list[float] = []
@@ -314,10 +357,15 @@ def _host_memory_probe(
     def _fwd_bwd_as_script() -> None:
         # A fresh copy of the batch each pass, as the DataLoader makes one each step: its pages count too.
         a, k = tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
-        with _as_script("cpu", facts):
-            _fwd_bwd(model, a, k)
+
+        def closure() -> torch.Tensor:
+            with _as_script("cpu", facts):
+                return _fwd_bwd(model, a, k)
+
+        if not closing:
+            closure()
         for opt in optimizers:
-            opt.step()
+            optim.step(opt, closure)  # a closure optimizer (LBFGS) runs it itself, as in the script
 
     base_s, base_faults = series()
     result = host_memory.keep_host_memory()
@@ -331,12 +379,15 @@ def _host_memory_probe(
         "base_faults": base_faults,
         "new_faults": new_faults,
         "detail": result.detail,
+        "isolated_fault_s": event_costs.page_fault_s(),  # the bound on what one fault may be charged
         # before/after in one process: whatever warmed up in between counts as saving, so no interval
         "confirmed": False,
     }
 
 
 def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[str, Any]:
+    if optim.needs_closure(opt):  # its step re-evaluates the model: not an optimizer step alone
+        return {"type": facts.get("type"), "skipped": "its step() runs the model again (closure)"}
     params = [p for g in opt.param_groups for p in g["params"]]
     nbytes = sum(p.numel() * p.element_size() for p in params)
     if nbytes * 4 > MAX_COPY_BYTES:

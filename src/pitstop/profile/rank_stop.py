@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from datetime import timedelta
 from typing import Any
 
 PREFIX = "pitstop/stop"
@@ -32,15 +31,20 @@ def default_store() -> Any:
             from torch.distributed.distributed_c10d import _get_default_store
 
             return _get_default_store()
-    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not host or not port:
-        return None
-    try:
-        return dist.TCPStore(
-            host, int(port), is_master=False, timeout=timedelta(seconds=CONNECT_S), wait_for_workers=False
-        )
-    except Exception:
-        return None
+    from pitstop.profile.rank_share import launcher_store
+
+    return launcher_store(CONNECT_S)
+
+
+def job_id(fallback: str) -> str:
+    """A name every rank of one launch shares on every node: torchrun's rendezvous id and store address,
+    else Slurm's job and step, else ``fallback`` (one node's run folder, which other nodes do not share)."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" in env:
+        return f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    if "SLURM_JOB_ID" in env:
+        return f"slurm-{env['SLURM_JOB_ID']}.{env.get('SLURM_STEP_ID', '0')}"
+    return fallback
 
 
 def key(run: str, step: int, name: str) -> str:

@@ -23,17 +23,53 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pitstop.profile import rank_share
 
 ENV_CONFIG = "PITSTOP_RANKS_CONFIG"
 ENV_PARENT = "PITSTOP_PARENT_PID"
 ENV_RANK_PID = "PITSTOP_RANK_PID"
 ENV_LAUNCHER_PID = "PITSTOP_LAUNCHER_PID"
+ENV_SELF_RANK = "PITSTOP_SELF_RANK"  # the parent's command is the rank itself (a task of srun)
 STATE = "state.json"
 HEARTBEAT = "heartbeat"  # the step of the rank's last collective, read if it dies
 HEARTBEAT_BYTES = 13  # b"%12d\n"
 WATCH_S = 0.2
+STILL_S = 2.0  # no step and no collective for this long: the state says where the main thread is
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a rank is in its job. ``local_world``: the ranks that this node's pitstop runs (a node's ranks
+    under torchrun; one, for a task of srun); ``first``: it copies the other nodes' ranks into this node's
+    run folder (``pitstop.profile.rank_share``)."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    node: int
+
+    @property
+    def first(self) -> bool:
+        return self.local_rank == 0
+
+
+def identity(env: dict[str, str] | None = None) -> Identity:
+    """From torchrun's variables, else Slurm's (a task of ``srun``, one rank per task); read at start-up,
+    before the script can change them."""
+    env = dict(os.environ) if env is None else env
+    if "RANK" not in env and "SLURM_PROCID" in env:
+        return Identity(rank=int(env["SLURM_PROCID"]), world=int(env.get("SLURM_NTASKS", 1)),
+                        local_rank=int(env.get("SLURM_LOCALID", 0)), local_world=1,
+                        node=int(env.get("SLURM_NODEID", 0)))  # fmt: skip
+    world = int(env.get("WORLD_SIZE", 1))
+    rank = int(env.get("RANK", 0))
+    return Identity(rank=rank, world=world, local_rank=int(env.get("LOCAL_RANK", rank)),
+                    local_world=int(env.get("LOCAL_WORLD_SIZE", world)), node=int(env.get("GROUP_RANK", 0)))  # fmt: skip
 
 
 def rank_dir(out_dir: Path, rank: int) -> Path:
@@ -46,21 +82,25 @@ def activate() -> None:
     ppid = str(os.getppid())
     if os.environ.get(ENV_RANK_PID):
         return  # a process a rank started (spawned loader workers, compile workers)
-    if os.environ.get(ENV_PARENT) == ppid:
+    if os.environ.get(ENV_PARENT) == ppid and not os.environ.get(ENV_SELF_RANK):
         os.environ[ENV_LAUNCHER_PID] = str(os.getpid())  # the launcher itself: runs untouched
         return
-    if "RANK" not in os.environ and os.environ.get(ENV_LAUNCHER_PID) != ppid:
+    if (
+        "RANK" not in os.environ
+        and os.environ.get(ENV_LAUNCHER_PID) != ppid
+        and not (os.environ.get(ENV_SELF_RANK) and os.environ.get(ENV_PARENT) == ppid)
+    ):
         return
     try:
         cfg = json.loads(Path(os.environ[ENV_CONFIG]).read_text())
-        rank = int(os.environ.get("RANK", 0))
+        ident = identity()
         from pitstop.profile.runner import CommandError, parse_command
 
         kind, target, args = parse_command(list(getattr(sys, "orig_argv", [])))
     except (CommandError, OSError, ValueError, KeyError):
         return  # python -c ..., or not a script: leave the process alone
     os.environ[ENV_RANK_PID] = str(os.getpid())
-    out = rank_dir(Path(cfg["out_dir"]), rank)
+    out = rank_dir(Path(cfg["out_dir"]), ident.rank)
     out.mkdir(parents=True, exist_ok=True)
     run_cfg = {
         **{k: cfg[k] for k in ("steps", "warmup", "full", "trace")},
@@ -72,13 +112,13 @@ def activate() -> None:
         "callback_at": "loader",
         "out_dir": str(out.resolve()),
         # rank 0 alone, after every rank stopped, on a copy outside DDP: a probe never communicates
-        "probes": bool(cfg.get("probes", True)) and rank == 0,
+        "probes": bool(cfg.get("probes", True)) and ident.rank == 0,
     }
     path = out / "run-config.json"
     path.write_text(json.dumps(run_cfg))
     from pitstop.profile import bootstrap
 
-    worker = RankWorker(rank, out)
+    worker = RankWorker(ident, out)
     worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
     bootstrap.ON_INSTALL.append(worker.on_install)
     bootstrap.ON_FINISH.append(worker.on_finish)
@@ -139,8 +179,10 @@ def process_facts() -> dict[str, Any]:
 class RankWorker:
     """The rank's extensions to the bootstrap: communication, watchdog, facts about the process."""
 
-    def __init__(self, rank: int, out: Path) -> None:
-        self.rank = rank
+    def __init__(self, ident: Identity, out: Path) -> None:
+        self.ident = ident
+        self.rank = ident.rank
+        self.node = ident.node
         self.out = out
         self.comm: Any = None
         self.inject: Any = None
@@ -151,6 +193,9 @@ class RankWorker:
         self.stop_note: str | None = None  # why it stopped without them (None: all stopped together)
         self.stop_timeout_s = 600.0
         self.ended = False  # the script is over: reporting, stop signals no longer interrupt
+        self.stop_asked = False  # a stop signal came (also once ended: the end's waits give up)
+        self._progress: tuple[tuple[int, int], float] = ((-1, -1), time.time())
+        self.shared: Any = None  # a job across nodes: states and records shared (pitstop.profile.rank_share)
         self._stop = threading.Event()
         self._t0 = time.perf_counter()
 
@@ -180,10 +225,17 @@ class RankWorker:
                 signal.signal(signal.SIGTERM, self.on_stop)
                 signal.signal(signal.SIGINT, self.on_stop)
         threading.Thread(target=self._watch, name="pitstop-rank-watchdog", daemon=True).start()
+        from pitstop.profile import rank_stop
+
+        if self.ident.world > self.ident.local_world:  # ranks on other nodes: share through the store
+            job = rank_stop.job_id(self.out.parent.name)
+            self.shared = rank_share.Shared(job, self.rank, self.ident.world, self.node, self.out.parent)
+            threading.Thread(target=self._share, name="pitstop-rank-share", daemon=True).start()
 
     def on_stop(self, signum: int, frame: Any) -> None:
         """SIGINT/SIGTERM: stop the script. A later signal (the launcher's SIGTERM after our SIGINT, or after a
         peer failed while this rank was already reporting its own error) must not cut the report short."""
+        self.stop_asked = True
         if self.signal is not None or self.ended:
             return
         self.signal = signal.Signals(signum).name
@@ -199,12 +251,15 @@ class RankWorker:
 
         step = len(self.inst.records)
         self.stopping = step
-        world = int(os.environ.get("WORLD_SIZE", 1))
+        world = self.ident.world
         if self.comm is not None:
             self.comm.current = (f"pitstop's stop after step {step} (waiting for every rank)", None,
                                  time.perf_counter())  # fmt: skip
+            self.comm.current_n = None
         try:
-            self.stop_note = rank_stop.agree(self.out.parent.name, step, world, self.stop_timeout_s)
+            self.stop_note = rank_stop.agree(
+                rank_stop.job_id(self.out.parent.name), step, world, self.stop_timeout_s
+            )
         finally:
             if self.comm is not None:
                 self.comm.current = None
@@ -257,17 +312,31 @@ class RankWorker:
         return copy.deepcopy(inner), None
 
     def state(self) -> dict[str, Any]:
-        cur = self.comm.current if self.comm is not None else None
+        comm = self.comm
+        step = len(self.inst.records) if self.inst is not None else 0
+        mark = (step, comm.entered if comm is not None else 0)
+        now = time.time()
+        if mark != self._progress[0]:
+            self._progress = (mark, now)
+        where: dict[str, Any] = {}
+        if now - self._progress[1] > STILL_S:  # no progress: where the main thread is, for a hang's report
+            from pitstop.profile.stacks import describe, main_thread_frames
+
+            with contextlib.suppress(Exception):
+                at = describe(main_thread_frames())
+                where = {"at": at.get("where"), "call": at.get("call")}
         return {
             "rank": self.rank,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "time_s": time.time(),
-            "step": len(self.inst.records) if self.inst is not None else 0,
+            "node": self.node,
+            "time_s": now,
+            "step": step,
+            "progress_s": self._progress[1],  # when the step or the collectives entered last moved
             "stopping": self.stopping,
-            "current": None
-            if cur is None
-            else {"what": cur[0], "location": cur[1], "since_s": self.comm.wall0 + cur[2]},
+            "current": comm.current_record() if comm is not None else None,
+            "entered": comm.entered if comm is not None else 0,
+            **where,
         }
 
     def _watch(self) -> None:
@@ -277,15 +346,41 @@ class RankWorker:
             with contextlib.suppress(Exception):
                 write_json_atomic(self.out / STATE, self.state())
 
+    def _share(self) -> None:
+        """Once a second: this rank's state to the job's store; on a node's local rank 0, the other nodes'
+        states into this node's run folder."""
+        first = self.ident.first
+        while not self._stop.wait(rank_share.EVERY_S):
+            with contextlib.suppress(Exception):
+                self.shared.publish_state(self.state())
+                if first:
+                    self.shared.copy_states()
+
+    def _share_end(self, data: dict[str, Any]) -> None:
+        """The final record to the job's store; on a node's local rank 0, the other nodes' records copied here."""
+        from pitstop.profile.watchdog import WATCHDOG_FILE
+
+        watchdog = None
+        with contextlib.suppress(OSError, ValueError):
+            watchdog = json.loads((self.out / WATCHDOG_FILE).read_text())
+        state = {**data["distributed"]["state"], "status": data.get("status")}
+        with contextlib.suppress(Exception):
+            self.shared.publish_record({"measurements": data, "watchdog": watchdog, "state": state})
+        if self.ident.first:
+            with contextlib.suppress(Exception):
+                missing = self.shared.copy_records(stop=lambda: self.stop_asked)
+                if missing:
+                    data["distributed"]["records_missing"] = missing
+
     def on_finish(self, inst: Any, data: dict[str, Any]) -> None:
         self._stop.set()
-        env = os.environ
+        ident = self.ident
         dist: dict[str, Any] = {
             "rank": self.rank,
-            "local_rank": int(env.get("LOCAL_RANK", self.rank)),
-            "world_size": int(env.get("WORLD_SIZE", 1)),
-            "local_world_size": int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", 1))),
-            "node_rank": int(env.get("GROUP_RANK", 0)),
+            "local_rank": ident.local_rank,
+            "world_size": ident.world,
+            "local_world_size": ident.local_world,
+            "node_rank": ident.node,
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "signal": self.signal,
@@ -311,3 +406,5 @@ class RankWorker:
 
         with contextlib.suppress(Exception):
             write_json_atomic(self.out / STATE, {**dist["state"], "status": data.get("status")})
+        if self.shared is not None:
+            self._share_end(data)

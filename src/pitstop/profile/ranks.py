@@ -90,6 +90,8 @@ def run_ranks(
     env[rw.ENV_CONFIG] = str((out / CONFIG).resolve())
     env[rw.ENV_PARENT] = str(os.getpid())
     env.pop(rw.ENV_RANK_PID, None)
+    if launcher == "srun":  # the command is the rank itself, not a launcher of ranks
+        env[rw.ENV_SELF_RANK] = "1"
     files = []
     stdout: Any = sys.stderr.fileno() if spec.stdout_to_stderr else None
     stderr: Any = None
@@ -165,7 +167,9 @@ def read_states(out: Path) -> dict[int, dict[str, Any]]:
             continue
         # a rank on another node (shared --out-dir) is alive until it writes its final status
         local = st.get("host") in (None, HOST)
-        st["alive"] = st.get("status") in (None, "running") and (not local or _alive(int(st.get("pid", 0))))
+        st["alive"] = st.get("status") in (None, "running") and (
+            _alive(int(st.get("pid", 0))) if local else not st.get("stale")
+        )
         with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
             st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
             st["step"] = max(int(st.get("step", 0)), st["collective_step"])  # the 0.2 s sample may lag
@@ -187,13 +191,39 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _describe(rank: int, st: dict[str, Any]) -> str:
+def _node(st: dict[str, Any]) -> str:
+    return f" on {st['host']}" if st.get("remote") and st.get("host") else ""
+
+
+def collective_name(cur: dict[str, Any]) -> str:
+    """``all_reduce (collective #57, 4 B)``: what a rank waits in, with its number among the collectives the
+    rank entered, so ranks blocked in different collectives are told apart."""
+    extra = [f"collective #{cur['n']}"] if cur.get("n") else []
+    if cur.get("bytes") is not None:
+        extra.append(f"{cur['bytes']} B")
+    return cur["what"] + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _describe(rank: int, st: dict[str, Any], now: float | None = None) -> str:
     cur = st.get("current")
+    now = time.time() if now is None else now
     if cur:
         where = f" at {cur['location']}" if cur.get("location") else ""
-        waited = max(0.0, time.time() - cur["since_s"])
-        return f"rank {rank} waiting in {cur['what']}{where} for {waited:.1f} s (step {st.get('step', 0)})"
-    return f"rank {rank} at step {st.get('step', 0)}"
+        waited = max(0.0, now - cur["since_s"])
+        return (
+            f"rank {rank}{_node(st)} waiting in {collective_name(cur)}{where} for {waited:.1f} s "
+            f"(step {st.get('step', 0)})"
+        )
+    at = f", at {st['at']}" + (f" in {st['call']}" if st.get("call") else "") if st.get("at") else ""
+    return f"rank {rank}{_node(st)} at step {st.get('step', 0)}{at}"
+
+
+def _behind(st: dict[str, Any], blocked: dict[int, dict[str, Any]], now: float) -> list[int]:
+    """The blocked ranks whose collective this live rank never entered, when it has made no progress (no
+    step, no collective) for STUCK_S: it is what they wait for."""
+    if st.get("current") or now - st.get("progress_s", now) <= STUCK_S:
+        return []
+    return [r for r, b in blocked.items() if st.get("entered", 0) < (b["current"].get("n") or 0)]
 
 
 def waiting(states: dict[int, dict[str, Any]]) -> str | None:
@@ -215,12 +245,31 @@ def stuck(states: dict[int, dict[str, Any]], now: float | None = None) -> str | 
         and st.get("current")
         and now - st["current"]["since_s"] > STUCK_S
     }
-    if not ended or not blocked:
+    if not blocked:
         return None
-    gone = "; ".join(
-        f"rank {r} measured its steps and waits to stop after step {st['stopping']}"
+    behind = {
+        r: waits
+        for r, st in states.items()
         if st["alive"]
-        else f"rank {r} ended ({st.get('status') or 'process gone'}) at step {st.get('step', 0)}"
+        and st.get("stopping") is None
+        and r not in blocked
+        and (waits := _behind(st, blocked, now))
+    }
+    if not ended and not behind:
+        return None
+    gone = [
+        f"rank {r}{_node(st)} measured its steps and waits to stop after step {st['stopping']}"
+        if st["alive"]
+        else f"rank {r}{_node(st)} ended ({st.get('status') or 'process gone'}) at step {st.get('step', 0)}"
         for r, st in sorted(ended.items())
+    ]
+    late = [
+        f"{_describe(r, states[r], now)}, {states[r].get('entered', 0)} collectives entered: it never entered "
+        + " nor ".join(f"rank {b}'s collective #{blocked[b]['current']['n']}" for b in waits)
+        for r, waits in sorted(behind.items())
+    ]
+    return (
+        "; ".join([*gone, *late])
+        + ", while "
+        + "; ".join(_describe(r, st, now) for r, st in sorted(blocked.items()))
     )
-    return f"{gone}, while " + "; ".join(_describe(r, st) for r, st in sorted(blocked.items()))

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pitstop.findings import Finding, Report, Severity
+from pitstop.findings import Finding, Report, Severity, dedupe
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.contention_rules import contention_findings, note_contention
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
-from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, cost, ms, pct, sev
+from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
 from pitstop.profile.rules_compute import (
+    float64_rules,
     host_memory_rules,
     optimizer_rules,
     probe_rules,
@@ -261,6 +262,7 @@ def problem_findings(
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)
+    found += float64_rules(bd, model, probes)
     found += skipped_probe_passes(probes, dev_type)
     if model and not probes.get("precision") and not model.get("autocast"):
         found += unprobed_precision(model, dev_type)
@@ -273,7 +275,9 @@ def problem_findings(
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    return note_contention(found, data), bd  # each finding says where other work used the CPUs
+    # no finding saves more than the part of the step it lives in; one finding per site; each says where
+    # other work used the CPUs
+    return note_contention(dedupe(bounded(found, bd, dev_type)), data), bd
 
 
 def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:

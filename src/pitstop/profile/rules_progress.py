@@ -1,21 +1,18 @@
 """Findings about progress: a run stopped while hung (``profile.hang``), cut short while still working
-(``profile.timeout``), steps that stalled and recovered (``profile.stall``), a DataLoader worker that
-died (``dataloader.worker_died``). Pure functions of the measurements record and the watchdog's record
+(``profile.timeout``), steps that stalled and recovered (``profile.stall``, from ``pitstop.profile.stalls``),
+a DataLoader worker that died (``dataloader.worker_died``). Pure functions of the measurements record and the watchdog's record
 (``data["watchdog"]``, see ``pitstop.profile.watchdog``); the stacks travel in each finding's data.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-import statistics
-from collections import Counter
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.profile.stacks import KINDS, describe_exit
-from pitstop.profile.watchdog import POLL_S, REQUEST_WAIT_S, STALL_FACTOR, STALL_MIN_S
+from pitstop.profile.stalls import stall_findings
+from pitstop.profile.watchdog import REQUEST_WAIT_S
 
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
@@ -46,7 +43,7 @@ def progress_rules(data: dict[str, Any]) -> list[Finding]:
         out.append(hang)
     elif status == "timeout" and wd.get("stop"):
         out.append(_timeout_finding(wd["stop"]))
-    out += stall_findings(data.get("steps") or [], wd.get("samples") or [])
+    out += stall_findings(data.get("steps") or [], wd)
     if hang is None or hang.data.get("kind") != "dataloader":
         out += worker_died_findings(wd, data, status)
     return out
@@ -174,84 +171,6 @@ def _timeout_finding(stop: dict[str, Any]) -> Finding:
     )
 
 
-# ------------------------------------------------------------------------------------------ stalls
-
-
-def stall_findings(records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[Finding]:
-    """Steps (after the first, not traced) longer than STALL_FACTOR x the median step and STALL_MIN_S
-    over it: one finding, with when they happened and what the watchdog sampled during them."""
-    steps = [r for r in records if r.get("index", 0) > 0 and not r.get("traced")]
-    if len(steps) < 3:
-        return []
-    med = statistics.median(r["total_s"] for r in steps)
-    limit = max(STALL_FACTOR * med, med + STALL_MIN_S)
-    stalled = [r for r in steps if r["total_s"] > limit]
-    if not stalled:
-        return []
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for s in samples:
-        by_step.setdefault(s["step"], []).append(s)
-    seen = [by_step[r["index"]][0] for r in stalled if r["index"] in by_step]
-    places = Counter((s["main"] or {}).get("where") for s in seen)
-    top_where = places.most_common(1)[0][0] if places else None
-    top = next((s for s in seen if (s["main"] or {}).get("where") == top_where), None)
-    excess = sum(r["total_s"] - med for r in stalled)
-    mean = statistics.fmean(r["total_s"] for r in steps)
-    saving = excess / len(steps)
-    share = min(1.0, saving / mean) if mean > 0 else 0.0
-    idx = [r["index"] for r in stalled]
-    gaps = {b - a for a, b in itertools.pairwise(idx)}
-    when = f"steps {_list(idx)}" + (f" (every {gaps.pop()} steps)" if len(gaps) == 1 else "")
-    if len(idx) == 1:
-        when = f"step {idx[0]}"
-    longest = max(r["total_s"] for r in stalled)
-    took = _list([f"{r['total_s']:.2f} s" for r in stalled])
-    if top is not None:
-        m = top["main"]
-        running = (
-            f"What was running: {m.get('where')}"
-            + (f" `{m['code']}`" if m.get("code") else "")
-            + (f" in {m['call']}" if m.get("call") else "")
-            + f" (sampled {top['elapsed_s']:.2f} s into step {top['step']}"
-            + (f"; {len(seen)} of {len(stalled)} stalled steps sampled" if len(stalled) > 1 else "")
-            + ")."
-        )
-    else:
-        running = (
-            f"Not sampled: each was shorter than the watchdog could catch (it looks every {POLL_S:g} s)."
-        )
-    return [
-        Finding(
-            id="profile.stall",
-            severity=Severity.WARN if share >= WARN_SHARE else Severity.INFO,
-            title=f"{len(stalled)} step(s) took over {STALL_FACTOR:g}x the median step "
-            f"(longest {longest:.2f} s, median {med * 1000:.1f} ms)",
-            evidence=f"{when} took {took} against the "
-            f"{med * 1000:.1f} ms median of {len(steps)} steps: {excess:.2f} s in all, {saving * 1000:.1f} ms "
-            f"per step ({100 * share:.0f}% of the step time). {running}",
-            data={
-                "steps": idx,
-                "step_s": [r["total_s"] for r in stalled],
-                "start_s": [r["start_s"] for r in stalled],
-                "median_step_s": med,
-                "excess_s": excess,
-                "samples": seen,
-            },
-            fix="A periodic pause in the loop: save checkpoints less often or in a background thread "
-            "(torch.distributed.checkpoint.async_save), evaluate less often or on fewer batches; for GC pauses "
-            "call gc.freeze() once the model and data are built.",
-            location=top_where,
-            est_saving_s=saving,
-            share=share,
-        )
-    ]
-
-
-def _list(items: list[Any], n: int = 6) -> str:
-    head = ", ".join(str(i) for i in items[:n])
-    return head + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 # ---------------------------------------------------------------------------------- worker died
 
 
@@ -260,7 +179,9 @@ def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str |
     dead: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for when in ("end", "error", "stop"):  # the first record that saw the dead worker's exit code
         loaders = (wd.get(when) or {}).get("loaders") or []
-        dead = [(ld, w) for ld in loaders for w in ld.get("workers") or [] if w.get("exitcode") not in (None, 0)]
+        dead = [
+            (ld, w) for ld in loaders for w in ld.get("workers") or [] if w.get("exitcode") not in (None, 0)
+        ]
         if dead:
             break
     if not dead or status in ("completed", "stopped"):

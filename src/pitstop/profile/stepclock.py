@@ -8,8 +8,15 @@ Steps are delimited one of two ways:
 
 - ``optimizer``: by optimizer steps (global optimizer step hooks). A step ends where the next one may
   begin (the next batch, the next top-level forward, the next ``step()`` of an optimizer that already
-  stepped) once an optimizer has stepped in it. Gradient accumulation and LBFGS closures give one step
-  per optimizer step.
+  stepped) once the *closing* optimizer has stepped in it. With one optimizer that is it: gradient
+  accumulation and LBFGS closures give one step per optimizer step. With several (a GAN's D and G,
+  a WGAN critic stepped ``n_critic`` times per generator step) a step is one cycle of them: the closing
+  optimizer is the one that steps least often (every ``gap`` optimizer steps), of equals the one that
+  first stepped last, so D then G is one step, and five critic steps then one generator step are one.
+  Only optimizers that step regularly count: one whose gap is unknown (it stepped once), longer than
+  ``MAX_CYCLE`` optimizer steps, or that has missed two of its turns does not hold steps open. In the
+  first steps a change of the closing optimizer drops the records and restarts the warm-up (at most
+  ``MAX_RECUTS`` times), so measured steps are whole cycles.
 - ``backward``: by top-level backward calls, for loops without ``torch.optim`` (manual SGD, custom
   updates). Chosen when ``BACKWARDS_BEFORE_FALLBACK`` backward calls ran and no optimizer stepped; the
   iterations before the choice are not recorded. An optimizer step seen later switches to ``optimizer``
@@ -27,6 +34,8 @@ DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC = PHASES
 CLOSURE = "closure"
 _ALL = (*PHASES, CLOSURE)
 BACKWARDS_BEFORE_FALLBACK = 3
+MAX_CYCLE = 16  # optimizer steps: an optimizer stepped more rarely than this does not delimit steps
+MAX_RECUTS = 3  # the warm-up restarts at most this often for a new closing optimizer (irregular loops)
 PENDING, BY_OPTIMIZER, BY_BACKWARD = "pending", "optimizer", "backward"
 BOUNDARY_LABELS = {BY_OPTIMIZER: "optimizer.step()", BY_BACKWARD: "backward()"}
 
@@ -103,21 +112,40 @@ class StepClock:
         self.backwards_total = 0
         self.last_end: float | None = None  # end of this step's last optimizer step / backward
         self.dropped = False  # a mode switch dropped the records made so far
+        self.cycle = OptimizerCycle()
+        self.recuts = 0  # warm-ups restarted because the closing optimizer changed
 
     # the decisions ``Instrumentation`` acts on
     def should_close(self) -> bool:
         """At a point where a step may begin: does the current one end here?"""
-        return bool(self.stepped) or (self.mode == BY_BACKWARD and self.backwards > 0)
+        closer = self.cycle.closer
+        if closer is None:
+            return bool(self.stepped) or (self.mode == BY_BACKWARD and self.backwards > 0)
+        return closer in self.stepped
+
+    def repeats(self, opt: Any) -> bool:
+        """Before ``opt.step()``: does the current step end here (``opt`` already stepped in it, and the
+        step holds the whole cycle)?"""
+        return id(opt) in self.stepped and self.should_close()
 
     def optimizer_started(self) -> None:
         if self.mode == PENDING:  # an LBFGS closure's backward calls must not look like a loop without one
             self.mode = BY_OPTIMIZER
 
-    def optimizer_stepped(self, opt: Any, now: float) -> bool:
-        """After ``opt.step()``. True when the records so far were micro-steps and must be dropped."""
+    def optimizer_stepped(self, opt: Any, now: float, warm_done: bool = False, recorded: int = 0) -> bool:
+        """After ``opt.step()``. True when the records so far (``recorded`` of them) were micro-steps, or,
+        in the warm-up or the first ``MAX_CYCLE`` records, cut at another optimizer than the cycle's
+        closing one, and must be dropped."""
         self.stepped.add(id(opt))
+        multi = self.cycle.stepped(id(opt))
         self.last_end = now
         if self.mode == BY_OPTIMIZER:
+            early = multi and (not warm_done or recorded < MAX_CYCLE)
+            if early and self.recuts < MAX_RECUTS and self.cycle.miscut():
+                self.recuts += 1
+                self.cycle.reset_cuts()
+                self.step_start = None  # the cycle's first step begins at the next boundary
+                return True
             return False
         drop = self.mode == BY_BACKWARD
         self.mode = BY_OPTIMIZER
@@ -145,6 +173,8 @@ class StepClock:
     def times(self, now: float) -> dict[str, float]:
         """The closing step's exclusive phase seconds (``PHASES``) and "total_s"."""
         assert self.step_start is not None
+        if len(self.cycle.seen) > 1:
+            self.cycle.cut(self.stepped)
         acc = self.phases.split(now)
         del acc[CLOSURE]
         acc["total_s"] = now - self.step_start
@@ -158,3 +188,58 @@ class StepClock:
 
     def boundary_label(self) -> str | None:
         return BOUNDARY_LABELS.get(self.mode)
+
+
+class OptimizerCycle:
+    """Which optimizer closes a step when several step (``StepClock``'s docstring). Updated at each
+    optimizer step; with a single optimizer it costs a dict lookup and leaves ``closer`` None."""
+
+    __slots__ = ("closer", "cuts", "held", "n", "seen")
+
+    def __init__(self) -> None:
+        self.n = 0  # optimizer steps so far, all optimizers
+        self.seen: dict[int, list[int]] = {}  # id -> [first step index, last step index, gap or 0]
+        self.closer: int | None = None  # None: any optimizer's step closes the step
+        self.cuts = 0  # steps closed with several optimizers known, since the last ``reset_cuts``
+        self.held: dict[int, int] = {}  # id -> how many of those steps it stepped in
+
+    def stepped(self, key: int) -> bool:
+        """``key``'s optimizer stepped; True when several optimizers step (``closer`` is then updated)."""
+        n = self.n
+        self.n = n + 1
+        rec = self.seen.get(key)
+        if rec is None:
+            self.seen[key] = [n, n, 0]
+        else:
+            rec[2] = n - rec[1]
+            rec[1] = n
+        if len(self.seen) < 2:
+            return False
+        self.closer = self._closer(n)
+        return True
+
+    def _closer(self, n: int) -> int | None:
+        best, rank = None, (0, -1)
+        for key, (first, last, gap) in self.seen.items():
+            if 0 < gap <= MAX_CYCLE and n - last <= 2 * gap and (gap, first) > rank:
+                best, rank = key, (gap, first)
+        return best
+
+    def cut(self, stepped: set[int]) -> None:
+        """A step closed holding the steps of ``stepped``."""
+        self.cuts += 1
+        held = self.held
+        for key in stepped:
+            held[key] = held.get(key, 0) + 1
+
+    def miscut(self) -> bool:
+        """Whether a step closed since the last reset lacked the closing optimizer's step, the closing
+        optimizer being settled: every optimizer stepping lately has stepped twice (its gap is known)."""
+        closer, n = self.closer, self.n
+        if closer is None or self.held.get(closer, 0) >= self.cuts:
+            return False
+        return all(gap or n - last > MAX_CYCLE for _, last, gap in self.seen.values())
+
+    def reset_cuts(self) -> None:
+        self.cuts = 0
+        self.held.clear()

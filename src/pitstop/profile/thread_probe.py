@@ -10,7 +10,8 @@ most the usable cores. Where that is fewer than the script's threads, both count
 rounds through ``pitstop.measure`` (``probes.timed``), giving the saving and its interval. The thread
 count is process-wide, so every pass sets its own and the script's count is restored afterwards. The
 probe is bounded: a pass at the script's threads slower than ``MAX_PASS_S`` skips the A/B, saying why;
-a pass too slow for two rounds in ``BUDGET_S`` gets ``MAX_BUDGET_S``.
+a slower pass widens the rounds' budget to hold two rounds (``measure.budget_for_rounds``), up to
+``MAX_BUDGET_S``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from pitstop.host.cpu import usable_cores
 from pitstop.host.load import CompetitionMeter, fitting_threads
+from pitstop.measure import budget_for_rounds
 from pitstop.profile.captured import CapturedLoader
 from pitstop.profile.probes import _as_script, _fwd_bwd, saving, timed
 
@@ -147,9 +149,9 @@ def _probe(
     if slowest > MAX_PASS_S:
         out["skipped"] = f"one pass at {threads} threads took {slowest:.1f} s (> {MAX_PASS_S} s)"
     else:
-        # two rounds at least: a slow pass (the very case of a busy machine) gets the wider budget, as
-        # passes under load vary (a round may take half as long again as the window's pass)
-        budget_s = budget_s if 3 * slowest <= budget_s else MAX_BUDGET_S
+        # two rounds at least: a slow pass (the very case of a busy machine) widens the budget. A round is
+        # both counts' passes, taken as twice the window's slowest: passes under load vary that much.
+        budget_s = budget_for_rounds(2 * slowest, 2, budget_s, MAX_BUDGET_S)
         t = timed({"as_is": at(threads), "fit": at(fit)}, "cpu", budget_s=budget_s)
         out.update(saving(t, "as_is", "fit"))
     out["competition"] = meter.result().to_dict()  # window and A/B together

@@ -51,19 +51,23 @@ def _make_opt_init(inst: Instrumentation, orig: Any) -> Any:
                 defaults[other] = None if other == "fused" else False
             applied = impl
         orig(self, params, defaults)
+        facts = {
+            "type": type(self).__name__,
+            "location": user_location(3),
+            "foreach": defaults.get("foreach") if isinstance(defaults, dict) else None,
+            "fused": defaults.get("fused") if isinstance(defaults, dict) else None,
+            "supports_foreach": isinstance(defaults, dict) and "foreach" in defaults,
+            "supports_fused": isinstance(defaults, dict) and "fused" in defaults,
+            "override": applied,
+            "impl": None,  # filled in at the end (needs the params' device)
+        }
+        # an optimizer initialised twice (a subclass re-running Optimizer.__init__) is one optimizer
+        for i, opt in enumerate(inst.captured.optimizers):
+            if opt is self:
+                inst.optimizer_facts[i] = facts
+                return
         inst.captured.optimizers.append(self)
-        inst.optimizer_facts.append(
-            {
-                "type": type(self).__name__,
-                "location": user_location(3),
-                "foreach": defaults.get("foreach") if isinstance(defaults, dict) else None,
-                "fused": defaults.get("fused") if isinstance(defaults, dict) else None,
-                "supports_foreach": isinstance(defaults, dict) and "foreach" in defaults,
-                "supports_fused": isinstance(defaults, dict) and "fused" in defaults,
-                "override": applied,
-                "impl": None,  # filled in at the end (needs the params' device)
-            }
-        )
+        inst.optimizer_facts.append(facts)
 
     return __init__
 

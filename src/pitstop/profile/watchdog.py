@@ -9,7 +9,10 @@ backward calls and optimizer steps, and ``clock``: the current step's start, its
   it is in, DataLoader worker state, threads of the script that died with an exception
   (``threading.excepthook``). If progress resumes, the dump is marked recovered (a stall, not a hang).
 - **stall samples**: when the current step has run longer than ``STALL_FACTOR`` x the median step, the
-  main thread's stack (again at 2x and 4x that), so a slow step says what was running.
+  main thread's stack (again at 2x and 4x that), so a slow step says what was running; and from then
+  until the step ends, what the rest of the machine did (``contention``: other processes' CPU outside
+  the script's session, steal time, this process's own CPU), so a slow step the machine caused is told
+  from one the script caused.
 - **stop**: when the parent stops the script (``--timeout``, Ctrl-C) it first asks for a dump
   (``request_stacks``) and waits for it, so the stacks are those of the blocked script, taken before
   SIGINT unwinds it.
@@ -44,16 +47,64 @@ STOP_HANG_MIN_S = 1.0  # stopped with no progress for this long (and 10 medians)
 SAMPLES_PER_STEP = 3
 MAX_SAMPLES = 100
 MAX_HANG_DUMPS = 5
+MAX_WINDOWS = 50  # slow steps whose machine load is measured (each costs a walk over the processes)
 REQUEST_WAIT_S = 2.0
 clock = time.perf_counter
 
 
 def median_step_s(records: list[dict[str, Any]]) -> float | None:
-    """Median of the recent steps, leaving out the first (compilation, allocation, worker start)."""
-    recent = [r["total_s"] for r in records[-101:] if r.get("index", 0) > 0] or [
-        r["total_s"] for r in records
-    ]
-    return statistics.median(recent) if recent else None
+    """Median of the recent steps: the measured ones once there are three, else those after the first
+    (compilation, allocation, worker start slow the warm-up)."""
+    recent = records[-101:]
+    measured = [r["total_s"] for r in recent if not r.get("warmup")]
+    if len(measured) < 3:
+        measured = [r["total_s"] for r in recent if r.get("index", 0) > 0] or [r["total_s"] for r in recent]
+    return statistics.median(measured) if measured else None
+
+
+def runqueue_wait_s() -> float | None:
+    """Seconds this process's threads have waited on a run queue for a CPU (Linux schedstat), or None."""
+    total, seen = 0.0, False
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1]) / 1e9
+                seen = True
+    return total if seen else None
+
+
+class LoadWindow:
+    """What the rest of the machine did from now until ``close``: other processes' CPU (outside this
+    process's session, so the script's DataLoader workers and ranks are not 'other'), steal time, this
+    process's own CPU, each over the window's wall time, and how long its threads waited for a CPU."""
+
+    def __init__(self, step: int, now: float) -> None:
+        import psutil
+
+        from pitstop.host.load import CpuOutsideSession
+
+        self.step, self.t0 = step, now
+        self.others = CpuOutsideSession()
+        self.steal0 = getattr(psutil.cpu_times(), "steal", 0.0)
+        self.own0 = time.process_time()
+        self.wait0 = runqueue_wait_s()
+
+    def close(self, now: float) -> dict[str, Any]:
+        import psutil
+
+        wall = max(now - self.t0, 1e-9)
+        cpus = psutil.cpu_count() or 1
+        wait = runqueue_wait_s()
+        return {
+            "step": self.step,
+            "wall_s": wall,
+            "cpus": cpus,
+            "other_cpu_share": self.others.share(os.getsid(0)),
+            "steal_share": max(0.0, getattr(psutil.cpu_times(), "steal", 0.0) - self.steal0) / (wall * cpus),
+            "own_cpus": (time.process_time() - self.own0) / wall,
+            "runqueue_wait_s": None if self.wait0 is None or wait is None else max(0.0, wait - self.wait0),
+        }
 
 
 class Watchdog:
@@ -74,6 +125,7 @@ class Watchdog:
             "hang_floor_s": hang_floor_s,
             "main_ident": threading.main_thread().ident,
             "samples": [],
+            "contention": [],
             "hangs": [],
             "stop": None,
             "dead_threads": [],
@@ -89,6 +141,7 @@ class Watchdog:
         self._median_n = -1
         self._sample_step = -1
         self._sampled = 0
+        self._window: LoadWindow | None = None
         self._open_hang: dict[str, Any] | None = None
         self._hang_key: tuple[Any, ...] | None = None
         self._prev_excepthook: Any = None
@@ -124,6 +177,8 @@ class Watchdog:
             self.state["end"] = {"at_s": clock() - self.inst.t0, "loaders": self.pools.state(reap=True)}
         with contextlib.suppress(Exception):
             self._answer_request(clock())  # a stop asked for while the script was returning
+        with contextlib.suppress(Exception):
+            self._close_window(clock())
         self._write()
 
     def _excepthook(self, args: Any) -> None:
@@ -183,6 +238,7 @@ class Watchdog:
         start = inst.clock.step_start
         if med is not None and start is not None:
             if n != self._sample_step:
+                self._close_window(now)  # the slow step ended
                 self._sample_step, self._sampled = n, 0
             limit = max(STALL_FACTOR * med, med + STALL_MIN_S) * 2**self._sampled
             if (
@@ -190,6 +246,8 @@ class Watchdog:
                 and now - start > limit
                 and len(self.state["samples"]) < MAX_SAMPLES
             ):
+                if self._sampled == 0 and len(self.state["contention"]) < MAX_WINDOWS:
+                    self._window = LoadWindow(n, now)
                 self._sample(now, n, now - start)
         limit = max(HANG_FACTOR * med if med else 0.0, self.hang_floor_s)
         if self._open_hang is None and key != self._hang_key and now - self._progress_at > limit:
@@ -199,6 +257,12 @@ class Watchdog:
             hangs = self.state["hangs"]
             hangs.append(dump)
             del hangs[:-MAX_HANG_DUMPS]
+            self._write()
+
+    def _close_window(self, now: float) -> None:
+        if self._window is not None:
+            window, self._window = self._window, None
+            self.state["contention"].append(window.close(now))
             self._write()
 
     def _callback_running(self) -> bool:

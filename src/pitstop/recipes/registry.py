@@ -102,6 +102,16 @@ RECIPES: tuple[Recipe, ...] = (
         site="model",
     ),
     Recipe(
+        "float32",
+        "float32 instead of float64",
+        "model = model.float()  # once, before building the optimizer\nx = x.float()  # each float64 batch",
+        finding="precision.float64",
+        override="float32",
+        train="pitstop.train.float32.float32_model",
+        probe="float32",
+        site="model",
+    ),
+    Recipe(
         "channels_last",
         "channels_last",
         "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",

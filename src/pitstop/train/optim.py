@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -75,3 +75,21 @@ def make_optimizer(
     else:
         kwargs["foreach"] = True
     return cls(params, lr=lr, **kwargs)
+
+
+def needs_closure(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt.step()`` requires a closure (LBFGS: it re-evaluates the loss itself)."""
+    try:
+        param = inspect.signature(type(opt).step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def step(opt: torch.optim.Optimizer, closure: Callable[[], torch.Tensor]) -> None:
+    """One ``opt.step()``, given ``closure`` (zero the gradients, forward, backward, return the loss)
+    where the optimizer requires one; the caller has run forward and backward already otherwise."""
+    if needs_closure(opt):
+        opt.step(closure)
+    else:
+        opt.step()

@@ -38,10 +38,18 @@ def default_loss(model: Any, batch: Any) -> Any:
 
 
 def train_step(model: Any, optimizer: Any, batch: Any, loss_fn: ComputeLoss) -> Any:
-    optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model, batch)
-    loss.backward()
-    optimizer.step()
+    """Forward, backward and the optimizer's step (with a closure that repeats them, where the optimizer
+    requires one: LBFGS)."""
+    from pitstop.train.optim import step
+
+    def closure() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model, batch)
+        loss.backward()
+        return loss
+
+    loss = closure()
+    step(optimizer, closure)
     return loss
 
 
