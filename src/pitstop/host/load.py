@@ -265,7 +265,7 @@ class Competition:
         )
         wait = (
             f"; this process's threads waited {self.own_waiting:.2f} s for a CPU per second"
-            if self.own_waiting
+            if self.own_waiting and self.own_waiting >= 0.005
             else ""
         )
         load = f", load average {self.load_average:.2f}" if self.load_average is not None else ""
