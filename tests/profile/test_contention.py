@@ -269,3 +269,52 @@ def test_the_runs_share_of_other_work_reaches_every_ranks_data():
     note_other_cpu(result, other, 123)
     assert result.data == {"other_cpu_share": 0.31, "steal_share": 0.05}
     assert all(r.data == result.data for r in ranks.values())
+
+
+TRAIN = """
+import torch
+from torch import nn
+torch.set_num_threads(2)
+model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 64), torch.randint(0, 4, (64,))
+for _ in range(400):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_profile_with_a_hog_on_the_scripts_cores_names_contention(tmp_path):
+    """End to end: a script with 2 threads on 2 CPUs that two busy processes also run on. The profile's
+    thread probe times 1 thread against 2 and the report has the contention finding (its severity is the
+    interval's: no timing is asserted); the run's share of other work is measured, and where it reaches
+    the note's threshold every other finding says so."""
+    from pitstop.profile.runner import RunSpec, run
+
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        pytest.skip("needs two CPUs")
+    two = set(sorted(mine)[:2])
+    (tmp_path / "train.py").write_text(TRAIN)
+    os.sched_setaffinity(0, two)  # the script's process inherits it
+    try:
+        with _burners(2, two):
+            r = run(
+                RunSpec(command=[sys.executable, str(tmp_path / "train.py")], steps=6, warmup=2, quiet=True)
+            )
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert r.status == "stopped", r.error
+    rec = r.data["probes"]["threads"]
+    assert rec["threads"] == 2 and rec["fit"] == 1 and "base_s" in rec, rec
+    report = r.report()
+    f = report.by_id(CONTENTION)
+    assert f is not None and f.data["fit"] == 1 and "2 threads" in f.evidence
+    assert f.severity is Severity.PASS or "torch.set_num_threads(1)" in f.fix_code
+    others = [g for g in report.findings if g.id != CONTENTION and g.area != "summary"]
+    if r.data["other_cpu_share"] >= 0.1:
+        assert others and all("measured under contention" in g.evidence for g in others)
