@@ -6,8 +6,9 @@ other finding, a note where the run was measured while other work used the CPUs.
 intra-op threads than usable cores; or threads plus DataLoader workers, times the local ranks).
 ``host.contention``: its threads fit the cores, but other processes (or the hypervisor's steal) took
 enough of them that fewer threads are faster. Severity follows the probe's interval on both sides: a
-warning needs the saving's lower bound at ``WARN_SHARE`` of the median step, a pass its upper bound
-below that; otherwise it is info and says what would decide it. Pure functions.
+warning needs the saving's lower bound at ``WARN_SHARE`` of the median step, a pass its upper bound,
+plus what the part of the step the probe did not time could gain at that rate, below that; otherwise
+it is info and says what would decide it. Pure functions.
 """
 
 from __future__ import annotations
