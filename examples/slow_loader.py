@@ -1,6 +1,6 @@
 """Planted problem: the input pipeline. JPEGs decoded and augmented in the training process.
 
-A small image classifier trained on a JPEG ImageFolder (written to a temporary folder on the fly) with
+A small image classifier trained on a JPEG ImageFolder (generated once into the temp folder) with
 heavy augmentation and ``num_workers=0``: every step waits for the main process to decode and augment
 its batch. `pitstop profile -- python examples/slow_loader.py` should rank `dataloader.workers` first.
 
@@ -8,6 +8,7 @@ its batch. `pitstop profile -- python examples/slow_loader.py` should rank `data
 """
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +32,20 @@ def make_image_folder(root: Path, n_images: int, classes: int = 4, size: int = 1
         img.save(d / f"{i}.jpg", quality=90)
 
 
+def image_folder(n_images: int) -> Path:
+    """The generated JPEGs, made once per image count and kept in the temp folder like a dataset on disk
+    (so they are still there after the training loop, e.g. for pitstop's exit probes)."""
+    root = Path(tempfile.gettempdir()) / f"pitstop-slow-loader-{n_images}"
+    if not root.is_dir():
+        fresh = Path(tempfile.mkdtemp(prefix="pitstop-slow-loader-"))
+        make_image_folder(fresh, n_images)
+        try:
+            fresh.rename(root)  # atomic: a run started alongside sees all of it or none
+        except OSError:  # another run made it first
+            shutil.rmtree(fresh, ignore_errors=True)
+    return root
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
@@ -40,9 +55,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=100)
     args = ap.parse_args()
 
-    tmp = tempfile.TemporaryDirectory(prefix="slow-loader-")
-    root = Path(tmp.name)
-    make_image_folder(root, args.images)
+    root = image_folder(args.images)
     train_tf = transforms.Compose(
         [
             transforms.RandomResizedCrop(128, scale=(0.5, 1.0)),
@@ -89,7 +102,6 @@ def main() -> None:
         print(
             f"throughput: {n * args.batch_size / dt:.1f} samples/s over {n} steps ({1000 * dt / n:.2f} ms/step)"
         )
-    tmp.cleanup()
 
 
 if __name__ == "__main__":

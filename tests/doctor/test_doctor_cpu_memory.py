@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from pitstop.doctor import cpu, memory
 from pitstop.findings import Severity
 from pitstop.host import memory as host_memory
+from pitstop.host.load import Competition
 from pitstop.host.topology import read_topology
 
 CPUINFO = "processor\t: 0\nmodel name\t: Fake Xeon 8480\nflags\t\t: fpu avx2 fma avx512f avx512bw avx512vl avx512dq amx_bf16 amx_tile\n"
@@ -84,6 +85,27 @@ def test_threads(tree, tmp_path, build_factory):
     assert {x.id: x for x in cpu.check_threads(build_factory(num_threads=4), topo, 4, env)}[
         "cpu.thread_env"
     ].severity is Severity.WARN
+
+
+def test_threads_against_the_cores_other_work_leaves_free(tree, tmp_path, build_factory):
+    """cpu.threads takes the machine's load into account: threads that fit the usable cores but not the
+    free ones are a warning (the measured load in its evidence), a thread count within them a pass."""
+    topo = _two_socket(tree, tmp_path)
+    busy = Competition(
+        seconds=0.5, usable_cores=4, cpus=4, other_busy_cores=2.6, steal_cores=0.3, other_runnable=3
+    )
+    f = {x.id: x for x in cpu.check_threads(build_factory(num_threads=4), topo, 4, {}, busy)}["cpu.threads"]
+    assert f.severity is Severity.WARN and "leaves 0.7 of 4 usable cores free" in f.title
+    assert f.fix_code.startswith("export OMP_NUM_THREADS=1") and f.data["fit_threads"] == 1
+    assert "other processes kept 2.6 of 4 usable cores busy" in f.evidence
+    quiet = Competition(
+        seconds=0.5, usable_cores=4, cpus=4, other_busy_cores=0.1, steal_cores=0.0, other_runnable=0
+    )
+    f = {x.id: x for x in cpu.check_threads(build_factory(num_threads=4), topo, 4, {}, quiet)}["cpu.threads"]
+    assert f.severity is Severity.PASS
+    # one thread on a machine that leaves one core free: right, not "too few threads"
+    f = {x.id: x for x in cpu.check_threads(build_factory(num_threads=1), topo, 4, {}, busy)}["cpu.threads"]
+    assert f.severity is Severity.PASS
 
 
 def test_governor(tree, tmp_path):

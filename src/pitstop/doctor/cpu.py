@@ -17,6 +17,7 @@ from pitstop.host.cpu import (
     cpu_flags,
     cpu_model,
 )
+from pitstop.host.load import Competition, fitting_threads
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import SYS_CPU, Topology, numactl_path, read_topology
 from pitstop.matmul import LowPrecision, cpu_bf16_line
@@ -188,11 +189,21 @@ def check_libraries(build: TorchBuild) -> list[Finding]:
     return out
 
 
-def check_threads(build: TorchBuild, topo: Topology, usable: int, env: Mapping[str, str]) -> list[Finding]:
-    """Intra-op threads vs the cores this process may use; OMP_NUM_THREADS / MKL_NUM_THREADS."""
+def check_threads(
+    build: TorchBuild,
+    topo: Topology,
+    usable: int,
+    env: Mapping[str, str],
+    load: Competition | None = None,
+) -> list[Finding]:
+    """Intra-op threads vs the cores this process may use and, given ``load`` (what other work took of
+    them, measured: ``host.load.measure_competition``), vs the cores left free; OMP_NUM_THREADS /
+    MKL_NUM_THREADS."""
     n = build.num_threads
     phys = topo.physical_cores
     omp, mkl = env.get("OMP_NUM_THREADS"), env.get("MKL_NUM_THREADS")
+    good = min(usable, phys) if phys else usable
+    fit = min(good, fitting_threads(load.free_cores)) if load is not None else good
     data = {
         "torch_threads": n,
         "interop_threads": build.num_interop_threads,
@@ -200,14 +211,18 @@ def check_threads(build: TorchBuild, topo: Topology, usable: int, env: Mapping[s
         "physical_cores": phys,
         "OMP_NUM_THREADS": omp,
         "MKL_NUM_THREADS": mkl,
+        "fit_threads": fit,
+        "competition": load.to_dict() if load is not None else None,
     }
     evidence = (
         f"torch.get_num_threads()={n}, interop {build.num_interop_threads}; usable cores {usable}, physical "
         f"cores {phys}; OMP_NUM_THREADS={omp!r}, MKL_NUM_THREADS={mkl!r}"
+        + (f"; {load.text()}" if load is not None else "")
     )
     out = []
-    good = min(usable, phys) if phys else usable
-    if n > usable:
+    if load is not None and usable >= n > fit:
+        out.append(_threads_over_free_cores(n, usable, fit, load, evidence, data))
+    elif n > usable:
         out.append(
             Finding(
                 "cpu.threads",
@@ -215,22 +230,24 @@ def check_threads(build: TorchBuild, topo: Topology, usable: int, env: Mapping[s
                 f"{n} intra-op threads on {usable} usable cores: oversubscribed",
                 evidence,
                 data,
-                fix=f"Use at most {good} threads (one per usable physical core); with several processes per "
-                "machine divide the cores between them (`pitstop launch` does this).",
-                fix_code=f"export OMP_NUM_THREADS={good}",
+                fix=f"Use at most {fit} threads (one per usable physical core"
+                + (", fewer while other work takes some" if fit < good else "")
+                + "); with several processes per machine divide the cores between them (`pitstop launch` "
+                "does this).",
+                fix_code=f"export OMP_NUM_THREADS={fit}",
             )
         )
-    elif n < max(1, good // 2):
+    elif n < max(1, fit // 2):
         out.append(
             Finding(
                 "cpu.threads",
                 Severity.INFO,
-                f"{n} intra-op thread(s) while {good} cores are usable",
+                f"{n} intra-op thread(s) while {fit} cores are usable" + (" and free" if fit < good else ""),
                 evidence,
                 data,
                 fix="Right if several training processes share this machine; for one process use one thread "
                 "per physical core.",
-                fix_code=f"export OMP_NUM_THREADS={good}",
+                fix_code=f"export OMP_NUM_THREADS={fit}",
             )
         )
     else:
@@ -243,6 +260,29 @@ def check_threads(build: TorchBuild, topo: Topology, usable: int, env: Mapping[s
                 data,
             )
         )
+    out.append(_thread_env(omp, mkl))
+    return out
+
+
+def _threads_over_free_cores(
+    n: int, usable: int, fit: int, load: Competition, evidence: str, data: dict[str, Any]
+) -> Finding:
+    """cpu.threads: threads that fit the usable cores but not those other work leaves free."""
+    return Finding(
+        "cpu.threads",
+        Severity.WARN,
+        f"{n} intra-op threads while other work leaves {load.free_cores:.1f} of {usable} usable cores free",
+        evidence,
+        data,
+        fix=f"While the machine is this busy use {fit} thread{'s' if fit != 1 else ''} (a thread that loses "
+        "its core stalls the others at every parallel region); `pitstop profile` measures what the threads "
+        "cost your script (host.contention).",
+        fix_code=f"export OMP_NUM_THREADS={fit}   # or torch.set_num_threads({fit})",
+    )
+
+
+def _thread_env(omp: str | None, mkl: str | None) -> Finding:
+    """cpu.thread_env: OMP_NUM_THREADS / MKL_NUM_THREADS malformed, inconsistent, set or not."""
     bad_env = {}
     for name, value in (("OMP_NUM_THREADS", omp), ("MKL_NUM_THREADS", mkl)):
         if value is None:
@@ -255,32 +295,24 @@ def check_threads(build: TorchBuild, topo: Topology, usable: int, env: Mapping[s
     if omp is not None and mkl is not None and omp != mkl and not bad_env:
         bad_env["MKL_NUM_THREADS"] = f"{mkl} (differs from OMP_NUM_THREADS={omp})"
     if bad_env:
-        out.append(
-            Finding(
-                "cpu.thread_env",
-                Severity.WARN,
-                "Thread environment variables malformed or inconsistent",
-                ", ".join(f"{k}={v!r}" for k, v in bad_env.items()),
-                {"bad": bad_env},
-                fix="Set OMP_NUM_THREADS (and MKL_NUM_THREADS, if set) to the same positive integer.",
-            )
+        return Finding(
+            "cpu.thread_env",
+            Severity.WARN,
+            "Thread environment variables malformed or inconsistent",
+            ", ".join(f"{k}={v!r}" for k, v in bad_env.items()),
+            {"bad": bad_env},
+            fix="Set OMP_NUM_THREADS (and MKL_NUM_THREADS, if set) to the same positive integer.",
         )
-    else:
-        out.append(
-            Finding(
-                "cpu.thread_env",
-                Severity.PASS if omp or mkl else Severity.INFO,
-                "Thread environment variables consistent"
-                if omp or mkl
-                else "OMP_NUM_THREADS not set: torch picks",
-                f"OMP_NUM_THREADS={omp!r}, MKL_NUM_THREADS={mkl!r}",
-                {"OMP_NUM_THREADS": omp, "MKL_NUM_THREADS": mkl},
-                fix=""
-                if omp or mkl
-                else "Fine for one process; set it per process when several share the machine (torchrun sets 1).",
-            )
-        )
-    return out
+    return Finding(
+        "cpu.thread_env",
+        Severity.PASS if omp or mkl else Severity.INFO,
+        "Thread environment variables consistent" if omp or mkl else "OMP_NUM_THREADS not set: torch picks",
+        f"OMP_NUM_THREADS={omp!r}, MKL_NUM_THREADS={mkl!r}",
+        {"OMP_NUM_THREADS": omp, "MKL_NUM_THREADS": mkl},
+        fix=""
+        if omp or mkl
+        else "Fine for one process; set it per process when several share the machine (torchrun sets 1).",
+    )
 
 
 def check_governor(cpu_root: str | os.PathLike[str] = SYS_CPU) -> list[Finding]:

@@ -19,6 +19,7 @@ from pitstop.doctor import system as sysprobe
 from pitstop.doctor.torchinfo import TorchBuild, read_torch_build
 from pitstop.findings import Finding, Report, Severity
 from pitstop.host.cpu import cpu_flags
+from pitstop.host.load import Competition, measure_competition
 from pitstop.host.memory import cgroup_memory_limit, read_meminfo
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import read_topology
@@ -42,6 +43,7 @@ class DoctorOptions:
     sys_root: str = "/sys"
     proc_root: str = "/proc"
     root: str = "/"
+    load: Competition | None = None  # what other work takes of the CPUs; None: measured (half a second)
 
 
 Probe = tuple[str, str, Callable[[], list[Finding]]]  # (area, name, thunk)
@@ -167,7 +169,11 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
             ("cuda", "cudnn_nccl", lambda: cuda.check_cudnn_nccl(inv, build)),
             ("cuda", "hints", lambda: cuda.check_precision_hints(inv, build)),
             ("cpu", "libraries", lambda: cpu.check_libraries(build)),
-            ("cpu", "threads", lambda: cpu.check_threads(build, topo(), usable(), env)),
+            (
+                "cpu",
+                "threads",
+                lambda: cpu.check_threads(build, topo(), usable(), env, opts.load or measure_competition()),
+            ),
             ("python", "version", lambda: python_env.check_version(py)),
             ("python", "environment", lambda: python_env.check_environment(py, env)),
             ("python", "torchvision", lambda: python_env.check_torchvision(build)),

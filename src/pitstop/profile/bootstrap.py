@@ -261,6 +261,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
                 inst.captured.last_inputs,
                 facts,
                 list(zip(inst.captured.optimizers, inst.optimizer_facts, strict=False)),
+                loaders=inst.captured.loaders if stop_workers else None,  # in-process: the script goes on
             )
         except Exception as e:
             probes = {"error": f"{type(e).__name__}: {e}"}

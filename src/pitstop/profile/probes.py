@@ -166,12 +166,17 @@ def run_probes(
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
     model_facts: dict[str, Any],
     optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]],
+    loaders: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """All applicable probes; each entry has the medians and 'saving_s' (>0 = the change is faster)."""
+    """All applicable probes; each entry has the medians and 'saving_s' (>0 = the change is faster).
+    ``loaders``: the script's (``CapturedLoader``), once it has ended: the thread probe loads a batch."""
     import time
 
-    out: dict[str, Any] = {}
+    from pitstop.profile import thread_probe  # it times through this module
+
     start = time.perf_counter()
+    # threads vs the cores left free, first: the probes after it run on the script's threads as they were
+    out: dict[str, Any] = thread_probe.run(model, inputs, model_facts, loaders=loaders)
     if model is not None and inputs is not None:
         try:
             out.update(_model_probes(model, inputs, model_facts))

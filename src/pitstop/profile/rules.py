@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pitstop.findings import Finding, Report, Severity, dedupe
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
+from pitstop.profile.contention_rules import contention_findings, note_contention
 from pitstop.profile.pass_rules import skipped_probe_passes
 from pitstop.profile.probe_failures import probe_failure_rules
 from pitstop.profile.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
@@ -268,14 +269,16 @@ def problem_findings(
         found += unprobed_precision(model, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
+    found += contention_findings(bd, data, cores)  # host.oversubscribed / host.contention
     found += probe_failure_rules(probes)
     found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
     found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
-    # no finding saves more than the part of the step it lives in; one finding per site
-    return dedupe(bounded(found, bd, dev_type)), bd
+    # no finding saves more than the part of the step it lives in; one finding per site; each says where
+    # other work used the CPUs
+    return note_contention(dedupe(bounded(found, bd, dev_type)), data), bd
 
 
 def no_step_finding(data: dict[str, Any]) -> Finding:

@@ -187,9 +187,13 @@ def stop_on_interrupt(runner: Callable[[RunSpec], RunResult]) -> Callable[[RunSp
 
 
 def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) -> None:
-    """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``) into
-    ``result.data``; ``session``: the script's, whose processes are its own."""
-    result.data["other_cpu_share"] = round(other.share(session), 4)
+    """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``), and the
+    hypervisor's steal, into ``result.data`` and each rank's (its findings are built from its own);
+    ``session``: the script's, whose processes are its own."""
+    shares = {"other_cpu_share": round(other.share(session), 4), "steal_share": round(other.steal_share(), 4)}
+    result.data.update(shares)
+    for rank in (getattr(result, "ranks", None) or {}).values():
+        rank.data.update(shares)
 
 
 def run(
