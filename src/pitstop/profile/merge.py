@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,16 +71,20 @@ def collect_ranks(
     launcher: str,
     wall: float,
     wait_s: float | None = None,
+    include: Callable[[RunResult], bool] | None = None,
 ) -> RanksResult:
-    """Read every rank's record into a RanksResult (status and error say how the launch ended)."""
+    """Read every rank's record into a RanksResult (status and error say how the launch ended);
+    ``include``: which ranks' records count (all by default)."""
     from pitstop.profile.ranks import MERGE_WAIT_S, RanksResult, read_states
 
     if status is None:
         _wait_for_nodes(out, MERGE_WAIT_S if wait_s is None else wait_s)
     ranks: dict[int, RunResult] = {}
     for r, d in rank_dirs(out).items():
-        ranks[r] = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
-    states = read_states(out)
+        res = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
+        if include is None or include(res):
+            ranks[r] = res
+    states = {r: st for r, st in read_states(out).items() if include is None or r in ranks}
     for r, res in ranks.items():
         if res.status == "killed":  # no final record: the launcher's exit status is not this rank's
             st = states.get(r) or {}
@@ -263,7 +268,8 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
     }
 
 
-def build_ranks_report(result: RanksResult) -> Report:
+def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) -> Report:
+    """The launch's report; ``extra``: findings about the run beside the ranks', weighed in its verdict."""
     from pitstop.profile.dist_rules import (
         distributed_findings,
         fewer_processes,
@@ -286,6 +292,7 @@ def build_ranks_report(result: RanksResult) -> Report:
         findings.append(note)
     if few := fewer_processes(result.launcher, result.command, len(result.ranks)):
         findings.append(few)
+    findings += extra or []
     cores = cpu.usable_cores()
     for r, res in sorted(result.ranks.items()):
         if not res.steps:

@@ -199,7 +199,7 @@ class RankWorker:
 
         step = len(self.inst.records)
         self.stopping = step
-        world = int(os.environ.get("WORLD_SIZE", 1))
+        world = self.world_size()
         if self.comm is not None:
             self.comm.current = (f"pitstop's stop after step {step} (waiting for every rank)", None,
                                  time.perf_counter())  # fmt: skip
@@ -209,6 +209,10 @@ class RankWorker:
             if self.comm is not None:
                 self.comm.current = None
         raise StopProfiling(f"measured {step - self.inst.cfg.warmup} steps")
+
+    def world_size(self) -> int:
+        """How many ranks stop together: the launcher's world."""
+        return int(os.environ.get("WORLD_SIZE", 1))
 
     def _beat(self, step: int) -> None:
         if step == self._beaten:  # every collective of a step says the same

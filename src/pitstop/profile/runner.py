@@ -189,6 +189,8 @@ def run(
     except CommandError as e:
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
     launcher = launcher_for(kind, target, args)
+    from pitstop.profile import children_report
+
     if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
         from pitstop.profile.ranks import run_ranks
 
@@ -212,7 +214,10 @@ def run(
         "callback_at": spec.callback_at,
         "out_dir": str(out.resolve()),
         "probes": spec.probes,
+        "children": True,  # torch.multiprocessing children measured like ranks (pitstop.profile.children)
     }
+    for old in out.glob("rank-*"):  # an earlier run's children
+        shutil.rmtree(old, ignore_errors=True)
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
     env = {**os.environ, **spec.env}
     # the child must import this pitstop, whatever the script's directory holds
@@ -238,16 +243,17 @@ def run(
     except OSError as e:
         return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
     total_steps = spec.warmup + spec.steps
-    seen_mtime = 0.0
+    seen: Any = None
 
     def tick() -> None:
-        nonlocal seen_mtime
+        nonlocal seen
         if progress is not None:
+            kids = children_report.steps_so_far(out)  # training in children: the slowest child's steps
             with contextlib.suppress(OSError):
-                mtime = measurements.stat().st_mtime
-                if mtime != seen_mtime:
-                    seen_mtime = mtime
-                    progress(_steps_so_far(measurements), total_steps)
+                now = kids if kids is not None else measurements.stat().st_mtime
+                if now != seen:
+                    seen = now
+                    progress(kids if kids is not None else _steps_so_far(measurements), total_steps)
 
     try:
         status_override = supervise(proc, tick, spec.timeout, lambda reason: _stop(proc, out, reason))
@@ -263,6 +269,7 @@ def run(
         if tail:
             result.error = f"{result.error}; its stderr ends with:\n{tail}"
     note_other_cpu(result, other, proc.pid)  # its own session: start_new_session
+    result = children_report.collect(spec, result, out)
     result.out_dir = None if temp and not spec.trace else out
     if temp and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)
