@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import jsonschema
 import pytest
 
 from pitstop.cli import main as cli_main
-from pitstop.profile.children import _user_target
+from pitstop.profile.children import Followed, Follower, _user_target
 from pitstop.profile.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
@@ -46,6 +48,33 @@ def test_library_processes_are_not_followed():
 
     assert _user_target(lambda: None)
     assert not _user_target(None) and not _user_target(worker) and not _user_target(_worker_loop)
+
+
+def _train(rank: int) -> None:
+    pass
+
+
+def test_start_carries_the_target_in_a_picklable_wrapper_only_while_starting():
+    follower = Follower(inst=None, cfg={"steps": 3})
+    seen = []
+
+    def start(proc):  # what BaseProcess.start does: the child gets the target, then the object drops it
+        seen.append(pickle.loads(pickle.dumps(proc._target)))  # spawn and forkserver pickle the process
+        del proc._target, proc._args
+
+    proc = multiprocessing.Process(target=_train, args=(0,))
+    follower.start(start, proc)
+    [carried] = seen
+    assert isinstance(carried, Followed) and carried.target is _train and carried.cfg == {"steps": 3}
+    assert not hasattr(proc, "_target") and not hasattr(proc, "_args")  # as without pitstop
+
+    def fails(proc):
+        raise OSError("cannot start")
+
+    proc = multiprocessing.Process(target=_train, args=(0,))
+    with pytest.raises(OSError):
+        follower.start(fails, proc)
+    assert proc._target is _train and proc._args == (0,)
 
 
 @pytest.mark.slow

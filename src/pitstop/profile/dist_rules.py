@@ -401,7 +401,7 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     return Finding(
         id="distributed.failure",
         severity=Severity.ERROR,
-        title=f"The launch did not finish: {result.status}",
+        title=f"The {'run' if result.launcher == LAUNCHER else 'launch'} did not finish: {result.status}",
         evidence=result.error or "",
         data={"status": result.status, "ranks": {s["rank"]: s["status"] for s in summaries}},
     )
