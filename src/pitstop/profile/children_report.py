@@ -110,7 +110,7 @@ def children_note(result: ChildrenResult) -> Finding:
     did = (
         f"; the parent process measured {len(parent.steps)} steps of its own"
         if parent is not None and parent.steps
-        else f"; the parent process ran {totals.get('forwards', 0)} forward passes "
+        else f"; the parent process ran {totals.get('forwards', 0)} forward pass(es) "
         f"({totals.get('forward_s', 0.0):.3f} s) and no training step (evaluation or setup, not measured as steps)"
     )
     return Finding(
