@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -56,6 +55,9 @@ if __name__ == "__main__":
     print(f"RESULT {statistics.median(before)} {statistics.median(total)}", file=sys.stderr)
 """
 SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
+from pitstop.host.load import load_average, load_line  # noqa: E402
+from pitstop.host.machine import machine_line  # noqa: E402
 
 
 def once(script: Path, method: str, children: int, followed: bool) -> tuple[float, float]:
@@ -76,8 +78,8 @@ def main() -> None:
     p.add_argument("--children", type=int, default=6)
     p.add_argument("--methods", nargs="+", default=["fork", "spawn"])
     args = p.parse_args()
-    print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {machine_line()}")
+    load0 = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp, "workload.py")
         script.write_text(WORKLOAD)
@@ -88,9 +90,10 @@ def main() -> None:
                     runs[followed].append(once(script, method, args.children, followed))
             med = {k: [statistics.median(x[i] for x in v) * 1000 for i in (0, 1)] for k, v in runs.items()}
             print(f"{method}: child CPU before its target {med[False][0]:.0f} -> {med[True][0]:.0f} ms "
-                  f"(+{med[True][0] - med[False][0]:.0f}), child CPU in all {med[False][1]:.0f} -> "
-                  f"{med[True][1]:.0f} ms (+{med[True][1] - med[False][1]:.0f}); medians of {args.rounds} rounds "
+                  f"({med[True][0] - med[False][0]:+.0f}), child CPU in all {med[False][1]:.0f} -> "
+                  f"{med[True][1]:.0f} ms ({med[True][1] - med[False][1]:+.0f}); medians of {args.rounds} rounds "
                   f"of {args.children} children")  # fmt: skip
+    print(load_line(load0))
 
 
 if __name__ == "__main__":
