@@ -19,7 +19,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # hooks imports torch: not before main() can report an interrupted import
+    from pitstop.profile.hooks import Config
 
 MEASUREMENTS = "measurements.json"
 # extensions in the child (pitstop.profile.rank_worker): fn(inst) after install, fn(inst, data) before the
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(130)
 
 
-def make_config(cfg: dict[str, Any], out_dir: Path) -> Any:
+def make_config(cfg: dict[str, Any], out_dir: Path) -> Config:
     """The instrumentation's ``Config`` from a run's settings (the run-config JSON)."""
     from pitstop.profile.hooks import Config
     from pitstop.profile.overrides import Overrides
