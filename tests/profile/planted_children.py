@@ -6,6 +6,7 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
 
 - ``LAUNCH``: ``process`` (``mp.Process(...).start()``, start method ``START``) or ``spawn`` (``mp.spawn``)
 - ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step
+- ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended, calls its ``terminate()``
 - ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
   precision), the parent ``parent.txt`` (the shared model's checksum after the children, and whether each
   Process object kept its own target)
@@ -37,7 +38,7 @@ def train(rank: int, model: nn.Module | None = None) -> None:
     model = model if model is not None else make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(100 + rank)
-    for step in range(STEPS):
+    for step in range(10**9 if rank == 1 and os.environ.get("TERMINATE") else STEPS):
         x = torch.randn(64, 16, generator=g)
         loss = (model(x) - x[:, :1]).pow(2).mean()
         opt.zero_grad()
@@ -55,15 +56,19 @@ def main() -> None:
     model = make_model().share_memory() if shared else None
     if os.environ.get("LAUNCH", "process") == "spawn":
         mp.spawn(train, args=(model,), nprocs=n)
-        kept = True
+        kept = "True"
     else:
         ctx = mp.get_context(os.environ.get("START", "fork"))
         procs = [ctx.Process(target=train, args=(r, model)) for r in range(n)]
         for p in procs:
             p.start()
         kept = all(getattr(p, "_target", train) is train for p in procs)  # no pitstop object left on them
+        if os.environ.get("TERMINATE"):
+            procs[0].join()
+            procs[1].terminate()
         for p in procs:
             p.join()
+        kept = f"{kept} {[p.exitcode for p in procs]}"
     if model is not None:
         model.eval()
         with torch.no_grad():  # the parent's evaluation forward

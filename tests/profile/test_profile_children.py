@@ -147,7 +147,7 @@ def test_children_compute_the_same_and_probes_leave_shared_parameters_alone(tmp_
     assert "host_memory" in probes and "optimizer" in probes  # both step the optimizer they are given
     assert (profiled / "child-0.txt").read_text() == (plain / "child-0.txt").read_text()
     parent = (profiled / "parent.txt").read_text()
-    assert parent == (plain / "parent.txt").read_text() and parent.endswith("True")
+    assert parent == (plain / "parent.txt").read_text() and parent.split("\n")[1].startswith("True")
     [note] = [f for f in res.report().findings if f.id == "profile.children"]
     assert "parameters shared between them (Hogwild)" in note.evidence
 
@@ -165,6 +165,21 @@ def test_child_that_crashes_is_quoted_with_its_steps(tmp_path):
     assert (
         "RuntimeError: planted crash in child 1" in stderr
     )  # multiprocessing still prints it, as without pitstop
+
+
+@pytest.mark.slow
+def test_child_the_script_terminates_is_stopped_and_still_dies_by_sigterm(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    spec = RunSpec(command=[sys.executable, str(PLANTED)], full=True, warmup=1, timeout=240, quiet=True,
+                   probes=False, env={"TERMINATE": "1", "RESULTS": str(results)}, cwd=str(tmp_path))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok and res.error is None, res.error
+    assert res.ranks[1].status == "stopped" and res.ranks[1].data["distributed"]["signal"] == "SIGTERM"
+    assert len(res.ranks[1].steps) >= 1 and res.ranks[0].status == "completed"
+    assert (
+        (results / "parent.txt").read_text().endswith("True [0, -15]")
+    )  # the exit codes it sees without pitstop
 
 
 @pytest.mark.slow

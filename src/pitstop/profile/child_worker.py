@@ -5,7 +5,8 @@
 measured steps agreed with the other ranks when the children form a process group) and writes
 ``rank-N/measurements.json``. The target's fate is the child's as without pitstop: its return value, its
 exception (re-raised after the record is written, so multiprocessing prints it and sets the exit code),
-its SystemExit; a SIGTERM (``Process.terminate``) still ends it by SIGTERM. A clean stop after the
+its SystemExit; a SIGTERM (``Process.terminate``) still ends it by SIGTERM, and counts as a stop, not a
+failure: the script ended its child. A clean stop after the
 measured steps returns None from the target, so the child exits 0 and the parent goes on.
 
 Exit probes run in child 0 only, after its siblings have ended (at most ``SIBLING_WAIT_S``), so they time
@@ -65,11 +66,15 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     except KeyboardInterrupt as e:
         raised, status, code = e, "interrupted", 130
         error = f"interrupted ({worker.signal or 'SIGINT'})"
+        if worker.signal == "SIGTERM":  # Process.terminate(): the script ended it, as it may (not a failure)
+            status, code, error = "stopped", 0, None
     except BaseException as e:
         raised, status, code = e, "error", 1
         error, tb = bootstrap._describe_error(e)
     try:
-        data = bootstrap.finalize(inst, status)
+        data = bootstrap.finalize(
+            inst, "interrupted" if worker.signal else status
+        )  # no probes once signalled
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"

@@ -14,7 +14,7 @@ run's folder. DataLoader workers, Pool and executor workers, managers and other 
 followed, nor are ``Process`` subclasses that override ``run`` (their target is None).
 
 When the script ends, the parent lets its live children finish as Python would (non-daemonic ones are
-waited for; daemonic ones, which Python would terminate, are asked to stop first); on Ctrl-C or a timeout
+waited for; daemonic ones are sent SIGTERM, as Python's exit does, and write their record); on Ctrl-C or a timeout
 every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pitstop.profile.children_report``
 (in pitstop's own process) turns the children's records into one report.
 """
@@ -111,8 +111,8 @@ class Follower:
             if status == "interrupted":
                 _interrupt(live)
                 return
-            if status != "stopped":  # Python's exit terminates daemonic children: ask them to stop
-                _interrupt([c for c in live if c.daemon])
+            if status != "stopped":  # Python's exit terminates daemonic children, by SIGTERM
+                _interrupt([c for c in live if c.daemon], signal.SIGTERM)
             while any(c.alive() for c in live):  # as Python joins them at exit
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
@@ -173,13 +173,13 @@ def _alive(pid: int) -> bool:
     return alive(pid)
 
 
-def _interrupt(children: list[Child], grace_s: float = GRACE_S) -> None:
-    """SIGINT to each live child (it stops and writes what it measured), then up to ``grace_s`` for them
+def _interrupt(children: list[Child], sig: int = signal.SIGINT, grace_s: float = GRACE_S) -> None:
+    """``sig`` to each live child (it stops and writes what it measured), then up to ``grace_s`` for them
     to end; a second Ctrl-C stops the wait (the runner then kills the process group)."""
     for c in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if c.alive():
-                os.kill(c.pid, signal.SIGINT)
+                os.kill(c.pid, sig)
     deadline = time.monotonic() + grace_s
     with contextlib.suppress(KeyboardInterrupt):
         while time.monotonic() < deadline and any(c.alive() for c in children):
