@@ -71,10 +71,9 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     except BaseException as e:
         raised, status, code = e, "error", 1
         error, tb = bootstrap._describe_error(e)
+    ending = "interrupted" if worker.signal else status  # no probes once signalled
     try:
-        data = bootstrap.finalize(
-            inst, "interrupted" if worker.signal else status
-        )  # no probes once signalled
+        data = bootstrap.finalize(inst, ending)
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
