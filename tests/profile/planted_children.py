@@ -6,7 +6,8 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
 
 - ``LAUNCH``: ``process`` (``mp.Process(...).start()``, start method ``START``) or ``spawn`` (``mp.spawn``)
 - ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step
-- ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended, calls its ``terminate()``
+- ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended and child 1 has taken 4 steps,
+  calls its ``terminate()`` (needs ``RESULTS``)
 - ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
   precision), the parent ``parent.txt`` (the shared model's checksum after the children, and whether each
   Process object kept its own target)
@@ -14,6 +15,7 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -46,6 +48,8 @@ def train(rank: int, model: nn.Module | None = None) -> None:
         if rank == 1 and step == CRASH_AT:
             raise RuntimeError(f"planted crash in child 1 at step {step}")
         opt.step()
+        if rank == 1 and step == 3 and RESULTS:
+            Path(RESULTS, "child-1-trains").touch()
     if RESULTS:
         Path(RESULTS, f"child-{rank}.txt").write_text(checksum(model))
 
@@ -65,6 +69,8 @@ def main() -> None:
         kept = all(getattr(p, "_target", train) is train for p in procs)  # no pitstop object left on them
         if os.environ.get("TERMINATE"):
             procs[0].join()
+            while not Path(RESULTS or ".", "child-1-trains").exists():  # once it has taken a few steps
+                time.sleep(0.05)
             procs[1].terminate()
         for p in procs:
             p.join()
