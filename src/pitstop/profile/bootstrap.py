@@ -19,7 +19,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # hooks imports torch: not before main() can report an interrupted import
+    from pitstop.profile.hooks import Config
 
 MEASUREMENTS = "measurements.json"
 # extensions in the child (pitstop.profile.rank_worker): fn(inst) after install, fn(inst, data) before the
@@ -30,6 +33,8 @@ ON_FINISH: list[Any] = []
 ON_END: list[Any] = []
 # fn(model) -> (model to probe or None, why not): a rank of a launch probes a copy outside DDP, or none
 ON_PROBES: list[Any] = []
+# fn(status) once the script's fate is known, before the report is made (its children finish: children.py)
+ON_DONE: list[Any] = []
 
 
 def _describe_error(e: BaseException) -> tuple[str, str]:
@@ -67,13 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(130)
 
 
-def _main(cfg: dict[str, Any], out_dir: Path) -> int:
-    from pitstop.profile.gpu_memory import save_oom_snapshot
-    from pitstop.profile.hooks import Config, Instrumentation, StopProfiling, write_json_atomic
+def make_config(cfg: dict[str, Any], out_dir: Path) -> Config:
+    """The instrumentation's ``Config`` from a run's settings (the run-config JSON)."""
+    from pitstop.profile.hooks import Config
     from pitstop.profile.overrides import Overrides
-    from pitstop.profile.watchdog import Watchdog
 
-    config = Config(
+    return Config(
         steps=int(cfg["steps"]),
         warmup=int(cfg["warmup"]),
         full=bool(cfg["full"]),
@@ -84,7 +88,14 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         out_dir=out_dir,
         probes=bool(cfg.get("probes", True)),
     )
-    inst = Instrumentation(config)
+
+
+def _main(cfg: dict[str, Any], out_dir: Path) -> int:
+    from pitstop.profile.gpu_memory import save_oom_snapshot
+    from pitstop.profile.hooks import Instrumentation, StopProfiling, write_json_atomic
+    from pitstop.profile.watchdog import Watchdog
+
+    inst = Instrumentation(make_config(cfg, out_dir))
     inst.flush_path = out_dir / MEASUREMENTS
 
     kind, target, args = cfg["kind"], cfg["target"], list(cfg["args"])
@@ -102,6 +113,10 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
             inst.install()
             for fn in ON_INSTALL:
                 fn(inst)
+            if cfg.get("children"):  # torch.multiprocessing children are measured like ranks
+                from pitstop.profile.children import follow
+
+                ON_DONE.append(follow(inst, cfg).on_done)
             inst.flush("running")
             if kind == "module":
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -138,6 +153,8 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         if dead and "DataLoader worker" not in error:
             error = f"{error}; {dead}"
         e.__traceback__ = None
+    for fn in ON_DONE:
+        fn(status)
     watchdog.stop()
     _quiet_sigchld()
     try:

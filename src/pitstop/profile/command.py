@@ -27,6 +27,16 @@ TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 ACCELERATE_MODULES = {"accelerate.commands.accelerate_cli", "accelerate.commands.launch"}
 
 
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# interpreter flags that take no argument / one argument; we run the script with pitstop's interpreter
+_PY_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-q", "-b", "-bb"}
+_PY_FLAGS_ARG = {"-W", "-X"}
+
+
+class CommandError(ValueError):
+    """The command after ``--`` cannot be run (no script, unsupported form, file not found)."""
+
+
 @dataclass(frozen=True)
 class Executable:
     """A file the command names: its path and, for a Python console script, its ``module:attr`` entry."""
@@ -146,3 +156,39 @@ def slurm_task(env: dict[str, str] | None = None) -> bool:
     started by a launcher of its own (torchrun inside srun sets RANK for its workers)."""
     env = dict(os.environ) if env is None else env
     return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "RANK" not in env
+
+
+def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str, list[str]]:
+    """``["python", "train.py", ...]`` / ``["python", "-m", "pkg.mod", ...]`` / ``["train.py", ...]``
+    -> (kind "script"|"module", target, args). Raises CommandError with a message for the user."""
+    if not command:
+        raise CommandError("no command: put the training command after '--', e.g. -- python train.py")
+    rest = list(command)
+    if _PYTHON.match(os.path.basename(rest[0])):
+        rest = rest[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            flag = rest.pop(0)
+            if flag in _PY_FLAGS_ARG:
+                if not rest:
+                    raise CommandError(f"python flag {flag} needs a value")
+                rest.pop(0)
+            elif flag == "-c":
+                raise CommandError("python -c is not supported: put the code in a file")
+            elif flag not in _PY_FLAGS and not flag.startswith(("-W", "-X")):
+                raise CommandError(f"unsupported python flag {flag!r}")
+        if not rest:
+            raise CommandError("no script after python")
+        if rest[0] == "-m":
+            if len(rest) < 2:
+                raise CommandError("python -m needs a module name")
+            return "module", rest[1], rest[2:]
+    script = rest[0]
+    path = Path(cwd or ".") / script
+    if not path.is_file() and len(rest) < len(command):
+        raise CommandError(f"script not found: {script}")
+    if len(rest) == len(command):  # no python in front: a console script (torchrun, ...), a shell command
+        found, message = resolve_script(rest, cwd)
+        if found is None:
+            raise CommandError(message or f"script not found: {script}")
+        path = found
+    return "script", str(path.resolve()), rest[1:]

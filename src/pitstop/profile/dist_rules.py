@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.profile.children import LAUNCHER
 from pitstop.profile.timeline import PART_LABELS
 
 WARN_SHARE = 0.05
@@ -223,7 +224,9 @@ def no_sync(summaries: list[dict[str, Any]]) -> Finding | None:
     return None
 
 
-def threads(summaries: list[dict[str, Any]]) -> Finding | None:
+def threads(summaries: list[dict[str, Any]], children: str | None = None) -> Finding | None:
+    """More threads than CPUs over a host's ranks; ``children``: the script's command, when the ranks are
+    its ``torch.multiprocessing`` children rather than a launcher's workers."""
     by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in summaries:
         if s["process"].get("intra_op_threads"):
@@ -250,6 +253,16 @@ def threads(summaries: list[dict[str, Any]]) -> Finding | None:
             )
             for s in ranks
         )
+        fix = (
+            f"Give each rank its share of the cores: OMP_NUM_THREADS={each} (cores / local ranks), "
+            "or torch.set_num_threads in the script; `pitstop launch` also pins each rank to its own cores."
+        )
+        if children is not None:
+            fix = (
+                f"Give each child process its share of the cores: OMP_NUM_THREADS={each} (cores / children) "
+                f"for the script, or torch.set_num_threads({each}) at the start of each child's function."
+            )
+        launch = children or f"torchrun --nproc_per_node={len(ranks)} train.py"
         return Finding(
             id="distributed.threads",
             severity=Severity.WARN,
@@ -257,9 +270,8 @@ def threads(summaries: list[dict[str, Any]]) -> Finding | None:
             evidence=f"on {host}: {cpu}; affinity {'overlaps' if overlap else 'is separate'} across ranks "
             f"({len(cpus)} CPUs in all): the ranks' threads take turns on the same cores",
             data={"host": host, "threads": want, "cpus": len(cpus), "overlap": overlap, "per_rank": each},
-            fix=f"Give each rank its share of the cores: OMP_NUM_THREADS={each} (cores / local ranks), "
-            "or torch.set_num_threads in the script; `pitstop launch` also pins each rank to its own cores.",
-            fix_code=f"OMP_NUM_THREADS={each} torchrun --nproc_per_node={len(ranks)} train.py",
+            fix=fix,
+            fix_code=f"OMP_NUM_THREADS={each} {launch}",
         )
     return None
 
@@ -389,16 +401,24 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
     return Finding(
         id="distributed.failure",
         severity=Severity.ERROR,
-        title=f"The launch did not finish: {result.status}",
+        title=f"The {'run' if result.launcher == LAUNCHER else 'launch'} did not finish: {result.status}",
         evidence=result.error or "",
         data={"status": result.status, "ranks": {s["rank"]: s["status"] for s in summaries}},
     )
 
 
 def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
+    children = " ".join(result.command) if result.launcher == LAUNCHER else None
     found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
     found += [
-        f for f in (find_unused(summaries), no_sync(summaries), threads(summaries), comm_untimed(summaries)) if f
+        f
+        for f in (
+            find_unused(summaries),
+            no_sync(summaries),
+            threads(summaries, children),
+            comm_untimed(summaries),
+        )
+        if f
     ]
     found += backend(summaries)
     strag = next((f for f in found if f.id == "distributed.straggler"), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +71,10 @@ def collect_ranks(
     launcher: str,
     wall: float,
     wait_s: float | None = None,
+    include: Callable[[RunResult], bool] | None = None,
 ) -> RanksResult:
-    """Read every rank's record into a RanksResult (status and error say how the launch ended)."""
+    """Read every rank's record into a RanksResult (status and error say how the launch ended);
+    ``include``: which ranks' records count (all by default)."""
     from pitstop.profile.ranks import MERGE_WAIT_S, RanksResult, read_states
 
     if status is None:
@@ -79,8 +82,10 @@ def collect_ranks(
     ranks: dict[int, RunResult] = {}
     dirs = rank_dirs(out)
     for r, d in dirs.items():
-        ranks[r] = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
-    states = read_states(out)
+        res = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
+        if include is None or include(res):
+            ranks[r] = res
+    states = {r: st for r, st in read_states(out).items() if include is None or r in ranks}
     for r, res in ranks.items():
         st = states.get(r) or {}
         if res.status != "killed" or res.data.get("remote_missing"):  # (that record says why itself)
@@ -280,7 +285,8 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
     }
 
 
-def build_ranks_report(result: RanksResult) -> Report:
+def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) -> Report:
+    """The launch's report; ``extra``: findings about the run beside the ranks', weighed in its verdict."""
     from pitstop.profile.dist_rules import (
         distributed_findings,
         fewer_processes,
@@ -303,6 +309,7 @@ def build_ranks_report(result: RanksResult) -> Report:
         findings.append(note)
     if few := fewer_processes(result.launcher, result.command, len(result.ranks)):
         findings.append(few)
+    findings += extra or []
     cores = cpu.usable_cores()
     for r, res in sorted(result.ranks.items()):
         if not res.steps:

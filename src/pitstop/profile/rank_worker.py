@@ -251,7 +251,7 @@ class RankWorker:
 
         step = len(self.inst.records)
         self.stopping = step
-        world = self.ident.world
+        world = self.world_size()
         if self.comm is not None:
             self.comm.current = (f"pitstop's stop after step {step} (waiting for every rank)", None,
                                  time.perf_counter())  # fmt: skip
@@ -264,6 +264,10 @@ class RankWorker:
             if self.comm is not None:
                 self.comm.current = None
         raise StopProfiling(f"measured {step - self.inst.cfg.warmup} steps")
+
+    def world_size(self) -> int:
+        """How many ranks stop together: the job's world."""
+        return self.ident.world
 
     def _beat(self, step: int) -> None:
         if step == self._beaten:  # every collective of a step says the same

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -51,7 +50,7 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.host.load import CpuOutsideSession
 from pitstop.interrupts import sigterm_interrupts
-from pitstop.profile.command import launcher_for, resolve_script
+from pitstop.profile.command import CommandError, launcher_for, parse_command
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.timeline import StepRecord, steps_from_log, steps_per_s
 from pitstop.profile.watchdog import REQUEST_WAIT_S, hang_summary, read_watchdog, request_stacks
@@ -63,14 +62,6 @@ GRACE_S = 20.0  # after SIGINT at a timeout: time for the child to write what it
 # has not written its final record by then is killed, and its last periodic record is what was measured
 INTERRUPT_GRACE_S, INTERRUPT_STACKS_S = 1.0, 0.5
 POLL_S = 0.25
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
-# interpreter flags that take no argument / one argument; we run the script with pitstop's interpreter
-_PY_FLAGS = {"-u", "-B", "-O", "-OO", "-s", "-E", "-I", "-q", "-b", "-bb"}
-_PY_FLAGS_ARG = {"-W", "-X"}
-
-
-class CommandError(ValueError):
-    """The command after ``--`` cannot be run (no script, unsupported form, file not found)."""
 
 
 @dataclass
@@ -130,45 +121,6 @@ class RunResult:
         return build_report(self)
 
 
-# ------------------------------------------------------------------------------------------- command
-
-
-def parse_command(command: list[str], cwd: str | None = None) -> tuple[str, str, list[str]]:
-    """``["python", "train.py", ...]`` / ``["python", "-m", "pkg.mod", ...]`` / ``["train.py", ...]``
-    -> (kind "script"|"module", target, args). Raises CommandError with a message for the user."""
-    if not command:
-        raise CommandError("no command: put the training command after '--', e.g. -- python train.py")
-    rest = list(command)
-    if _PYTHON.match(os.path.basename(rest[0])):
-        rest = rest[1:]
-        while rest and rest[0].startswith("-") and rest[0] != "-m":
-            flag = rest.pop(0)
-            if flag in _PY_FLAGS_ARG:
-                if not rest:
-                    raise CommandError(f"python flag {flag} needs a value")
-                rest.pop(0)
-            elif flag == "-c":
-                raise CommandError("python -c is not supported: put the code in a file")
-            elif flag not in _PY_FLAGS and not flag.startswith(("-W", "-X")):
-                raise CommandError(f"unsupported python flag {flag!r}")
-        if not rest:
-            raise CommandError("no script after python")
-        if rest[0] == "-m":
-            if len(rest) < 2:
-                raise CommandError("python -m needs a module name")
-            return "module", rest[1], rest[2:]
-    script = rest[0]
-    path = Path(cwd or ".") / script
-    if not path.is_file() and len(rest) < len(command):
-        raise CommandError(f"script not found: {script}")
-    if len(rest) == len(command):  # no python in front: a console script (torchrun, ...), a shell command
-        found, message = resolve_script(rest, cwd)
-        if found is None:
-            raise CommandError(message or f"script not found: {script}")
-        path = found
-    return "script", str(path.resolve()), rest[1:]
-
-
 # ------------------------------------------------------------------------------------------------ run
 
 
@@ -210,6 +162,8 @@ def run(
     except CommandError as e:
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
     launcher = launcher_for(kind, target, args)
+    from pitstop.profile import children_report
+
     if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
         from pitstop.profile.ranks import run_ranks
 
@@ -233,7 +187,10 @@ def run(
         "callback_at": spec.callback_at,
         "out_dir": str(out.resolve()),
         "probes": spec.probes,
+        "children": True,  # torch.multiprocessing children measured like ranks (pitstop.profile.children)
     }
+    for old in out.glob("rank-*"):  # an earlier run's children
+        shutil.rmtree(old, ignore_errors=True)
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
     env = {**os.environ, **spec.env}
     # the child must import this pitstop, whatever the script's directory holds
@@ -259,16 +216,17 @@ def run(
     except OSError as e:
         return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
     total_steps = spec.warmup + spec.steps
-    seen_mtime = 0.0
+    seen: Any = None
 
     def tick() -> None:
-        nonlocal seen_mtime
+        nonlocal seen
         if progress is not None:
+            kids = children_report.steps_so_far(out)  # training in children: the slowest child's steps
             with contextlib.suppress(OSError):
-                mtime = measurements.stat().st_mtime
-                if mtime != seen_mtime:
-                    seen_mtime = mtime
-                    progress(_steps_so_far(measurements), total_steps)
+                now = kids if kids is not None else measurements.stat().st_mtime
+                if now != seen:
+                    seen = now
+                    progress(kids if kids is not None else _steps_so_far(measurements), total_steps)
 
     try:
         status_override = supervise(proc, tick, spec.timeout, lambda reason: _stop(proc, out, reason))
@@ -284,6 +242,7 @@ def run(
         if tail:
             result.error = f"{result.error}; its stderr ends with:\n{tail}"
     note_other_cpu(result, other, proc.pid)  # its own session: start_new_session
+    result = children_report.collect(spec, result, out)
     result.out_dir = None if temp and not spec.trace else out
     if temp and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)

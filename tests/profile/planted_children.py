@@ -1,0 +1,88 @@
+"""Training in torch.multiprocessing children, for tests/profile/test_profile_children.py.
+
+Each child trains a small model (a BatchNorm in it: its running statistics are buffers a forward writes)
+for ``STEPS`` steps on data from a fixed seed. The model is made in the parent and shared with the
+children (``SHARED=1``, Hogwild) or made in each child. Environment:
+
+- ``LAUNCH``: ``process`` (``mp.Process(...).start()``, start method ``START``) or ``spawn`` (``mp.spawn``)
+- ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step
+- ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended and child 1 has taken 4 steps,
+  calls its ``terminate()`` (needs ``RESULTS``)
+- ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
+  precision), the parent ``parent.txt`` (the shared model's checksum after the children, and whether each
+  Process object kept its own target)
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+STEPS = int(os.environ.get("STEPS", "12"))
+CRASH_AT = int(os.environ.get("CRASH_AT", "-1"))
+RESULTS = os.environ.get("RESULTS")
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def checksum(model: nn.Module) -> str:
+    return repr([float(t.double().sum()) for t in model.state_dict().values()])
+
+
+def train(rank: int, model: nn.Module | None = None) -> None:
+    model = model if model is not None else make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(100 + rank)
+    for step in range(10**9 if rank == 1 and os.environ.get("TERMINATE") else STEPS):
+        x = torch.randn(64, 16, generator=g)
+        loss = (model(x) - x[:, :1]).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        if rank == 1 and step == CRASH_AT:
+            raise RuntimeError(f"planted crash in child 1 at step {step}")
+        opt.step()
+        if rank == 1 and step == 3 and RESULTS:
+            Path(RESULTS, "child-1-trains").touch()
+    if RESULTS:
+        Path(RESULTS, f"child-{rank}.txt").write_text(checksum(model))
+
+
+def main() -> None:
+    n = int(os.environ.get("CHILDREN", "2"))
+    shared = os.environ.get("SHARED") == "1"
+    model = make_model().share_memory() if shared else None
+    if os.environ.get("LAUNCH", "process") == "spawn":
+        mp.spawn(train, args=(model,), nprocs=n)
+        kept = "True"
+    else:
+        ctx = mp.get_context(os.environ.get("START", "fork"))
+        procs = [ctx.Process(target=train, args=(r, model)) for r in range(n)]
+        for p in procs:
+            p.start()
+        kept = all(getattr(p, "_target", train) is train for p in procs)  # no pitstop object left on them
+        if os.environ.get("TERMINATE"):
+            procs[0].join()
+            while not Path(RESULTS or ".", "child-1-trains").exists():  # once it has taken a few steps
+                time.sleep(0.05)
+            procs[1].terminate()
+        for p in procs:
+            p.join()
+        kept = f"{kept} {[p.exitcode for p in procs]}"
+    if model is not None:
+        model.eval()
+        with torch.no_grad():  # the parent's evaluation forward
+            model(torch.randn(8, 16))
+    if RESULTS:
+        Path(RESULTS, "parent.txt").write_text(f"{checksum(model) if model is not None else None}\n{kept}")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
