@@ -203,3 +203,20 @@ def test_ctrl_c_stops_the_script_and_still_writes_the_report(tmp_path):
     doc = json.loads(report.read_text())
     assert doc["meta"]["status"] == "interrupted" and "interrupted" in doc["error"]
     assert len(doc["sections"]["steps"]) >= 6
+
+
+@pytest.mark.slow
+def test_a_syntax_error_is_quoted_once_without_pitstops_frames(tmp_path, capfd):
+    script = tmp_path / "typo.py"
+    script.write_text('import torch\nx = (1,\nprint("hi"\n')
+    j = tmp_path / "r.json"
+    code = profile(["--steps", "2", "--no-probes", "--json", str(j), "--", sys.executable, str(script)])
+    assert code == 1
+    err = json.loads(j.read_text())["error"]
+    assert (
+        err.startswith("SyntaxError: '(' was never closed (at ") and "typo.py, line" not in err.split("\n")[0]
+    )
+    assert f'File "{script}", line 3' in err and "^" in err
+    assert "bootstrap.py" not in err and "runpy" not in err and "Traceback" not in err
+    shown = capfd.readouterr()
+    assert (shown.out + shown.err).count("was never closed") == 2  # the quote and the traceback's last line

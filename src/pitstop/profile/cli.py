@@ -128,6 +128,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if result.status == "interrupted":
         return EXIT_INTERRUPTED
     if not result.ok:
-        print(f"pitstop profile: {result.error}", file=sys.stderr)
+        if not shows_tables(args):  # else the report above quoted it, with the script's traceback
+            print(f"pitstop profile: {result.error}", file=sys.stderr)
         return EXIT_SCRIPT_FAILED
     return code
