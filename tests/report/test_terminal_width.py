@@ -162,3 +162,25 @@ def test_the_run_s_verdict_heads_the_report(width, tmp_path):
     html = render_html(rep)
     assert "<p class='verdict'><b>Nothing confirmed at 5% of the step" in html and "&lt;b&gt;" in html
     assert html.index("class='verdict'") < html.index("id='findings'")
+
+
+def test_passes_are_shown_once_counted_for_checks_listed_for_measurements():
+    rep = report()
+    rep.findings.append(Finding(id="system.file_max", severity=Severity.PASS, title="System-wide open files"))
+
+    def text(**kw) -> str:
+        console = Console(width=80, record=True, color_system=None)
+        print_report(rep, console, **kw)
+        return console.export_text()
+
+    listed = text()  # profile, bench: a pass is a measured "no gain", one line each under the counts
+    assert listed.count("channels_last_3d") == 1 and "Checked, no gain here" in listed
+    counted = text(passes="count")  # doctor, sysctl: the problems and a count of passes
+    assert "channels_last_3d" not in counted and "system.file_max" not in counted
+    footer = counted[counted.index("4 checks") :]
+    assert "WARN  dataloader.workers" in footer and "WARN  memory_format.channels_last:" in footer
+    assert "2 checks passed (--all lists them)" in footer
+    every = text(passes="all")  # --all: every row once, in the body
+    assert every.count("system.file_max") == 1 and "Checked, no gain" not in every
+    assert every.index("system.file_max") < every.index("4 checks")
+    assert all(len(line) <= 80 for line in (listed + counted + every).splitlines())

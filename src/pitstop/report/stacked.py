@@ -65,3 +65,16 @@ def print_passes(findings: Sequence[Finding], console: Console) -> None:
         if f.evidence:
             line += Text(f" ({f.evidence})", style="dim")
         console.print(line, overflow="fold")
+
+
+def print_problems(findings: Sequence[Finding], console: Console, more: str = "--all lists them") -> None:
+    """The footer of a list of checks: each error and warning on one line, then how many passed."""
+    problems = [f for f in findings if f.severity in (Severity.ERROR, Severity.WARN)]
+    console.print(Text("Problems:" if problems else "No problems (no error or warning).", style="bold"))
+    for f in problems:
+        style = "bold red" if f.severity is Severity.ERROR else "yellow"
+        line = Text(f"  {str(f.severity).upper():<5} ", style=style) + Text(f.id, style="bold")
+        console.print(line + Text(f": {f.title}"), overflow="fold")
+    n = sum(f.severity is Severity.PASS for f in findings)
+    if n:
+        console.print(Text(f"{n} checks passed ({more})", style="green"))
