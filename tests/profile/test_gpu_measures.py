@@ -213,7 +213,7 @@ def test_probe_findings_fp16_tf32_and_pin_memory():
     assert found["precision.fp16"].est_saving_s == pytest.approx(0.01)  # over bf16, not over fp32
     assert found["precision.tf32"].severity is Severity.PASS  # 2%: noise
     assert found["dataloader.pin_memory"].est_saving_s == pytest.approx(0.0035)
-    assert "pinned and non_blocking 0.5 ms" in found["dataloader.pin_memory"].evidence
+    assert "pinned and non_blocking 500 us" in found["dataloader.pin_memory"].evidence
 
 
 # --------------------------------------------------------------------------------------------- memory
