@@ -113,7 +113,7 @@ def test_html_step_timeline_and_what_if():
     assert "step 4: data wait 900 ms" in timeline
     what = _section(html, "What if")
     assert what.index("as measured") < what.index("dataloader.workers fixed")
-    assert "dataloader.workers fixed" in what and "estimate, not confirmed" in what
+    assert "dataloader.workers fixed" in what and "; not confirmed" in what
     assert "memory_format.channels_last fixed" in what and "; confirmed" in what
     assert what.count('class="whatif"') == 3
 

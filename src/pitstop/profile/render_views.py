@@ -22,21 +22,23 @@ MAX_TRACKS = 80  # steps drawn in the timeline; a longer run shows its first one
 W, L, R = 760, 130, 20  # svg width, label column, right margin
 
 
-def _x_axis(top: float, vmax: float, label: str) -> tuple[Callable[[float], float], str, float]:
+def _x_axis(
+    top: float, vmax: float, label: str, left: int = L, right: int = R
+) -> tuple[Callable[[float], float], str, float]:
     """A time axis from 0 at ``top``: the scale function, the svg of its ticks and labels, its span."""
     xt = ticks(0.0, vmax)
     span = xt[-1] or 1.0
 
     def px(v: float) -> float:
-        return L + (W - L - R) * v / span
+        return left + (W - left - right) * v / span
 
     marks = "".join(
         f'<line x1="{px(v):.1f}" y1="{top}" x2="{px(v):.1f}" y2="{top + 4}" stroke="#888"/>'
         f'<text class="xtick" x="{px(v):.1f}" y="{top + 16}" text-anchor="middle">{esc(duration(v))}</text>'
         for v in xt
     )
-    axis = f'<line x1="{L}" y1="{top}" x2="{W - R}" y2="{top}" stroke="#888"/>{marks}'
-    axis += f'<text x="{(W + L) / 2}" y="{top + 32}" text-anchor="middle">{esc(label)}</text>'
+    axis = f'<line x1="{left}" y1="{top}" x2="{W - right}" y2="{top}" stroke="#888"/>{marks}'
+    axis += f'<text x="{(W - right + left) / 2}" y="{top + 32}" text-anchor="middle">{esc(label)}</text>'
     return px, axis, span
 
 
@@ -94,12 +96,13 @@ def what_if(report: Report) -> Block | None:
         band = None
         if isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
             band = (max(0.0, mean - float(ci[1])), max(0.0, mean - float(ci[0])))
-        state = "confirmed" if confirmed(f) else "estimate, not confirmed"
+        state = "confirmed" if confirmed(f) else "not confirmed"
         rows.append((f"{f.id} fixed", max(0.0, mean - float(f.est_saving_s or 0.0)), band, state))
     row = 26
     top = 6 + row * len(rows)
     vmax = max([mean] + [b[1] for _, _, b, _ in rows if b])
-    px, axis, _ = _x_axis(top + 4, vmax, "mean step")
+    left = 230  # finding ids are long; the values and states go right of the bars
+    px, axis, _ = _x_axis(top + 4, vmax, "mean step", left, 190)
     parts = [axis]
     for i, (label, v, band, state) in enumerate(rows):
         y = 6 + i * row
@@ -107,10 +110,10 @@ def what_if(report: Report) -> Block | None:
         text = f"{duration(v)} ({1 / v:.3g} steps/s)" if v > 0 else duration(v)
         text += f"; {state}" if state else ""
         parts.append(
-            f'<text x="{L - 6}" y="{y + 15}" text-anchor="end">{esc(label)}</text>'
-            f'<rect class="whatif" x="{L}" y="{y + 4}" width="{px(v) - L:.1f}" height="{row - 10}" fill="{color}">'
+            f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{esc(label)}</text>'
+            f'<rect class="whatif" x="{left}" y="{y + 4}" width="{px(v) - left:.1f}" height="{row - 10}" fill="{color}">'
             f"<title>{esc(label)}: {esc(text)}</title></rect>"
-            f'<text x="{px(v) + 4:.1f}" y="{y + 15}">{esc(text)}</text>'
+            f'<text x="{max(px(v), px(band[1]) if band else 0) + 6:.1f}" y="{y + 15}">{esc(text)}</text>'
         )
         if band:
             yc = y + row / 2 - 1
