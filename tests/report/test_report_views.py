@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from rich.console import Console
 
 from pitstop.findings import Finding, Report, Severity
@@ -138,3 +139,42 @@ def test_ticks_are_round_and_enclose_the_range():
     assert ticks(0, 12, whole=True) == [0, 5, 10, 15]
     assert ticks(1.36, 1.45) == [1.36, 1.38, 1.4, 1.42, 1.44, 1.46]
     assert ticks(0, 6497)[-1] == 8000
+
+
+def test_tensorboard_export_without_the_package_is_one_clear_line(monkeypatch, capsys, tmp_path):
+    import sys
+
+    from pitstop.cli import main
+    from pitstop.report.tensorboard import unavailable
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were absent
+    assert "pip install" in (unavailable() or "")
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    assert main(["profile", "--tensorboard", str(tmp_path / "tb"), "--", sys.executable, str(script)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tensorboard needs tensorboard: pip install" in err
+    assert not (tmp_path / "tb").exists()
+
+
+def test_tensorboard_export_writes_the_breakdown_and_the_findings(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pitstop.report.tensorboard import write_tensorboard
+
+    write_tensorboard(profile_report(), tmp_path / "tb")
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    scalars = acc.Tags()["scalars"]
+    wait = acc.Scalars("pitstop/step_ms/data_wait")
+    assert [e.step for e in wait] == list(range(10)) and wait[5].value == pytest.approx(900.0)
+    assert [e.value for e in acc.Scalars("pitstop/warmup")][:4] == [1.0, 1.0, 1.0, 0.0]
+    assert acc.Scalars("pitstop/mean_step_ms/total")[0].value == pytest.approx(1008.0, rel=0.01)
+    assert acc.Scalars("pitstop/finding_cost_ms/dataloader.workers")[0].value == pytest.approx(900.0)
+    assert "pitstop/finding_cost_ms/memory_format.channels_last" in scalars
+    texts = acc.Tags()["tensors"]
+    assert "pitstop/headline/text_summary" in texts and "pitstop/findings/text_summary" in texts
+    table = acc.Tensors("pitstop/findings/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert table.index("`summary.unconfirmed`") < table.index("`dataloader.workers`")
+    assert "| 900 ms/step (89%) |" in table

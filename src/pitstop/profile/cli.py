@@ -30,6 +30,9 @@ class ProfileArgs:
     trace: bool = opt(False, "also record a torch.profiler Chrome trace")
     out_dir: str | None = opt(None, "keep the run's files (measurements, trace) here", metavar="DIR")
     no_probes: bool = opt(False, "skip the measured what-ifs after the run")
+    tensorboard: str | None = opt(
+        None, "also write the step breakdown and findings as TensorBoard scalars and text here", metavar="DIR"
+    )
     verify: float | None = opt(
         None,
         "then time the top warning's fix on the script (as pitstop fix does, S seconds, default 120) "
@@ -80,6 +83,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--timeout must be > 0")
     if o.verify is not None and o.verify <= 0:
         return usage_error("--verify needs a budget > 0 seconds")
+    if o.tensorboard:
+        from pitstop.report.tensorboard import unavailable
+
+        if (why := unavailable()) is not None:
+            return usage_error(why)
     try:
         parse_command(cmd)
     except CommandError as e:
@@ -121,6 +129,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print_breakdown(report, Console())
         print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
+    if o.tensorboard:
+        from pitstop.report.tensorboard import write_tensorboard
+
+        tb = write_tensorboard(report, o.tensorboard)
+        err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")
     if result.trace_path and not args.quiet:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     if result.status == "not_started":
