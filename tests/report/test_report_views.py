@@ -128,7 +128,7 @@ def test_terminal_at_80_columns_heads_with_the_headline_and_the_mean():
     assert all(len(line) <= 80 for line in text.splitlines())
     assert text.startswith("Data wait is 89% of the step")
     assert (
-        "step 1.01 s mean over 7 measured steps" in text and "median" not in text.split("pitstop profile")[0]
+        "mean step 1.01 s over 7 measured steps" in text and "median" not in text.split("pitstop profile")[0]
     )
     table = text[text.index("pitstop profile") :]
     assert table.index("summary.unconfirmed") < table.index("memory_format.channels_last")

@@ -106,7 +106,7 @@ def html_blocks(report: Report) -> list[Block]:
         blocks.append(
             table(
                 "DataLoaders as constructed",
-                ["where", "workers", "batch", "pin_memory", "persistent", "prefetch", "dataset", "wait s"],
+                ["where", "workers", "batch", "pin_memory", "persistent", "prefetch", "dataset", "wait"],
                 [
                     [
                         ld.get("location"),
@@ -116,7 +116,7 @@ def html_blocks(report: Report) -> list[Block]:
                         ld.get("persistent_workers"),
                         ld.get("prefetch_factor"),
                         f"{ld.get('dataset_type')} ({ld.get('dataset_len')})",
-                        ld.get("wait_s"),
+                        duration(ld["wait_s"]) if isinstance(ld.get("wait_s"), int | float) else None,
                     ]
                     for ld in s["loaders"]
                 ],
@@ -126,13 +126,13 @@ def html_blocks(report: Report) -> list[Block]:
         blocks.append(
             table(
                 "Host syncs by place",
-                ["where", "call", "count", "time s"],
+                ["where", "call", "count", "time"],
                 [
                     [
                         x.get("location"),
                         "." + str(x.get("method", "")).strip("_") + "()",
                         x.get("count"),
-                        x.get("time_s"),
+                        duration(x["time_s"]) if isinstance(x.get("time_s"), int | float) else None,
                     ]
                     for x in sorted(s["sync_sites"], key=lambda x: -x.get("time_s", 0))[:20]
                 ],
@@ -189,15 +189,15 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
     for i, line in enumerate(headline(report)):
         console.print(Text(line, style="bold" if i == 0 else ""))
     mean = bd["mean_step_s"]
+    if bd.get("boundary"):
+        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(
         Text(
-            f"step {duration(mean)} mean over {bd['steps']} measured steps ({1.0 / mean:.3g} steps/s); "
-            "the parts add up to the mean",
+            f"mean step {duration(mean)} over {bd['steps']} measured steps ({1.0 / mean:.3g} steps/s), "
+            "split into its parts:",
             style="bold",
         )
     )
-    if bd.get("boundary"):
-        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(bar)
     console.print(legend)
     gpu_render.print_gpu(report, console)  # device time, MFU, trace shares
