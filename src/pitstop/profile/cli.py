@@ -6,8 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pitstop.cliopts import add_options, opt, options_from
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from pitstop.findings import Report
 from pitstop.cliutil import (
     EXIT_INTERRUPTED,
     add_output_args,
@@ -69,6 +75,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+    from pitstop.report.tensorboard import unavailable as tensorboard_unavailable
     from pitstop.tune.verdict_cache import annotate_profile
 
     o = options_from(ProfileArgs, args)
@@ -83,11 +90,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--timeout must be > 0")
     if o.verify is not None and o.verify <= 0:
         return usage_error("--verify needs a budget > 0 seconds")
-    if o.tensorboard:
-        from pitstop.report.tensorboard import unavailable
-
-        if (why := unavailable()) is not None:
-            return usage_error(why)
+    if o.tensorboard and (why := tensorboard_unavailable()) is not None:
+        return usage_error(why)
     try:
         parse_command(cmd)
     except CommandError as e:
@@ -129,11 +133,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print_breakdown(report, Console())
         print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
-    if o.tensorboard:
-        from pitstop.report.tensorboard import write_tensorboard
-
-        tb = write_tensorboard(report, o.tensorboard)
-        err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")
+    _write_tensorboard(report, o.tensorboard, err)
     if result.trace_path and not args.quiet:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     if result.status == "not_started":
@@ -145,3 +145,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
             print(f"pitstop profile: {result.error}", file=sys.stderr)
         return EXIT_SCRIPT_FAILED
     return code
+
+
+def _write_tensorboard(report: Report, log_dir: str | None, err: Console) -> None:
+    """``--tensorboard DIR``: the report as TensorBoard event files (nothing without the option)."""
+    if not log_dir:
+        return
+    from pitstop.report.tensorboard import write_tensorboard
+
+    tb = write_tensorboard(report, log_dir)
+    err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")

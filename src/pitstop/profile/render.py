@@ -27,7 +27,9 @@ def breakdown_parts(report: Report) -> dict[str, float]:
     return {PART_LABELS[p]: float(bd.get(p, 0.0)) for p in PARTS}
 
 
-def html_blocks(report: Report) -> list[Block]:
+def _glance_blocks(report: Report) -> list[Block]:
+    """The headline (a lead block), a hang's or stall's stacks, the findings' costs largest first, what
+    if each were fixed, the mean step's parts, the step timeline, per-step and loss charts."""
     s = report.sections
     lines = headline(report)
     blocks: list[Block] = []
@@ -51,10 +53,6 @@ def html_blocks(report: Report) -> list[Block]:
     what = what_if(report)
     if what is not None:
         blocks.append(what)
-    if s.get("ranks"):  # a torchrun / accelerate launch: per-rank views
-        from pitstop.profile.render_ranks import rank_blocks
-
-        blocks += rank_blocks(report)
     bd = s.get("breakdown")
     if bd:
         blocks.append(
@@ -102,6 +100,16 @@ def html_blocks(report: Report) -> list[Block]:
                 zero=False,
             )
         )
+    return blocks
+
+
+def html_blocks(report: Report) -> list[Block]:
+    s = report.sections
+    blocks = _glance_blocks(report)  # headline, costs, what-if, the step: what a reader looks at first
+    if s.get("ranks"):  # a torchrun / accelerate launch: per-rank views
+        from pitstop.profile.render_ranks import rank_blocks
+
+        blocks += rank_blocks(report)
     if s.get("loaders"):
         blocks.append(
             table(
