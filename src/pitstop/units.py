@@ -32,3 +32,8 @@ def duration(s: float | None) -> str:
     else:
         text = f"{a * 1e6:.3g} us"
     return ("-" if s < 0 else "") + text
+
+
+def sig3(v: float) -> str:
+    """A rate or count with 3 significant digits and no exponent: ``0.167``, ``15.1``, ``2,330``."""
+    return f"{v:,.0f}" if abs(v) >= 999.5 else f"{v:.3g}"

@@ -135,6 +135,19 @@ def test_terminal_at_80_columns_heads_with_the_headline_and_the_mean():
     assert "65.2 ms/step (6%)" in text and "0.06516" not in text
 
 
+def test_durations_and_rates_read_at_a_glance():
+    from pitstop.units import duration, sig3
+
+    assert [duration(v) for v in (0.06516, 5.3109, 0.0000423, 0.9997, 123.4)] == [
+        "65.2 ms",
+        "5.31 s",
+        "42.3 us",
+        "1 s",
+        "123 s",
+    ]
+    assert [sig3(v) for v in (0.16743, 15.12, 2325.6)] == ["0.167", "15.1", "2,326"]
+
+
 def test_ticks_are_round_and_enclose_the_range():
     assert ticks(0, 12, whole=True) == [0, 5, 10, 15]
     assert ticks(1.36, 1.45) == [1.36, 1.38, 1.4, 1.42, 1.44, 1.46]

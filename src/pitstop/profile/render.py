@@ -17,7 +17,7 @@ from pitstop.profile.render_stacks import stacks_blocks
 from pitstop.profile.render_views import step_timeline, what_if
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import PALETTE, Block, bar_chart, esc, line_chart, stacked_bar, table
-from pitstop.units import duration
+from pitstop.units import duration, sig3
 
 _RICH_COLORS = ["blue", "dark_orange", "red", "cyan", "green", "yellow", "magenta"]
 
@@ -201,7 +201,7 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
         console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(
         Text(
-            f"mean step {duration(mean)} over {bd['steps']} measured steps ({1.0 / mean:.3g} steps/s), "
+            f"mean step {duration(mean)} over {bd['steps']} measured steps ({sig3(1.0 / mean)} steps/s), "
             "split into its parts:",
             style="bold",
         )

@@ -16,7 +16,7 @@ from pitstop.findings import Report
 from pitstop.profile.headline import confirmed, costed
 from pitstop.profile.timeline import PART_LABELS, PARTS
 from pitstop.report.html import PALETTE, Block, esc, ticks
-from pitstop.units import duration
+from pitstop.units import duration, sig3
 
 MAX_TRACKS = 80  # steps drawn in the timeline; a longer run shows its first ones and says so
 W, L, R = 760, 130, 20  # svg width, label column, right margin
@@ -107,7 +107,7 @@ def what_if(report: Report) -> Block | None:
     for i, (label, v, band, state) in enumerate(rows):
         y = 6 + i * row
         color = "#888" if i == 0 else PALETTE[(i - 1) % len(PALETTE)]
-        text = f"{duration(v)} ({1 / v:.3g} steps/s)" if v > 0 else duration(v)
+        text = f"{duration(v)} ({sig3(1 / v)} steps/s)" if v > 0 else duration(v)
         text += f"; {state}" if state else ""
         parts.append(
             f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{esc(label)}</text>'
