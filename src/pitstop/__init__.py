@@ -4,7 +4,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Finding", "Profiler", "Report", "Severity", "StopProfiling", "__version__"]
 
 

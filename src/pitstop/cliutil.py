@@ -34,8 +34,11 @@ def add_output_args(parser: argparse.ArgumentParser, html: bool = True) -> None:
     g.add_argument("--quiet", "-q", action="store_true", help="no terminal table")
 
 
-def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = ()) -> int:
-    """Write the report where asked, print it unless quiet or JSON goes to stdout; return the exit code:
+def finish(
+    report: Report, args: argparse.Namespace, blocks: Sequence[Block] = (), passes: str = "list"
+) -> int:
+    """Write the report where asked, print it unless quiet or JSON goes to stdout (PASS rows as
+    ``print_report``'s ``passes`` says); return the exit code:
     130 when the command was interrupted (``report.meta["interrupted"]``: Ctrl-C stopped it and the report
     holds what was measured), 1 for error findings under --strict, else 0."""
     json_path = getattr(args, "json", None)
@@ -50,7 +53,7 @@ def finish(report: Report, args: argparse.Namespace, blocks: Sequence[Block] = (
         write_html(report, html_path, blocks)
         err.print(f"HTML report: {html_path}")
     if shows_tables(args):
-        print_report(report, Console())
+        print_report(report, Console(), passes=passes)
     if report.meta.get("interrupted"):
         return EXIT_INTERRUPTED
     if getattr(args, "strict", False) and report.worst() is Severity.ERROR:

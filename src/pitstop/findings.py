@@ -110,6 +110,19 @@ def dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def by_area(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:
+    """The order every view shows findings in: grouped by area, the run's verdict (``summary``) first, then
+    areas by their worst finding (``rank_findings``' key), each area's findings worst first."""
+    areas: dict[str, list[Finding]] = {}
+    for f in findings:
+        areas.setdefault(f.area, []).append(f)
+    ranked = {a: rank_findings(fs) for a, fs in areas.items()}
+    order = sorted(
+        ranked, key=lambda a: (a != "summary", -ranked[a][0].severity.rank, -sure_saving(ranked[a][0]), a)
+    )
+    return [(a, ranked[a]) for a in order]
+
+
 def sure_saving(f: Finding) -> float:
     """The part of the finding's cost that is sure: the lower bound of its saving's interval
     (``data["saving_ci_s"]``) where it has one; 0 for a prediction judged without an interval

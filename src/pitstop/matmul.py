@@ -48,9 +48,10 @@ def _operands(n: int, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, to
 def _timed(a: torch.Tensor, b: torch.Tensor, number: int) -> float:
     """Seconds per call of ``torch.mm(a, b)`` over one block of ``number`` calls (CUDA synchronised)."""
     import torch
-    from torch.utils.benchmark import Timer
 
-    timer = Timer(
+    from pitstop.torchbench import torch_benchmark
+
+    timer = torch_benchmark().Timer(
         "torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=torch.get_num_threads()
     )
     return timer.timeit(number).mean

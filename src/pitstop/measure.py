@@ -363,11 +363,24 @@ class Progress:
     elapsed_s: float
     eta_s: float | None  # until the last round that fits the budget
     verdicts: dict[str, str | None]
+    intervals: dict[str, Interval | None] = field(default_factory=dict)  # each arm's, as of this round
 
     def text(self) -> str:
-        done = [f"{n}: {v}" for n, v in self.verdicts.items() if v]
+        """'round 2/6, ETA 80 s; amp 1.31x [0.92, 1.70]; workers: helped'."""
+        arms = [
+            f"{n}: {v}" if v else f"{n} {_short(self.intervals.get(n))}" for n, v in self.verdicts.items()
+        ]
         eta = f", ETA {self.eta_s:.0f} s" if self.eta_s is not None else ""
-        return f"round {self.round}/{self.max_rounds}{eta}" + (f"; {', '.join(done)}" if done else "")
+        return f"round {self.round}/{self.max_rounds}{eta}" + (f"; {'; '.join(arms)}" if arms else "")
+
+
+def _short(iv: Interval | None) -> str:
+    """A running interval in a progress line: ``1.31x [0.92, 1.70]``; ``?`` before it has one."""
+    if iv is None:
+        return "?"
+    if not math.isfinite(iv.hi):
+        return f"{iv.estimate:.2f}x [no interval yet]"
+    return f"{iv.estimate:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]"
 
 
 Sample = Callable[[str], tuple[Sequence[float], float] | Sequence[float] | None]
@@ -459,7 +472,14 @@ def interleave(
             left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
             # the rounds the budget still holds, not the cap: "round 2/6, ETA 80 s"
             on_progress(
-                Progress(r, r + left, elapsed, left * last_round_s, {a.name: a.verdict for a in arms})
+                Progress(
+                    r,
+                    r + left,
+                    elapsed,
+                    left * last_round_s,
+                    {a.name: a.verdict for a in arms},
+                    {a.name: a.interval for a in arms},
+                )
             )
     for a in arms:
         if a.verdict is None:

@@ -78,10 +78,39 @@ def test_report_current_vs_recommended(tree, tmp_path):
     assert f["sysctl.vm.swappiness"]["severity"] == "warn"
     assert f["sysctl.vm.swappiness"]["data"]["current"] == "60"
     assert f["sysctl.fs.file-max"]["severity"] == "pass"
-    assert f["sysctl.thp"]["severity"] == "warn" and "madvise" in f["sysctl.thp"]["fix_code"]
+    assert f["sysctl.thp"]["severity"] == "info" and "madvise" in f["sysctl.thp"]["fix_code"]
+    assert f["sysctl.net.core.rmem_max"]["severity"] == "info"  # multi-node only, as doctor says
     assert f["sysctl.net.ipv4.tcp_rmem"]["data"]["write"] == "4096 131072 67108864"
     assert {r["name"] for r in d["sections"]["parameters"]} >= set(FAKE) | {"transparent_hugepage"}
     assert not tree[2].exists()  # a report writes nothing
+
+
+def test_one_check_one_verdict_in_sysctl_and_doctor(tree, tmp_path):
+    from pitstop.doctor import memory, system
+
+    proc, sys_root, _ = tree
+    (proc.parent / "meminfo").write_text("MemTotal: 8000000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n")
+    out = tmp_path / "r.json"
+    assert run(tree, "--json", str(out)) == 0
+    f = {x["id"]: x for x in json.loads(out.read_text())["findings"]}
+    assert f["sysctl.vm.swappiness"]["severity"] == "pass"  # no swap: swappiness is moot
+    assert "no swap" in f["sysctl.vm.swappiness"]["evidence"]
+    (proc.parent / "meminfo").write_text(
+        "MemTotal: 8000000 kB\nSwapTotal: 2000000 kB\nSwapFree: 2000000 kB\n"
+    )
+    assert run(tree, "--json", str(out)) == 0
+    f = {x["id"]: x for x in json.loads(out.read_text())["findings"]}
+    assert f["sysctl.vm.swappiness"]["severity"] == "warn"
+    # doctor's rows on the same settings give sysctl's verdicts
+    assert system.check_net_buffers(proc)[0].severity.value == f["sysctl.net.core.rmem_max"]["severity"]
+    fd = {x.id: x for x in system.check_fd_limits((65536, 65536), proc)}
+    assert fd["system.file_max"].severity.value == f["sysctl.fs.file-max"]["severity"] == "pass"
+    sc.sysctl_path("fs.file-max", proc).write_text("1000000\n")  # above doctor's old 65536, below the rule
+    assert run(tree, "--json", str(out)) == 0
+    f = {x["id"]: x for x in json.loads(out.read_text())["findings"]}
+    fd = {x.id: x for x in system.check_fd_limits((65536, 65536), proc)}
+    assert fd["system.file_max"].severity.value == f["sysctl.fs.file-max"]["severity"] == "warn"
+    assert memory.check_thp(sys_root)[0].severity.value == f["sysctl.thp"]["severity"]
 
 
 def test_apply_then_revert_on_fake_tree(tree, tmp_path):

@@ -33,14 +33,14 @@ def test_lower_bound_at_five_percent_of_the_step_is_a_confirmed_warning():
     f = cl_finding(probe(0.02, lo=0.006, hi=0.03))
     assert f.severity is Severity.WARN
     assert f.data["confirmed"] is True and f.data["saving_ci_s"] == pytest.approx([0.006, 0.03])
-    assert "confirmed: saving 20.0 ms (95% CI 6.0 ms\u201330.0 ms)" in f.evidence
+    assert "confirmed: saving 20 ms (95% CI 6 ms\u201330 ms)" in f.evidence
 
 
 def test_lower_bound_under_five_percent_is_info_not_confirmed():
     f = cl_finding(probe(0.02, lo=0.004, hi=0.03))
     assert f.severity is Severity.INFO
     assert f.data["confirmed"] is False and f.data["saving_ci_s"] == pytest.approx([0.004, 0.03])
-    assert "not confirmed: saving 20.0 ms (95% CI 4.0 ms\u201330.0 ms)" in f.evidence
+    assert "not confirmed: saving 20 ms (95% CI 4 ms\u201330 ms)" in f.evidence
     assert f.est_saving_s == pytest.approx(0.02)  # the point estimate stays, for the reader
 
 

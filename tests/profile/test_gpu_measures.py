@@ -223,7 +223,7 @@ def test_probe_findings_fp16_tf32_and_pin_memory():
     tf32 = {f.id: f for f in probe_findings([pin], bd, unsure)}["precision.tf32"]
     assert tf32.severity is Severity.INFO and tf32.data["verdict"] == "undecided"
     assert found["dataloader.pin_memory"].est_saving_s == pytest.approx(0.0035)
-    assert "pinned and non_blocking 0.5 ms" in found["dataloader.pin_memory"].evidence
+    assert "pinned and non_blocking 500 us" in found["dataloader.pin_memory"].evidence
 
 
 # --------------------------------------------------------------------------------------------- memory

@@ -40,7 +40,7 @@ def test_a_fault_is_charged_at_most_a_multiple_of_its_isolated_cost():
     assert f.est_saving_s == pytest.approx(bound * 3000)  # 30 ms, not 450
     assert f.data["per_fault_s"] == pytest.approx(bound)
     assert "150.0 us per fault" in f.evidence and "not explained by faults" in f.evidence
-    assert "(420.0 ms)" in f.evidence  # the rest of the probe's difference
+    assert "(420 ms)" in f.evidence  # the rest of the probe's difference
     # without a calibration the probe's own price stands
     f = by_id(
         findings_for(
@@ -93,7 +93,7 @@ def test_a_probe_saving_is_capped_at_the_forward_backward_part():
         "at": "the forward + backward",
     }
     assert f.data["saving_ci_s"] == pytest.approx([0.03, 0.03])
-    assert "capped at the forward + backward (30.0 ms per step)" in f.evidence
+    assert "capped at the forward + backward (30 ms per step)" in f.evidence
     assert f.severity is Severity.WARN  # still 30% of the step, confirmed
     # inside the part: untouched
     found, _ = findings_for(steps(forward_s=0.04, backward_s=0.04), data, cores=2)
@@ -135,7 +135,7 @@ def test_data_wait_finding_never_exceeds_the_data_wait():
     found, _ = findings_for(steps(data_wait_s=0.05, forward_s=0.03), data, cores=4)
     f = by_id(found, "dataloader.workers")
     assert f.est_saving_s == pytest.approx(0.05) and f.data["capped"]["from_s"] == pytest.approx(0.08)
-    assert "capped at the data wait (50.0 ms per step)" in f.evidence
+    assert "capped at the data wait (50 ms per step)" in f.evidence
 
 
 # ------------------------------------------------------------------------------------------------ MFU

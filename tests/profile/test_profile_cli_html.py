@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def test_failed_script_exits_1_and_quotes_the_error(runs):
 def test_html_escapes_user_strings_and_has_the_charts(runs):
     _, _, html, _ = runs["ok"]
     assert "evil<b>name" not in html and "evil&lt;b&gt;name" in html
-    assert "Where a step goes" in html and "Per-step time" in html
+    assert "Where a step goes" in html and "Per-step time" in html and "What if" in html
     assert html.count("<svg") >= 2
     assert 'data-id="sync.item"' in html
 
@@ -139,6 +140,12 @@ def test_html_renders_in_headless_chromium(runs, tmp_path):
             assert f'data-id="{f["id"]}"' in dom
         assert dom.count("<svg") >= 2 and "<polyline" in dom and "<rect" in dom
         assert "<img" not in dom  # the exception text stayed text
+        # the headline above the counts, the step timeline and the charts' axes rendered as elements
+        assert dom.index('id="headline"') < dom.index("findings:")
+        assert 'id="step-timeline"' in dom and dom.count('class="ytick"') >= 3
+        assert 'class="shade"' in dom  # the warm-up step marked
+    dom_findings = re.findall(r'data-id="([^"]+)"', runs["ok"][2])
+    assert dom_findings[0].startswith("summary.") or "summary" not in {i.split(".")[0] for i in dom_findings}
 
 
 CTRL_C_SCRIPT = """
@@ -203,3 +210,20 @@ def test_ctrl_c_stops_the_script_and_still_writes_the_report(tmp_path):
     doc = json.loads(report.read_text())
     assert doc["meta"]["status"] == "interrupted" and "interrupted" in doc["error"]
     assert len(doc["sections"]["steps"]) >= 6
+
+
+@pytest.mark.slow
+def test_a_syntax_error_is_quoted_once_without_pitstops_frames(tmp_path, capfd):
+    script = tmp_path / "typo.py"
+    script.write_text('import torch\nx = (1,\nprint("hi"\n')
+    j = tmp_path / "r.json"
+    code = profile(["--steps", "2", "--no-probes", "--json", str(j), "--", sys.executable, str(script)])
+    assert code == 1
+    err = json.loads(j.read_text())["error"]
+    assert (
+        err.startswith("SyntaxError: '(' was never closed (at ") and "typo.py, line" not in err.split("\n")[0]
+    )
+    assert f'File "{script}", line 3' in err and "^" in err
+    assert "bootstrap.py" not in err and "runpy" not in err and "Traceback" not in err
+    shown = capfd.readouterr()
+    assert (shown.out + shown.err).count("was never closed") == 2  # the quote and the traceback's last line

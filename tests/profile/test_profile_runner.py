@@ -292,6 +292,23 @@ def test_trace_writes_a_chrome_trace_and_top_ops(tmp_path):
     top = r.data["trace"]["top_ops"]
     assert top and any("addmm" in row["name"] or "linear" in row["name"] for row in top)
     assert sum(s.traced for s in r.steps) >= 1
+    # pitstop's own tracks, on torch.profiler's time base: its steps hold the profiler's step markers
+    import json
+
+    from pitstop.profile.trace import PID
+
+    events = json.loads(Path(r.trace_path).read_text())["traceEvents"]
+    ours = [e for e in events if e.get("pid") == PID and e.get("ph") == "X"]
+    names = {e["name"] for e in ours}
+    assert {"forward", "backward", "optimizer"} <= names
+    steps = [e for e in ours if e["tid"] == 1]
+    marks = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"]
+    assert steps and marks
+    lo, hi = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    # the profiler's recorded steps lie inside pitstop's (clocks aligned to within a millisecond)
+    assert all(lo - 1000 <= m["ts"] and m["ts"] + m["dur"] <= hi + 1000 for m in marks)
+    phases = [e for e in ours if e["tid"] == 2]
+    assert all(lo - 1000 <= e["ts"] <= hi + 1000 for e in phases)
 
 
 def test_probes_measure_a_conv_net(tmp_path):

@@ -201,4 +201,4 @@ def test_a_step_that_waited_for_its_batch_is_named_so():
         r["data_wait_s"] = 0.9 if r["index"] in (12, 24, 36) else 0.002
     f = stall(recs)  # every 12 steps: a new epoch's workers starting
     assert f.title.endswith("waiting for data every 12 steps") and "persistent_workers=True" in f.fix
-    assert f.data["causes"]["12"] == ["data", "0.90 s of it"]
+    assert f.data["causes"]["12"] == ["data", "900 ms of it"]

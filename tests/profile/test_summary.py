@@ -29,7 +29,7 @@ def test_a_warning_leaves_no_verdict():
 def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
     loader = f("dataloader.workers", 0.136, 0.38, confirmed=False, saving_ci_s=[-0.675, 0.227])
     odd = f("x.odd", 0.02, 0.06, confirmed=False, saving_ci_s=[None, None])  # bounds that are not numbers
-    assert "x.odd 20.0 ms a step (6%; no interval)" in verdict([odd], "t", "m").evidence
+    assert "x.odd 20 ms a step (6%; no interval)" in verdict([odd], "t", "m").evidence
     faults = f("host.page_faults", 0.0245, 0.07, confirmed=False, saving_ci_s=None, rank=1)
     small = f("x.small", 0.001, 0.01, confirmed=False, saving_ci_s=None)
     assert [g.id for g in unconfirmed([faults, small, loader])] == ["dataloader.workers", "host.page_faults"]
@@ -37,7 +37,7 @@ def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
     assert v is not None and v.id == "summary.unconfirmed" and v.severity is Severity.INFO
     assert "2 larger estimates were not confirmed" in v.title
     assert v.data["unconfirmed"] == ["dataloader.workers", "host.page_faults"]
-    assert "dataloader.workers 136.0 ms a step (38%; 95% CI -675.0 ms\u2013227.0 ms)" in v.evidence
+    assert "dataloader.workers 136 ms a step (38%; 95% CI -675 ms\u2013227 ms)" in v.evidence
     assert "host.page_faults (rank 1) 24.5 ms a step (7%; no interval)" in v.evidence
     assert "Other processes used at least 48% of the CPUs" in v.evidence and v.data["other_cpu_share"] == 0.48
     assert "pitstop fix" in v.fix

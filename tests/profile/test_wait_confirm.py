@@ -47,7 +47,7 @@ def test_a_steady_wait_is_a_confirmed_warning_with_its_interval():
     lo, hi = f.data["saving_ci_s"]
     # on the CPU the workers share the 4 cores with the compute: at worst a quarter of the wait stays
     assert 0.75 * 0.059 <= lo <= 0.75 * 0.06 and f.est_saving_s <= hi < 0.062
-    assert "confirmed: saving 60.0 ms (95% CI" in f.evidence and f.data["saving_blocks"] == 4
+    assert "confirmed: saving 60 ms (95% CI" in f.evidence and f.data["saving_blocks"] == 4
     assert "from 4 blocks of the run's steps, its lower bound leaving 1/4 of the wait" in f.evidence
 
 

@@ -196,6 +196,24 @@ def test_suggestion_on_a_known_curve():
     assert 10**-4 < s["steepest_lr"] < 10**-3
 
 
+def test_no_descent_gives_no_rate():
+    lrs = lr_schedule(1e-5, 1.0, 51)
+    # a dip after the start that never gets below the first logged loss (2.253): no descent
+    smoothed = [2.4 - 0.08 * math.exp(-((math.log10(lr) + 2.5) ** 2)) for lr in lrs]
+    s = suggest(lrs, smoothed, first_loss=2.253)
+    assert s["min_loss_lr"] == pytest.approx(10**-2.5, rel=0.3)
+    assert s["suggested_max_lr"] is None and s["cyclic_max_lr"] is None
+    assert suggest(lrs, smoothed, first_loss=2.5)["suggested_max_lr"] is not None  # below it: a descent
+    rising = [1.0 + i for i in range(len(lrs))]  # the minimum is the first step
+    assert suggest(lrs, rising)["suggested_max_lr"] is None
+    res = LRResult(lrs=lrs, losses=[2.253, *smoothed[1:]], smoothed=smoothed, settings={"start_lr": 1e-5})
+    for k, v in s.items():
+        setattr(res, k, v)
+    (f,) = lr_findings(res)
+    assert f.severity is Severity.WARN and f.title.startswith("No descent found")
+    assert "2.253" in f.evidence and "2.32" in f.evidence and not f.fix_code
+
+
 def test_range_test_restores_state_diverges_and_suggests():
     model = digits_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

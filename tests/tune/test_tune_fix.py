@@ -671,3 +671,44 @@ def test_an_unconfirmed_page_fault_estimate_is_timed_by_fix_and_a_small_one_is_n
     assert kinds_from_findings([faults(0.16, False)]) == [("host_memory", "host.page_faults")]
     assert kinds_from_findings([faults(0.02, False)]) == []  # too small to be worth a run
     assert kinds_from_findings([faults(0.16, None)]) == []  # a rule that did not judge it
+
+
+def test_fix_cli_prints_its_diff_once_at_80_columns(tmp_path, monkeypatch, capsys):
+    import pitstop.tune.fixrun as fixrun
+
+    config = loader_config(tmp_path)
+    script = tmp_path / "train.py"
+    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli(["fix", "--candidates", "workers", "--", "python", str(script)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=0)") == 1
+    assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_fix_progress_shows_the_run_and_the_running_intervals(monkeypatch):
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    import pitstop.tune.fix_progress as fp
+    from pitstop.measure import Interval, Progress
+
+    made: list[Bar] = []
+
+    def bar(label: str, show: bool, **kw: object) -> Bar:
+        made.append(Bar(console=Console(file=io.StringIO(), width=80), auto_refresh=False))
+        return made[-1]
+
+    monkeypatch.setattr(fp, "progress_bar", bar)
+    line = Progress(
+        1, 4, 30.0, 90.0, {"amp": None, "workers=2": "helped"}, {"amp": Interval(1.31, 0.92, 1.7, 2, 9, 9)}
+    )
+    assert line.text() == "round 1/4, ETA 90 s; amp 1.31x [0.92, 1.70]; workers=2: helped"
+    with fp.fix_progress(300.0, True) as update:
+        update("candidates: run 1, amp (299 s of budget left)")
+        update(f"candidates: {line.text()}")
+    run, rounds = made[0].tasks
+    assert run.description == "candidates: run 1, amp (299 s of budget left)" and run.total == 300.0
+    assert rounds.description.startswith("candidates: round 1/4") and "[0.92, 1.70]" in rounds.description

@@ -123,7 +123,9 @@ class Latency:
 
 
 def _timer(model: nn.Module, x: Any, threads: int) -> Any:
-    from torch.utils import benchmark
+    from pitstop.torchbench import torch_benchmark
+
+    benchmark = torch_benchmark()
 
     def run() -> None:
         with torch.no_grad():

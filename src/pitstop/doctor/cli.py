@@ -17,6 +17,7 @@ class DoctorArgs:
         False, "never write the temporary read-test file under PATH (measure the largest existing file only)"
     )
     read_seconds: float = opt(1.5, "time bound of the read-speed test (default 1.5)", metavar="S")
+    all: bool = opt(False, "print every check, passes included (default: problems, and a count of passes)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,4 +49,4 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report = run_doctor(opts, progress)
     if not Path(o.data).exists():
         report.meta["data_path_missing"] = True
-    return finish(report, args, doctor_blocks(report))
+    return finish(report, args, doctor_blocks(report), passes="all" if o.all else "count")

@@ -10,6 +10,7 @@ from pathlib import Path
 from pitstop.findings import Finding, Severity
 from pitstop.host.memory import thp_mode
 from pitstop.host.sysfs import read_text
+from pitstop.launch.sysctl import thp_check, verdict
 from pitstop.units import GiB, MiB, gib
 
 MIN_RAM = 16 * GiB  # seed advice: below this, datasets and pinned buffers crowd the page cache
@@ -124,7 +125,7 @@ def check_thp(sys_root: str | os.PathLike[str] = "/sys") -> list[Finding]:
         return [
             Finding(
                 "memory.thp",
-                Severity.INFO,
+                verdict(thp_check(sys_root)),  # `pitstop sysctl`'s verdict on the same setting
                 "Transparent huge pages off",
                 ev,
                 data,

@@ -11,10 +11,9 @@ from pathlib import Path
 from pitstop.findings import Finding, Severity
 from pitstop.host.cpu import cpu_flags
 from pitstop.host.sysfs import PROC_SYS, read_sysctl, read_text
-from pitstop.units import MiB
+from pitstop.launch import sysctl as sc
 
 MIN_NOFILE = 4096  # DataLoader workers with the file_descriptor sharing strategy hold an fd per shared tensor
-NET_BUF = 16 * MiB  # NCCL socket transport over fast (25G+) Ethernet wants large socket buffers
 
 
 def check_fd_limits(
@@ -51,50 +50,51 @@ def check_fd_limits(
         )
     else:
         out.append(Finding("system.fd_limit", Severity.PASS, f"Open-file limit {fmt(soft)}", ev, data))
-    try:
-        fmax = int(file_max) if file_max else None
-    except ValueError:
-        fmax = None
+    check = sc.assess(sc.param("fs.file-max"), file_max)  # `pitstop sysctl`'s rule and verdict
+    fmax = int(file_max) if check.ok is not None and file_max else None
     out.append(
         Finding(
             "system.file_max",
-            Severity.WARN
-            if fmax is not None and fmax < 65536
-            else (Severity.PASS if fmax else Severity.INFO),
+            sc.verdict(check),
             f"System-wide open files: {file_max}" if fmax else "fs.file-max unreadable",
-            f"fs.file-max={file_max}",
+            f"fs.file-max={file_max}; rule {check.recommended} (as `pitstop sysctl`)",
             {"file_max": fmax},
-            fix="sudo sysctl -w fs.file-max=1048576" if fmax is not None and fmax < 65536 else "",
+            fix=f"sudo sysctl -w fs.file-max={check.write}" if check.write else "",
         )
     )
     return out
 
 
 def check_net_buffers(proc_sys: str | os.PathLike[str] = PROC_SYS) -> list[Finding]:
-    """Only multi-node jobs care: NCCL over TCP sockets is capped by these on fast links."""
-    vals = {name: read_sysctl(name, proc_sys) for name in ("net.core.rmem_max", "net.core.wmem_max")}
-    nums = {k: int(v) for k, v in vals.items() if v and v.isdigit()}
+    """Only multi-node jobs care: NCCL over TCP sockets is capped by these on fast links. Judged by
+    ``pitstop sysctl``'s rule for each (``sysctl.verdict``), so both commands say the same."""
+    checks = [
+        sc.assess(sc.param(n), read_sysctl(n, proc_sys)) for n in ("net.core.rmem_max", "net.core.wmem_max")
+    ]
+    vals = {c.name: c.current for c in checks}
     ev = ", ".join(f"{k}={v}" for k, v in vals.items())
-    if len(nums) < 2:
+    sev = max((sc.verdict(c) for c in checks), key=lambda v: v.rank)
+    if any(c.ok is None for c in checks):
         return [
             Finding(
                 "system.net_buffers", Severity.INFO, "Socket buffer limits unreadable", ev, {"values": vals}
             )
         ]
-    small = {k: v for k, v in nums.items() if v < NET_BUF}
-    if small:
+    if sev is not Severity.PASS:
+        rule = checks[0].recommended
         return [
             Finding(
                 "system.net_buffers",
-                Severity.INFO,
+                sev,
                 "Socket buffers small for multi-node training over TCP",
-                ev + f" (< {NET_BUF // MiB} MiB); matters only for multi-node jobs without InfiniBand",
-                {"values": nums},
-                fix="For multi-node NCCL over Ethernet raise them (see `pitstop sysctl`).",
-                fix_code="sudo sysctl -w net.core.rmem_max=67108864 net.core.wmem_max=67108864",
+                f"{ev} (rule {rule}, as `pitstop sysctl`); matters only for multi-node jobs without InfiniBand",
+                {"values": vals},
+                fix="For multi-node NCCL over Ethernet raise them (`pitstop sysctl --apply`).",
+                fix_code=f"sudo sysctl -w net.core.rmem_max={sc.param('net.core.rmem_max').value} "
+                f"net.core.wmem_max={sc.param('net.core.wmem_max').value}",
             )
         ]
-    return [Finding("system.net_buffers", Severity.PASS, "Socket buffers large enough", ev, {"values": nums})]
+    return [Finding("system.net_buffers", Severity.PASS, "Socket buffers large enough", ev, {"values": vals})]
 
 
 def _ifname_matches(spec: str, interfaces: list[str]) -> tuple[bool, list[str]]:

@@ -138,6 +138,9 @@ class SysctlArgs:
     revert: bool = opt(False, "restore the state before the last --apply")
     path: str | None = opt(None, "drop-in file (default /etc/sysctl.d/90-pitstop.conf)")
     yes: bool = opt(False, "do not ask for confirmation", flags=("--yes", "-y"))
+    all: bool = opt(
+        False, "print every parameter, passes included (default: problems, and a count of passes)"
+    )
     # Roots of the kernel trees read, for tests and containers with a mounted host /proc.
     proc_sys: str = opt("/proc/sys", argparse.SUPPRESS)
     sys_root: str = opt("/sys", argparse.SUPPRESS)

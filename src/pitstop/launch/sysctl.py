@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.host.memory import thp_mode
+from pitstop.host.memory import read_meminfo, thp_mode
 from pitstop.host.sysfs import PROC_SYS, read_sysctl, sysctl_path
 from pitstop.units import MiB
 
 DEFAULT_DROPIN = "/etc/sysctl.d/90-pitstop.conf"
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+THP = "transparent_hugepage"
 _64M = 64 * MiB
+_MULTI_NODE = "; matters only for multi-node jobs over TCP (not InfiniBand)"
+NO_SWAP = "no swap: does not matter here"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Param:
     value: int
     reason: str
     multi_numa_only: bool = False
+    off: Severity = Severity.WARN  # the verdict when the rule is not met (``verdict``)
 
 
 PARAMS: tuple[Param, ...] = (
@@ -44,14 +48,17 @@ PARAMS: tuple[Param, ...] = (
     Param("fs.nr_open", "at_least", 1_048_576,
           "ceiling for a process's `ulimit -n`; many workers x open shards need more than the default"),
     Param("net.core.rmem_max", "at_least", _64M,
-          "largest socket receive buffer; caps TCP autotuning for NCCL/Gloo socket traffic between nodes"),
+          "largest socket receive buffer; caps TCP autotuning for NCCL/Gloo socket traffic between nodes"
+          + _MULTI_NODE, off=Severity.INFO),
     Param("net.core.wmem_max", "at_least", _64M,
-          "largest socket send buffer; caps TCP autotuning for NCCL/Gloo socket traffic between nodes"),
+          "largest socket send buffer; caps TCP autotuning for NCCL/Gloo socket traffic between nodes"
+          + _MULTI_NODE, off=Severity.INFO),
     Param("net.ipv4.tcp_rmem", "tcp_max", _64M,
           "TCP receive buffer autotuning range (min default max); the max bounds one stream's throughput "
-          "on fast links"),
+          "on fast links" + _MULTI_NODE, off=Severity.INFO),
     Param("net.ipv4.tcp_wmem", "tcp_max", _64M,
-          "TCP send buffer autotuning range (min default max); the max bounds one stream's throughput"),
+          "TCP send buffer autotuning range (min default max); the max bounds one stream's throughput"
+          + _MULTI_NODE, off=Severity.INFO),
     Param("vm.swappiness", "at_most", 10,
           "how eagerly the kernel swaps process memory instead of dropping page cache; swapping a "
           "training process stalls its steps"),
@@ -87,12 +94,15 @@ def _rule_text(p: Param) -> str:
     }[p.rule]
 
 
-def assess(param: Param, current: str | None, numa_nodes: int = 1) -> Check:
+def assess(param: Param, current: str | None, numa_nodes: int = 1, swap_bytes: int | None = None) -> Check:
+    """One parameter against its rule. ``swap_bytes`` 0 (no swap) makes vm.swappiness moot."""
     rule = _rule_text(param)
     if param.multi_numa_only and numa_nodes < 2:
         return Check(
             param.name, current, rule, True, param.reason, None, "single NUMA node: does not matter here"
         )
+    if param.name == "vm.swappiness" and swap_bytes == 0:
+        return Check(param.name, current, rule, True, param.reason, None, NO_SWAP)
     if current is None:
         return Check(param.name, None, rule, None, param.reason, None, "not readable here")
     try:
@@ -113,44 +123,69 @@ def assess(param: Param, current: str | None, numa_nodes: int = 1) -> Check:
     return Check(param.name, current, rule, ok, param.reason, None if ok else write)
 
 
+def param(name: str) -> Param:
+    return next(p for p in PARAMS if p.name == name)
+
+
+def verdict(c: Check) -> Severity:
+    """The one verdict of a check, wherever it is shown (``pitstop sysctl``, ``pitstop doctor``): PASS when
+    the rule holds (or does not apply here), the parameter's ``off`` severity when not, INFO unread."""
+    if c.ok is None:
+        return Severity.INFO
+    if c.ok:
+        return Severity.PASS
+    return Severity.INFO if c.name == THP else param(c.name).off
+
+
+def swap_total(proc_sys: str | os.PathLike[str] = PROC_SYS) -> int | None:
+    """SwapTotal in bytes from the meminfo beside ``proc_sys`` (None where unreadable)."""
+    return read_meminfo(Path(proc_sys).parent / "meminfo").get("SwapTotal")
+
+
 def check_all(
     proc_sys: str | os.PathLike[str] = PROC_SYS,
     sys_root: str | os.PathLike[str] = "/sys",
     numa_nodes: int = 1,
 ) -> list[Check]:
-    checks = [assess(p, read_sysctl(p.name, proc_sys), numa_nodes) for p in PARAMS]
-    mode = thp_mode(sys_root)
-    checks.append(
-        Check(
-            "transparent_hugepage",
-            mode,
-            "always or madvise",
-            None if mode is None else mode in ("always", "madvise"),
-            "huge pages for large tensor buffers cut TLB misses; 'never' denies them even to code that "
-            "asks with madvise (PyTorch's CPU allocator does with THP_MEM_ALLOC_ENABLE=1)",
-            None,  # not a sysctl: a drop-in cannot set it
-            "" if mode is not None else "not readable here",
-        )
-    )
+    swap = swap_total(proc_sys)
+    checks = [assess(p, read_sysctl(p.name, proc_sys), numa_nodes, swap) for p in PARAMS]
+    checks.append(thp_check(sys_root))
     return checks
+
+
+def thp_check(sys_root: str | os.PathLike[str] = "/sys") -> Check:
+    """Transparent huge pages: not a sysctl (a drop-in cannot set it), judged beside them. Off is INFO:
+    an allocation speed-up torch asks for, not a fault."""
+    mode = thp_mode(sys_root)
+    return Check(
+        THP,
+        mode,
+        "always or madvise",
+        None if mode is None else mode in ("always", "madvise"),
+        "huge pages for large tensor buffers cut TLB misses; 'never' denies them even to code that "
+        "asks with madvise (PyTorch's CPU allocator does with THP_MEM_ALLOC_ENABLE=1)",
+        None,  # not a sysctl: a drop-in cannot set it
+        "" if mode is not None else "not readable here",
+    )
 
 
 def to_findings(checks: Sequence[Check]) -> list[Finding]:
     out = []
     for c in checks:
-        fid = "sysctl.thp" if c.name == "transparent_hugepage" else f"sysctl.{c.name}"
+        fid = "sysctl.thp" if c.name == THP else f"sysctl.{c.name}"
         cur = "unreadable" if c.current is None else c.current
+        sev = verdict(c)
         if c.ok is None:
-            sev, title = Severity.INFO, f"{c.name}: not checked"
+            title = f"{c.name}: not checked"
         elif c.ok:
-            sev, title = Severity.PASS, f"{c.name} = {cur}"
+            title = f"{c.name} = {cur}"
         else:
-            sev, title = Severity.WARN, f"{c.name} = {cur}, recommended {c.recommended}"
+            title = f"{c.name} = {cur}, recommended {c.recommended}"
         fix, code = "", None
         if c.ok is False and c.write is not None:
             fix = "pitstop sysctl --apply writes it to a sysctl.d drop-in (asks first, keeps a backup)"
             code = f"sysctl -w {c.name}='{c.write}'"
-        elif c.ok is False and c.name == "transparent_hugepage":
+        elif c.ok is False and c.name == THP:
             fix = (
                 "set at runtime (lost at reboot; add transparent_hugepage=madvise to the kernel command line)"
             )

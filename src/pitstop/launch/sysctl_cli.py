@@ -87,9 +87,8 @@ def run_sysctl(
         (c.name, c.current, c.recommended, {True: "ok", False: "change", None: "-"}[c.ok], c.reason)
         for c in checks
     ]
-    return finish(
-        report, args, [table("Kernel parameters", ["parameter", "current", "rule", "", "why"], rows)]
-    )
+    blocks = [table("Kernel parameters", ["parameter", "current", "rule", "", "why"], rows)]
+    return finish(report, args, blocks, passes="all" if getattr(args, "all", False) else "count")
 
 
 def _ask_terminal(question: str) -> bool:

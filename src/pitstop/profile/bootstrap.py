@@ -48,10 +48,14 @@ def _describe_error(e: BaseException) -> tuple[str, str]:
             break
     if isinstance(e, SyntaxError) and e.filename:
         where = f"{e.filename}:{e.lineno}"
-    text = f"{type(e).__name__}: {e}" + (f" (at {where})" if where else "")
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    # Drop the frames of pitstop and runpy at the top: the user's script starts below them.
-    lines = tb.splitlines(keepends=True)
+    message = e.msg if isinstance(e, SyntaxError) and e.msg else str(e)  # its str repeats file and line
+    text = f"{type(e).__name__}: {message}" + (f" (at {where})" if where else "")
+    # The frames of pitstop and runpy above the user's first frame are not the user's traceback (a
+    # SyntaxError has no user frame at all: only its file, line and caret remain).
+    te = traceback.TracebackException.from_exception(e)
+    first = next((i for i, fs in enumerate(te.stack) if is_user_file(fs.filename)), len(te.stack))
+    te.stack = traceback.StackSummary.from_list(list(te.stack)[first:])
+    lines = "".join(te.format()).splitlines(keepends=True)
     return text, "".join(lines[-60:])
 
 

@@ -21,6 +21,8 @@ from pitstop.cliutil import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from pitstop.findings import Report
     from pitstop.profile.runner import RunResult, RunSpec
 
@@ -38,6 +40,12 @@ class ProfileArgs:
         None, "keep the run's files (measurements, trace) here", metavar="DIR", output="dir"
     )
     no_probes: bool = opt(False, "skip the measured what-ifs after the run")
+    tensorboard: str | None = opt(
+        None,
+        "also write the step breakdown and findings as TensorBoard scalars and text here",
+        metavar="DIR",
+        output="dir",
+    )
     verify: float | None = opt(
         None,
         "then time the top warning's fix on the script (as pitstop fix does, S seconds, default 120) "
@@ -71,6 +79,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+    from pitstop.report.tensorboard import unavailable as tensorboard_unavailable
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)
@@ -84,6 +93,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--timeout must be > 0")
     if o.verify is not None and o.verify <= 0:
         return usage_error("--verify needs a budget > 0 seconds")
+    if o.tensorboard and (why := tensorboard_unavailable()) is not None:
+        return usage_error(why)
     try:
         parse_command(cmd)
     except CommandError as e:
@@ -119,6 +130,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print_breakdown(report, Console())
         print_ranks(report, Console())
     code = finish(report, args, html_blocks(report))
+    _write_tensorboard(report, o.tensorboard, err)
     if result.trace_path and not args.quiet:
         err.print(f"Chrome trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     if result.status == "not_started":
@@ -126,7 +138,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if result.status == "interrupted" or report.meta.get("interrupted"):
         return EXIT_INTERRUPTED
     if not result.ok:
-        print(f"pitstop profile: {result.error}", file=sys.stderr)
+        if not shows_tables(args):  # else the report above quoted it, with the script's traceback
+            print(f"pitstop profile: {result.error}", file=sys.stderr)
         return EXIT_SCRIPT_FAILED
     return code
 
@@ -182,3 +195,13 @@ def _interrupted(report: Report, phase: str) -> Report:
         report.error or f"interrupted (Ctrl-C or SIGTERM) during {phase}; what was measured is kept"
     )
     return report
+
+
+def _write_tensorboard(report: Report, log_dir: str | None, err: Console) -> None:
+    """``--tensorboard DIR``: the report as TensorBoard event files (nothing without the option)."""
+    if not log_dir:
+        return
+    from pitstop.report.tensorboard import write_tensorboard
+
+    tb = write_tensorboard(report, log_dir)
+    err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")

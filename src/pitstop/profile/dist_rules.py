@@ -15,14 +15,11 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile.children import LAUNCHER
+from pitstop.profile.rulekit import ms
 from pitstop.profile.timeline import PART_LABELS
 
 WARN_SHARE = 0.05
 PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "other_s")
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1000:.1f} ms"
 
 
 def _med(xs: list[float]) -> float:
@@ -95,15 +92,15 @@ def straggler(summaries: list[dict[str, Any]]) -> Finding | None:
     ph_slow = _phases(s_slow)
     ph_other = {k: _med([_phases(s)[k] for s in others]) for k in PHASES}
     phase = max(PHASES, key=lambda k: ph_slow[k] - ph_other[k])
-    waits = ", ".join(f"rank {s['rank']} {_ms(_wait(s))}" for s in others)
+    waits = ", ".join(f"rank {s['rank']} {ms(_wait(s))}" for s in others)
     where = _wait_where(others)
     return Finding(
         id="distributed.straggler",
         severity=Severity.WARN,
         title=f"Rank {slow} is the straggler: its steps are {100 * excess / max(other_busy, 1e-9):.0f}% slower, "
         f"in {PART_LABELS[phase]}",
-        evidence=f"rank {slow} busy {_ms(busy[slow])} per step vs {_ms(other_busy)} on the others "
-        f"({PART_LABELS[phase]} {_ms(ph_slow[phase])} vs {_ms(ph_other[phase])}); the others wait for it in "
+        evidence=f"rank {slow} busy {ms(busy[slow])} per step vs {ms(other_busy)} on the others "
+        f"({PART_LABELS[phase]} {ms(ph_slow[phase])} vs {ms(ph_other[phase])}); the others wait for it in "
         f"collectives: {waits} per step{where}, over {s_slow['measured_steps']} measured steps",
         data={
             "rank": slow,
@@ -147,9 +144,9 @@ def comm_exposed(summaries: list[dict[str, Any]]) -> Finding | None:
     return Finding(
         id="distributed.comm_exposed",
         severity=Severity.WARN if share >= WARN_SHARE else Severity.INFO,
-        title=f"Gradient all-reduce not hidden behind backward: {_ms(exposed)} per step",
-        evidence=f"rank {s['rank']}: DDP all-reduce {_ms(total)} per step, {_ms(exposed)} of it after the last "
-        f"bucket was ready ({100 * share:.0f}% of the {_ms(step)} step); {c['ddp_bytes'] / 2**20:.1f} MiB per step, "
+        title=f"Gradient all-reduce not hidden behind backward: {ms(exposed)} per step",
+        evidence=f"rank {s['rank']}: DDP all-reduce {ms(total)} per step, {ms(exposed)} of it after the last "
+        f"bucket was ready ({100 * share:.0f}% of the {ms(step)} step); {c['ddp_bytes'] / 2**20:.1f} MiB per step, "
         f"bucket cap {ddp.get('bucket_cap_bytes')} B, gradient_as_bucket_view={ddp.get('gradient_as_bucket_view')}, "
         f"static_graph={ddp.get('static_graph')}",
         data={"rank": s["rank"], "exposed_s": exposed, "comm_s": total, "ddp": ddp},
@@ -181,7 +178,7 @@ def find_unused(summaries: list[dict[str, Any]]) -> Finding | None:
             severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
             title="DDP searches the autograd graph for unused parameters every step",
             evidence=f"rank {s['rank']}: find_unused_parameters=True (at {ddp.get('location')}); the search after "
-            f"each forward took {_ms(cost)} per step ({100 * cost / step:.1f}% of the step); {needed}",
+            f"each forward took {ms(cost)} per step ({100 * cost / step:.1f}% of the step); {needed}",
             data={
                 "rank": s["rank"],
                 "search_s": cost,
@@ -212,7 +209,7 @@ def no_sync(summaries: list[dict[str, Any]]) -> Finding | None:
             severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
             title=f"Gradient accumulation all-reduces every micro-batch: {extra:.1f} extra all-reduces per step",
             evidence=f"rank {s['rank']}: {rounds:.1f} DDP gradient all-reduces per optimizer step "
-            f"({c['ddp_bytes'] / rounds / 2**20:.2f} MiB each, {_ms(c['ddp_comm_s'])} in all, {_ms(c['ddp_exposed_s'])} "
+            f"({c['ddp_bytes'] / rounds / 2**20:.2f} MiB each, {ms(c['ddp_comm_s'])} in all, {ms(c['ddp_exposed_s'])} "
             f"exposed per step); only the last one before optimizer.step() is needed",
             data={"rank": s["rank"], "rounds_per_step": rounds, "extra_rounds": extra, "cost_s": cost},
             fix="Wrap the backward of every micro-batch but the last in model.no_sync().",
@@ -424,6 +421,6 @@ def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], 
     strag = next((f for f in found if f.id == "distributed.straggler"), None)
     if strag is not None and skew:
         op, row = max(skew.items(), key=lambda kv: kv[1]["median_skew_s"])
-        strag.evidence += f"; ranks reach {op} {_ms(row['median_skew_s'])} apart (median), rank {strag.data['rank']} last in {row['last_rank'].get(str(strag.data['rank']), 0)} of {row['calls']}"
+        strag.evidence += f"; ranks reach {op} {ms(row['median_skew_s'])} apart (median), rank {strag.data['rank']} last in {row['last_rank'].get(str(strag.data['rank']), 0)} of {row['calls']}"
         strag.data["skew"] = row
     return found

@@ -188,7 +188,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                 evidence=f"torch.profiler over {steps} steps on device {row['device']}: "
                 f"{row['kernels_per_step']:.0f} kernels per step, median kernel {row['median_kernel_us']:.1f} us, "
                 f"median gap between kernels {row['median_gap_us']:.1f} us, the device idle between kernels "
-                f"{pct(row['gap_share'])} of the traced time ({row['gap_us_per_step'] / 1000:.1f} ms per step; "
+                f"{pct(row['gap_share'])} of the traced time ({ms(row['gap_us_per_step'] / 1e6)} per step; "
                 "traced steps run slower than untraced ones). The saving of fusing them is not measured here",
                 data=row,
                 fix="Fuse the small kernels with torch.compile, or capture the step in a CUDA graph "
@@ -208,7 +208,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                     severity=sev(per_step / bd.total_s if bd.total_s else None),
                     title=f"Copies take {pct(row['memcpy_share'])} of the GPU's time",
                     evidence=f"torch.profiler over {steps} steps on device {row['device']}: memcpy "
-                    f"{row['memcpy_us'] / 1000:.1f} ms ({ms(per_step)} per step, {pct(row['memcpy_share'])} of the "
+                    f"{ms(row['memcpy_us'] / 1e6)} ({ms(per_step)} per step, {pct(row['memcpy_share'])} of the "
                     f"traced time), kernels {pct(row['kernel_share'])}, idle {pct(row['idle_share'])}",
                     data=row,
                     fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute; keep "
@@ -223,11 +223,11 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
             continue
         causes = row["causes_us"]
         text = ", ".join(
-            f"{k} {v / 1000:.1f} ms" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0
+            f"{k} {ms(v / 1e6)}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1]) if v > 0
         )
         evidence = (
             f"torch.profiler over {steps} steps: device {row['device']} idle {pct(share)} of the traced time "
-            f"({row['idle_us_per_step'] / 1000:.1f} ms per step); while it was idle the host was in: {text}. "
+            f"({ms(row['idle_us_per_step'] / 1e6)} per step); while it was idle the host was in: {text}. "
             f"Main cause: {row['main_cause']}"
         )
         title = f"The GPU is idle {pct(share)} of the traced time, mostly for {row['main_cause']}"

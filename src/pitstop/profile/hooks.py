@@ -232,7 +232,7 @@ class Instrumentation:
         self.h2d_events.append(self._h2d_events)
         self.device_timer.close_step(n, now, self.captured.device)
         if self.tracer is not None:
-            self.tracer.step()
+            self.tracer.step(now, n)
         if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
             self._install_cuda_sync_debug()
         if now - self._last_flush > FLUSH_EVERY_S:
@@ -269,7 +269,9 @@ class Instrumentation:
         if self.cfg.trace and self.tracer is None:
             from pitstop.profile.trace import StepTracer
 
-            self.tracer = StepTracer(self.cfg.out_dir, active=min(3, max(1, self.cfg.steps - 1)))
+            self.tracer = StepTracer(
+                self.cfg.out_dir, active=min(3, max(1, self.cfg.steps - 1)), phases=self.clock.phases
+            )
             self.tracer.start()
 
     def run_callback(self) -> None:

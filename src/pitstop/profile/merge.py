@@ -19,6 +19,7 @@ from pitstop.findings import Finding, Report
 from pitstop.host import cpu
 from pitstop.profile import rank_worker as rw
 from pitstop.profile import summary
+from pitstop.profile.rulekit import ms
 from pitstop.profile.runner import MEASUREMENTS, RunResult, RunSpec, _collect
 from pitstop.profile.timeline import breakdown
 
@@ -321,7 +322,7 @@ def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) 
     basis = None
     if result.ranks:
         measured = f"{len(result.ranks)} ranks, " + ", ".join(
-            f"rank {s['rank']} {_ms(s['breakdown']['median_step_s'])}" for s in summaries if s["breakdown"]
+            f"rank {s['rank']} {ms(s['breakdown']['median_step_s'])}" for s in summaries if s["breakdown"]
         )
         title = "No measured problem costs 5% of the step or more, on any rank"
         basis = summary.basis(title, measured, result.data.get("other_cpu_share"))
@@ -355,10 +356,6 @@ def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) 
             error = f"{error}\n\nrank {r} traceback:\n{tb}"
             break
     return Report(tool="profile", findings=findings, sections=sections, meta=meta, error=error)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1000:.1f} ms"
 
 
 def median(xs: list[float]) -> float:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pitstop.units import duration
+
 MAX_PASS_S = 5.0
 PEAK_SIZES = {"cpu": (256, 512), "cuda": (2048, 4096)}
 PEAK_MIN_RUN_S = 0.05
@@ -131,7 +133,7 @@ def section(
         out["mfu"] = None
         out["inconsistent"] = (
             f"{per_step / 1e9:.2f} GFLOP per step (FlopCounterMode, forward+backward x {out['passes_per_step']:.0f} "
-            f"training passes) in the {median_step_s * 1e3:.1f} ms median step is {achieved / 1e12:.3f} TFLOP/s, "
+            f"training passes) in the {duration(median_step_s)} median step is {achieved / 1e12:.3f} TFLOP/s, "
             f"{100 * ratio:.0f}% of the {m['peak_flops_per_s'] / 1e12:.3f} TFLOP/s {m['dtype']} matmul peak "
             "measured here: more than the device can do, so the FLOPs counted per step or the peak are wrong "
             "for this run (a pass counted that does not run every step, a peak measured under load)"

@@ -12,9 +12,12 @@ from rich.text import Text
 
 from pitstop.findings import Report
 from pitstop.profile import gpu_render
+from pitstop.profile.headline import costed, headline
 from pitstop.profile.render_stacks import stacks_blocks
+from pitstop.profile.render_views import step_timeline, what_if
 from pitstop.profile.timeline import PART_LABELS, PARTS
-from pitstop.report.html import PALETTE, Block, bar_chart, line_chart, stacked_bar, table
+from pitstop.report.html import PALETTE, Block, bar_chart, esc, line_chart, stacked_bar, table
+from pitstop.units import duration, sig3
 
 _RICH_COLORS = ["blue", "dark_orange", "red", "cyan", "green", "yellow", "magenta"]
 
@@ -24,38 +27,52 @@ def breakdown_parts(report: Report) -> dict[str, float]:
     return {PART_LABELS[p]: float(bd.get(p, 0.0)) for p in PARTS}
 
 
-def html_blocks(report: Report) -> list[Block]:
+def _glance_blocks(report: Report) -> list[Block]:
+    """The headline (a lead block), a hang's or stall's stacks, the findings' costs largest first, what
+    if each were fixed, the mean step's parts, the step timeline, per-step and loss charts."""
     s = report.sections
-    blocks: list[Block] = stacks_blocks(report)  # a hang's or a stall's stacks, first
-    costed = [f for f in report.ranked() if f.est_saving_s and f.est_saving_s > 0]
-    if costed:
+    lines = headline(report)
+    blocks: list[Block] = []
+    if lines:
+        html = "".join(
+            f"<p class='headline'>{'<b>' if i == 0 else ''}{esc(t)}{'</b>' if i == 0 else ''}</p>"
+            for i, t in enumerate(lines)
+        )
+        blocks.append(Block(f"<section id='headline'>{html}</section>", lead=True))
+    blocks += stacks_blocks(report)  # a hang's or a stall's stacks, first
+    found = costed(report)
+    if found:
         blocks.append(
             bar_chart(
-                "What each finding costs per step (measured in this run)",
-                [f.id for f in costed],
-                [f.est_saving_s * 1000 for f in costed],
-                unit="ms",
+                "What each finding costs per step, largest first (measured in this run, mean per step)",
+                [f.id for f in found],
+                [f.est_saving_s or 0.0 for f in found],
+                unit="s",
             )
         )
-    if s.get("ranks"):  # a torchrun / accelerate launch: per-rank views
-        from pitstop.profile.render_ranks import rank_blocks
-
-        blocks += rank_blocks(report)
+    what = what_if(report)
+    if what is not None:
+        blocks.append(what)
     bd = s.get("breakdown")
     if bd:
         blocks.append(
             stacked_bar(
-                f"Where a step goes (mean of {bd['steps']} measured steps, {bd['mean_step_s'] * 1000:.1f} ms)",
-                {k: v * 1000 for k, v in breakdown_parts(report).items()},
-                unit="ms",
+                f"Where a step goes: the mean of {bd['steps']} measured steps, {duration(bd['mean_step_s'])} "
+                "(the parts add up to the mean)",
+                breakdown_parts(report),
+                unit="s",
             )
         )
-    steps = [st for st in s.get("steps", [])]
+    track = step_timeline(report)
+    if track is not None:
+        blocks.append(track)
+    steps = list(s.get("steps", []))
     if steps:
         x = [float(st["index"]) for st in steps]
+        warm = [float(st["index"]) for st in steps if st.get("warmup")]
         blocks.append(
             line_chart(
-                "Per-step time (warm-up steps included, left of the first measured step)",
+                "Per-step time (ms; warm-up steps shaded, left out of every mean)",
                 x,
                 {
                     "total": [st["total_s"] * 1000 for st in steps],
@@ -66,18 +83,38 @@ def html_blocks(report: Report) -> list[Block]:
                 },
                 xlabel="step",
                 ylabel="ms",
+                shade=(min(warm) - 0.5, max(warm) + 0.5, "warm-up") if warm else None,
             )
         )
     losses = [v for v in s.get("losses", []) if v is not None]
     if len(losses) > 1:
+        measured = [float(st["index"]) for st in steps if not st.get("warmup")]
+        x = measured if len(measured) == len(losses) else [float(i) for i in range(len(losses))]
         blocks.append(
-            line_chart("Loss per measured step", list(range(len(losses))), {"loss": losses}, "step")
+            line_chart(
+                "Loss per measured step (axis spans the losses, not from 0)",
+                x,
+                {"loss": losses},
+                "step",
+                "loss",
+                zero=False,
+            )
         )
+    return blocks
+
+
+def html_blocks(report: Report) -> list[Block]:
+    s = report.sections
+    blocks = _glance_blocks(report)  # headline, costs, what-if, the step: what a reader looks at first
+    if s.get("ranks"):  # a torchrun / accelerate launch: per-rank views
+        from pitstop.profile.render_ranks import rank_blocks
+
+        blocks += rank_blocks(report)
     if s.get("loaders"):
         blocks.append(
             table(
                 "DataLoaders as constructed",
-                ["where", "workers", "batch", "pin_memory", "persistent", "prefetch", "dataset", "wait s"],
+                ["where", "workers", "batch", "pin_memory", "persistent", "prefetch", "dataset", "wait"],
                 [
                     [
                         ld.get("location"),
@@ -87,7 +124,7 @@ def html_blocks(report: Report) -> list[Block]:
                         ld.get("persistent_workers"),
                         ld.get("prefetch_factor"),
                         f"{ld.get('dataset_type')} ({ld.get('dataset_len')})",
-                        ld.get("wait_s"),
+                        duration(ld["wait_s"]) if isinstance(ld.get("wait_s"), int | float) else None,
                     ]
                     for ld in s["loaders"]
                 ],
@@ -97,13 +134,13 @@ def html_blocks(report: Report) -> list[Block]:
         blocks.append(
             table(
                 "Host syncs by place",
-                ["where", "call", "count", "time s"],
+                ["where", "call", "count", "time"],
                 [
                     [
                         x.get("location"),
                         "." + str(x.get("method", "")).strip("_") + "()",
                         x.get("count"),
-                        x.get("time_s"),
+                        duration(x["time_s"]) if isinstance(x.get("time_s"), int | float) else None,
                     ]
                     for x in sorted(s["sync_sites"], key=lambda x: -x.get("time_s", 0))[:20]
                 ],
@@ -155,17 +192,20 @@ def print_breakdown(report: Report, console: Console | None = None) -> None:
         n = round(width * v / total)
         bar.append("█" * n, style=color)
         if v / total >= 0.005:
-            items.append(Text(f"■ {name} {v * 1000:.1f} ms ({100 * v / total:.0f}%)", style=color))
+            items.append(Text(f"■ {name} {duration(v)} ({100 * v / total:.0f}%)", style=color))
     legend = _pack(items, console.width)
+    for i, line in enumerate(headline(report)):
+        console.print(Text(line, style="bold" if i == 0 else ""))
+    mean = bd["mean_step_s"]
+    if bd.get("boundary"):
+        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(
         Text(
-            f"step {bd['median_step_s'] * 1000:.1f} ms median over {bd['steps']} measured steps "
-            f"({1.0 / bd['median_step_s']:.2f} steps/s)",
+            f"mean step {duration(mean)} over {bd['steps']} measured steps ({sig3(1.0 / mean)} steps/s), "
+            "split into its parts:",
             style="bold",
         )
     )
-    if bd.get("boundary"):
-        console.print(Text(f"steps delimited by {bd['boundary']}", style="dim"))
     console.print(bar)
     console.print(legend)
     gpu_render.print_gpu(report, console)  # device time, MFU, trace shares

@@ -10,6 +10,7 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.report.html import Block, line_chart, stacked_bar, table
+from pitstop.units import duration
 
 COLUMNS = (
     ("data wait", "data_wait_s"),
@@ -68,7 +69,7 @@ def rank_blocks(report: Report) -> list[Block]:
         blocks.append(
             stacked_bar(
                 f"Rank {r['rank']}: where a step goes ({r['measured_steps']} steps, "
-                f"{r['breakdown']['mean_step_s'] * ms:.1f} ms)",
+                f"{duration(r['breakdown']['mean_step_s'])})",
                 {label: _parts(r)[k] * ms for label, k in COLUMNS},
                 unit="ms",
             )
@@ -137,9 +138,7 @@ def print_ranks(report: Report, console: Any) -> None:
         shown = ", ".join(f"{label} {parts[k] * 1000:.1f}" for label, k in COLUMNS if parts[k] >= 0.0005)
         console.print(
             Text(f"rank {r['rank']}", style="bold")
-            + Text(
-                f" ({r['status']}): step {r['breakdown']['median_step_s'] * 1000:.1f} ms median; {shown} ms"
-            )
+            + Text(f" ({r['status']}): step {duration(r['breakdown']['median_step_s'])} median; {shown} ms")
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pitstop.findings import Finding, Report
 from pitstop.profile.stacks import format_stack
 from pitstop.report.html import Block, esc
+from pitstop.units import duration
 
 STACK_FINDINGS = ("profile.hang", "profile.timeout", "profile.stall")
 
@@ -13,7 +14,7 @@ def stacks_text(finding: Finding) -> str:
     """Every thread's stack for a hang or a timeout; the main thread's sampled stacks for a stall."""
     if finding.id == "profile.stall":
         return "\n\n".join(
-            f"step {s['step']}, {s['elapsed_s']:.2f} s into it:\n"
+            f"step {s['step']}, {duration(s['elapsed_s'])} into it:\n"
             + format_stack({"name": "MainThread", "main": True, "frames": s.get("frames") or []})
             for s in finding.data.get("samples") or []
         )

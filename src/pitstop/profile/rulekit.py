@@ -12,6 +12,7 @@ from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.measure import NO_GAIN, UNDECIDED, against_bar
 from pitstop.profile.timeline import PART_LABELS
 from pitstop.recipes import fix_kinds, recipe
+from pitstop.units import duration
 
 if TYPE_CHECKING:
     from pitstop.profile.timeline import Breakdown
@@ -36,8 +37,8 @@ def sev(share: float | None) -> Severity:
 
 
 def ms(s: float) -> str:
-    """A duration in ms with one decimal; under 0.1 ms in whole us (``0.5 ms``, ``42 us``)."""
-    return f"{s * 1e3:.1f} ms" if abs(s) >= 1e-4 or s == 0 else f"{s * 1e6:.0f} us"
+    """A duration as every report writes one (``units.duration``: ``42.5 us``, ``65.2 ms``, ``1.75 s``)."""
+    return duration(s)
 
 
 def pct(x: float) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.profile.watchdog import MAX_SAMPLES, POLL_S, STALL_FACTOR, STALL_MIN_S
+from pitstop.units import duration
 
 CONTENDED_CPUS = 0.5  # other processes (plus steal) held at least half a CPU ...
 WAITED_SHARE = 0.25  # ... while the script's threads waited this share of the step for one (schedstat)
@@ -141,7 +142,7 @@ def classify(
             named = ("eval", "")
         extra_wait = r.get("data_wait_s", 0.0) - typical["data_wait_s"]
         if named is None and extra_wait >= DATA_SHARE * (r["total_s"] - typical["total_s"]):
-            named = ("data", f"{r.get('data_wait_s', 0.0):.2f} s of it")
+            named = ("data", f"{duration(r.get('data_wait_s', 0.0))} of it")
         if named is not None:
             out[i] = named
         elif contended(windows.get(i)):
@@ -178,7 +179,7 @@ def _sampled_text(top: dict[str, Any] | None, seen: int, stalled: int) -> str:
         f" What was running: {m.get('where')}"
         + (f" `{m['code']}`" if m.get("code") else "")
         + (f" in {m['call']}" if m.get("call") else "")
-        + f" (sampled {top['elapsed_s']:.2f} s into step {top['step']}"
+        + f" (sampled {duration(top['elapsed_s'])} into step {top['step']}"
         + (f"; {seen} of {stalled} stalled steps sampled" if stalled > 1 else "")
         + ")."
     )
@@ -251,7 +252,7 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
     when = f"step {idx[0]}" if len(idx) == 1 else f"steps {_list(idx)}"
     if len(idx) > 1 and (g := period(idx)) is not None:
         when += f" (every {g} steps)"
-    took = _list([f"{r['total_s']:.2f} s" for r in stalled])
+    took = _list([duration(r["total_s"]) for r in stalled])
     unsampled = [r for r in stalled if not samples.get(r["index"])]
     poll_s = wd.get("poll_s") or POLL_S
     headline = WHAT[main_cause[0]]
@@ -262,9 +263,9 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
             id="profile.stall",
             severity=Severity.WARN if share >= WARN_SHARE else Severity.INFO,
             title=f"{len(stalled)} step(s) took over {STALL_FACTOR:g}x the median step "
-            f"(longest {max(r['total_s'] for r in stalled):.2f} s, median {med * 1000:.1f} ms): {headline}",
-            evidence=f"{when} took {took} against the {med * 1000:.1f} ms median of {len(steps)} measured "
-            f"steps (warm-up left out): {excess:.2f} s in all, {saving * 1000:.1f} ms per step "
+            f"(longest {duration(max(r['total_s'] for r in stalled))}, median {duration(med)}): {headline}",
+            evidence=f"{when} took {took} against the {duration(med)} median of {len(steps)} measured "
+            f"steps (warm-up left out): {duration(excess)} in all, {duration(saving)} per step "
             f"({100 * share:.0f}% of the step time). What they were: {_groups_text(groups, windows)}."
             + _sampled_text(top, len(seen), len(stalled))
             + _unsampled_text(unsampled, poll_s, len(wd.get("samples") or [])),

@@ -44,18 +44,27 @@ class PhaseClock:
     """Exclusive seconds per phase since the last ``reset``. The stack of open phases survives a reset:
     a phase open across a step boundary goes on counting in the next step."""
 
-    __slots__ = ("acc", "done", "mark", "stack")
+    __slots__ = ("acc", "done", "mark", "spans", "stack")
 
     def __init__(self) -> None:
         self.acc = dict.fromkeys(_ALL, 0.0)
         self.done = dict.fromkeys(_ALL, 0.0)  # seconds in phases before the last split, whole run
         self.stack: list[str] = []
         self.mark = 0.0
+        # (phase, start, end) of each stretch counted, while ``--trace``'s window records them (else None)
+        self.spans: list[tuple[str, float, float]] | None = None
+
+    def _count(self, phase: str, start: float, end: float) -> None:
+        self.acc[phase] += end - start
+        if self.spans is not None and end > start:
+            self.spans.append((phase, start, end))
 
     def enter(self, phase: str, now: float) -> None:
         stack = self.stack
         if stack:
-            self.acc[stack[-1]] += now - self.mark
+            self.acc[stack[-1]] += now - self.mark  # inline, not _count: this runs on every event
+            if self.spans is not None:
+                self.spans.append((stack[-1], self.mark, now))
         stack.append(phase)
         self.mark = now
 
@@ -64,6 +73,8 @@ class PhaseClock:
         if phase not in stack:
             return
         self.acc[stack[-1]] += now - self.mark
+        if self.spans is not None:
+            self.spans.append((stack[-1], self.mark, now))
         while stack.pop() != phase:  # inner phases an exception left open end here too
             pass
         self.mark = now
@@ -77,8 +88,8 @@ class PhaseClock:
         """The ``dt`` seconds just before ``now`` belong to ``phase`` (a per-element sync loop's gaps)."""
         stack = self.stack
         if stack:
-            self.acc[stack[-1]] += max(0.0, now - dt - self.mark)
-        self.acc[phase] += dt
+            self._count(stack[-1], self.mark, max(self.mark, now - dt))
+        self._count(phase, now - dt, now)
         self.mark = now
 
     def inside(self, phase: str) -> bool:
@@ -87,7 +98,7 @@ class PhaseClock:
     def split(self, now: float) -> dict[str, float]:
         """The phases' seconds up to ``now``, then zero them (the open phases continue)."""
         if self.stack:
-            self.acc[self.stack[-1]] += now - self.mark
+            self._count(self.stack[-1], self.mark, now)
         self.mark = now
         out = self.acc
         self.acc = dict.fromkeys(_ALL, 0.0)

@@ -139,7 +139,11 @@ class StepsLog:
         lines of the log are ``records``."""
         from pitstop.findings import jsonable
 
-        fresh = not self.generation or len(records) < self._n or (self._n and records[self._n - 1] is not self._last)
+        fresh = (
+            not self.generation
+            or len(records) < self._n
+            or (self._n and records[self._n - 1] is not self._last)
+        )
         if fresh:
             self._n = 0
             self.generation += 1

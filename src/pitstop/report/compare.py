@@ -164,12 +164,36 @@ def compare(reports: Sequence[Report], labels: Sequence[str]) -> Report:
         pair["appeared"] = sorted(set(row["findings"]) - set(base["findings"]))
         pairs.append(pair)
         findings += _pair_findings(pair, base, row)
+    findings += _scope(kinds[0], rows)
     return Report(
         tool="compare",
         findings=findings,
         sections={"kind": kinds[0], "reports": rows, "pairs": pairs},
         meta={"baseline": base["label"], "reports": len(rows)},
     )
+
+
+def _timed(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether the reports carry step times (profile reports do; doctor, sysctl, bench ... do not)."""
+    return any(r.get("median_step_s") for r in rows)
+
+
+def _scope(kind: str, rows: Sequence[dict[str, Any]]) -> list[Finding]:
+    """What was compared, where the reports have no step times: their findings only."""
+    if _timed(rows):
+        return []
+    return [
+        Finding(
+            id="compare.scope",
+            severity=Severity.INFO,
+            title=f"{kind} reports compared by their findings only",
+            evidence=f"{kind} reports carry no step times: step time, its parts, steps/s and the speed-up "
+            "come from profile reports; here: each report's status and problems, and the findings that "
+            "appeared or went",
+            data={"kind": kind, "compared": ["status", "problems", "findings"]},
+            fix="Compare two `pitstop profile --json` reports for step time and speed-up.",
+        )
+    ]
 
 
 def _pair_findings(pair: dict[str, Any], base: dict[str, Any], row: dict[str, Any]) -> list[Finding]:
@@ -237,6 +261,17 @@ def _rows(report: Report) -> list[tuple[str, list[str]]]:
     """(row name, one cell per compared report) for the terminal and HTML tables."""
     reps = report.sections["reports"]
     pairs = {p["other"]: p for p in report.sections["pairs"]}
+    if not _timed(reps):  # no step times (a doctor report): no rows of dashes, the findings only
+        status = (
+            [("status", [str(r.get("status") or "–") for r in reps])]
+            if any(r.get("status") for r in reps)
+            else []
+        )
+        return [
+            *status,
+            ("problems", [", ".join(r["problems"]) or "none" for r in reps]),
+            ("findings", [str(len(r["findings"])) for r in reps]),
+        ]
     out = [
         ("status", [str(r.get("status") or "–") for r in reps]),
         ("median step", [_ms(r["median_step_s"]) for r in reps]),

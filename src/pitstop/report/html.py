@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitstop.findings import Report
+from pitstop.findings import Report, by_area
 from pitstop.report.jsonfmt import atomic_write_text
+from pitstop.report.stacked import cost_text
+from pitstop.units import duration
 
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
 SEV_COLOR = {"error": "#c62828", "warn": "#b26a00", "info": "#1565c0", "pass": "#2e7d32"}
@@ -27,9 +29,11 @@ def esc(value: object) -> str:
 
 @dataclass(frozen=True)
 class Block:
-    """A fragment of the page whose strings are already escaped. Build with the helpers below."""
+    """A fragment of the page whose strings are already escaped. Build with the helpers below. A ``lead``
+    block (a headline) goes above the finding counts, the others below them."""
 
     html: str
+    lead: bool = False
 
 
 def _fmt(v: object) -> str:
@@ -59,11 +63,16 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], unit: 
         parts.append(
             f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{esc(lab)}</text>'
             f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" fill="{PALETTE[i % len(PALETTE)]}">'
-            f"<title>{esc(lab)}: {esc(_fmt(v))} {esc(unit)}</title></rect>"
-            f'<text x="{label_w + w + 4:.1f}" y="{y + 15}">{esc(_fmt(v))} {esc(unit)}</text>'
+            f"<title>{esc(lab)}: {esc(_amount(v, unit))}</title></rect>"
+            f'<text x="{label_w + w + 4:.1f}" y="{y + 15}">{esc(_amount(v, unit))}</text>'
         )
     svg = f'<svg class="chart" viewBox="0 0 {label_w + bar_w + 120} {h}" width="100%" role="img">{"".join(parts)}</svg>'
     return Block(f"<section><h2>{esc(title)}</h2>{svg}</section>")
+
+
+def _amount(v: float, unit: str) -> str:
+    """A value with its unit; seconds as ``units.duration`` writes them (``65.2 ms``, ``1.75 s``)."""
+    return duration(v) if unit == "s" else f"{_fmt(v)} {unit}"
 
 
 def stacked_bar(title: str, parts: dict[str, float], unit: str = "s") -> Block:
@@ -76,10 +85,10 @@ def stacked_bar(title: str, parts: dict[str, float], unit: str = "s") -> Block:
         color = PALETTE[i % len(PALETTE)]
         segs.append(
             f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="34" fill="{color}">'
-            f"<title>{esc(name)}: {esc(_fmt(v))} {esc(unit)} ({100 * v / total:.1f}%)</title></rect>"
+            f"<title>{esc(name)}: {esc(_amount(v, unit))} ({100 * v / total:.1f}%)</title></rect>"
         )
         legend.append(
-            f'<span class="key"><i style="background:{color}"></i>{esc(name)} {esc(_fmt(v))} {esc(unit)} '
+            f'<span class="key"><i style="background:{color}"></i>{esc(name)} {esc(_amount(v, unit))} '
             f"({100 * v / total:.1f}%)</span>"
         )
         x += w
@@ -87,19 +96,47 @@ def stacked_bar(title: str, parts: dict[str, float], unit: str = "s") -> Block:
     return Block(f'<section><h2>{esc(title)}</h2>{svg}<div class="legend">{"".join(legend)}</div></section>')
 
 
+def ticks(lo: float, hi: float, n: int = 5, whole: bool = False) -> list[float]:
+    """Round tick values (1, 2, 2.5, 5 x 10^k apart; ``whole``: integers only, as step numbers) covering
+    [lo, hi]; the first and last enclose it."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo, lo + 1.0]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    steps = (1, 2, 5, 10) if whole else (1, 2, 2.5, 5, 10)
+    step = next(m * mag for m in steps if m * mag >= raw * (1 - 1e-9))
+    step = max(1.0, round(step)) if whole else step
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(k * step, 12) for k in range(first, last + 1)]
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:.6g}"
+
+
 def line_chart(
-    title: str, x: Sequence[float], series: dict[str, Sequence[float]], xlabel: str = "", ylabel: str = ""
+    title: str,
+    x: Sequence[float],
+    series: dict[str, Sequence[float]],
+    xlabel: str = "",
+    ylabel: str = "",
+    *,
+    zero: bool = True,
+    shade: tuple[float, float, str] | None = None,
 ) -> Block:
-    """Lines over a shared x axis (e.g. per-step times), each series its own colour."""
-    W, H, L, B = 760, 260, 60, 36
+    """Lines over a shared x axis (e.g. per-step times), each series its own colour, on axes with round
+    ticks and grid lines. ``zero``: the y axis starts at 0 (durations); else it spans the data (a loss).
+    ``shade``: an x range drawn grey with its label (the warm-up steps)."""
+    W, H, L, B = 760, 260, 64, 40
     xs = [float(v) for v in x]
     ys = [float(v) for s in series.values() for v in s if math.isfinite(float(v))]
     if not xs or not ys:
         return Block(f"<section><h2>{esc(title)}</h2><p>no data</p></section>")
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(0.0, min(ys)), max(ys)
-    x1 = x1 if x1 > x0 else x0 + 1
-    y1 = y1 if y1 > y0 else y0 + 1
+    xt = ticks(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, whole=all(v == int(v) for v in xs))
+    ylo = min(0.0, min(ys)) if zero else min(ys)
+    yhi = max(ys) if max(ys) > ylo else ylo + (abs(ylo) * 0.1 or 1.0)
+    yt = ticks(ylo, yhi)
+    x0, x1, y0, y1 = xt[0], xt[-1], yt[0], yt[-1]
 
     def px(v: float) -> float:
         return L + (W - L - 10) * (v - x0) / (x1 - x0)
@@ -107,15 +144,30 @@ def line_chart(
     def py(v: float) -> float:
         return H - B - (H - B - 10) * (v - y0) / (y1 - y0)
 
-    parts = [
+    parts = []
+    if shade is not None:
+        a, b = max(shade[0], x0), min(shade[1], x1)
+        if b > a:
+            parts.append(
+                f'<rect class="shade" x="{px(a):.1f}" y="10" width="{px(b) - px(a):.1f}" height="{H - B - 10}" '
+                f'fill="#eee"/><text x="{(px(a) + px(b)) / 2:.1f}" y="24" text-anchor="middle" '
+                f'fill="#777">{esc(shade[2])}</text>'
+            )
+    for v in yt:
+        parts.append(
+            f'<line x1="{L}" y1="{py(v):.1f}" x2="{W - 10}" y2="{py(v):.1f}" stroke="#e4e4e4"/>'
+            f'<text class="ytick" x="{L - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{esc(_tick_label(v))}</text>'
+        )
+    for v in xt:
+        parts.append(
+            f'<line x1="{px(v):.1f}" y1="{H - B}" x2="{px(v):.1f}" y2="{H - B + 4}" stroke="#888"/>'
+            f'<text class="xtick" x="{px(v):.1f}" y="{H - B + 16}" text-anchor="middle">{esc(_tick_label(v))}</text>'
+        )
+    parts += [
         f'<line x1="{L}" y1="{H - B}" x2="{W - 10}" y2="{H - B}" stroke="#888"/>',
         f'<line x1="{L}" y1="10" x2="{L}" y2="{H - B}" stroke="#888"/>',
-        f'<text x="{L - 4}" y="14" text-anchor="end">{esc(_fmt(y1))}</text>',
-        f'<text x="{L - 4}" y="{H - B}" text-anchor="end">{esc(_fmt(y0))}</text>',
-        f'<text x="{L}" y="{H - B + 16}">{esc(_fmt(x0))}</text>',
-        f'<text x="{W - 10}" y="{H - B + 16}" text-anchor="end">{esc(_fmt(x1))}</text>',
         f'<text x="{(W + L) / 2}" y="{H - 4}" text-anchor="middle">{esc(xlabel)}</text>',
-        f'<text x="12" y="{(H - B) / 2}" transform="rotate(-90 12 {(H - B) / 2})" text-anchor="middle">{esc(ylabel)}</text>',
+        f'<text x="14" y="{(H - B) / 2}" transform="rotate(-90 14 {(H - B) / 2})" text-anchor="middle">{esc(ylabel)}</text>',
     ]
     legend = []
     for i, (name, s) in enumerate(series.items()):
@@ -139,19 +191,17 @@ th{background:#f5f5f5}.sev{font-weight:700;text-transform:uppercase;font-size:.8
 pre{background:#f6f8fa;padding:.5rem;overflow-x:auto;white-space:pre-wrap;margin:.3rem 0}
 .id{color:#777;font-size:.8rem}.err{background:#fdecea;border-left:4px solid #c62828;padding:.6rem}
 .legend{font-size:.85rem}.key{margin-right:1rem;white-space:nowrap}.key i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:middle}
-svg.chart text{font-size:12px;fill:#333}.meta td:first-child{width:30%;color:#555}
+svg.chart text{font-size:12px;fill:#333}.headline{font-size:1.05rem;margin:.3rem 0}.note{color:#555;font-size:.85rem}.meta td:first-child{width:30%;color:#555}
 """
 
 
 def _findings_block(report: Report) -> str:
     rows = []
-    for f in report.ranked():
+    for f in (f for _, fs in by_area(report.ranked()) for f in fs):  # the terminal's order
         color = SEV_COLOR[str(f.severity)]
         fix = esc(f.fix) + (f"<pre>{esc(f.fix_code)}</pre>" if f.fix_code else "")
         where = f"<div class='id'>at {esc(f.location)}</div>" if f.location else ""
-        cost = "" if f.est_saving_s is None else esc(f"{f.est_saving_s:.4g} s")
-        if f.share is not None:
-            cost += esc(f" ({100 * f.share:.1f}%)")
+        cost = esc(cost_text(f))
         rows.append(
             f'<tr class="finding" data-id="{esc(f.id)}"><td class="sev" style="color:{color}">{esc(f.severity)}</td>'
             f"<td>{esc(f.title)}<div class='id'>{esc(f.id)}</div></td><td>{esc(f.evidence)}{where}</td>"
@@ -180,12 +230,13 @@ def render_html(report: Report, blocks: Sequence[Block] = ()) -> str:
     verdict = next((f for f in report.findings if f.area == "summary"), None)
     if verdict is not None:
         summary += f"<p class='verdict'><b>{esc(verdict.title)}</b></p>"
-    body = "".join(b.html for b in blocks)
+    lead = "".join(b.html for b in blocks if b.lead)
+    body = "".join(b.html for b in blocks if not b.lead)
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>pitstop {esc(report.tool)}</title><style>{CSS}</style></head><body>"
-        f"<h1>pitstop {esc(report.tool)}</h1>{error}{summary}{body}{_findings_block(report)}"
+        f"<h1>pitstop {esc(report.tool)}</h1>{error}{lead}{summary}{body}{_findings_block(report)}"
         f"<section><h2>Machine</h2><table class='meta'>{meta_rows}</table></section></body></html>\n"
     )
 

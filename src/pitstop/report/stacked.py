@@ -14,17 +14,19 @@ from rich.rule import Rule
 from rich.text import Text
 
 from pitstop.findings import Finding, Severity
+from pitstop.units import duration
 
 WIDE = 120  # columns from which the findings table keeps every id and file:line on one line
 
 
 def cost_text(f: Finding) -> str:
-    """``974.4 ms/step (82%)`` for a per-step cost, ``12.5 s`` for a total; empty when not measured."""
+    """``974 ms/step (82%)`` for a per-step cost, ``12.5 s`` for a total (``units.duration``: 3 significant
+    digits); empty when not measured."""
     if f.est_saving_s is None:
         return ""
     if f.share is None:
-        return f"{f.est_saving_s:.3g} s"
-    return f"{1000 * f.est_saving_s:.1f} ms/step ({100 * f.share:.0f}%)"
+        return duration(f.est_saving_s)
+    return f"{duration(f.est_saving_s)}/step ({100 * f.share:.0f}%)"
 
 
 def print_stacked(
@@ -65,3 +67,16 @@ def print_passes(findings: Sequence[Finding], console: Console) -> None:
         if f.evidence:
             line += Text(f" ({f.evidence})", style="dim")
         console.print(line, overflow="fold")
+
+
+def print_problems(findings: Sequence[Finding], console: Console, more: str = "--all lists them") -> None:
+    """The footer of a list of checks: each error and warning on one line, then how many passed."""
+    problems = [f for f in findings if f.severity in (Severity.ERROR, Severity.WARN)]
+    console.print(Text("Problems:" if problems else "No problems (no error or warning).", style="bold"))
+    for f in problems:
+        style = "bold red" if f.severity is Severity.ERROR else "yellow"
+        line = Text(f"  {str(f.severity).upper():<5} ", style=style) + Text(f.id, style="bold")
+        console.print(line + Text(f": {f.title}"), overflow="fold")
+    n = sum(f.severity is Severity.PASS for f in findings)
+    if n:
+        console.print(Text(f"{n} checks passed ({more})", style="green"))

@@ -3,14 +3,12 @@ block per finding below (``pitstop.report.stacked``), so ids, costs and file:lin
 
 from __future__ import annotations
 
-from itertools import groupby
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.findings import Finding, Report, Severity, rank_findings, sure_saving
-from pitstop.report.stacked import WIDE, cost_text, print_passes, print_stacked
+from pitstop.findings import Finding, Report, Severity, by_area
+from pitstop.report.stacked import WIDE, cost_text, print_passes, print_problems, print_stacked
 
 SEVERITY_STYLE = {
     Severity.ERROR: "bold red",
@@ -24,33 +22,36 @@ def severity_text(sev: Severity) -> Text:
     return Text(str(sev).upper(), style=SEVERITY_STYLE[sev])
 
 
-def print_report(report: Report, console: Console | None = None, show_pass: bool = True) -> None:
-    """Print findings grouped by area; the run's verdict (``summary``) first, then areas ordered by their
-    worst finding, findings worst first."""
+def print_report(
+    report: Report, console: Console | None = None, show_pass: bool = True, passes: str = "list"
+) -> None:
+    """Print findings grouped by area (``by_area``: the run's verdict first), then the counts.
+
+    PASS rows go to the footer, never twice: ``passes="list"`` (measured verdicts: profile, bench, fix)
+    lists them one line each under "Checked, no gain here"; ``"count"`` (checks: doctor, sysctl) names
+    the problems and counts the passes; ``"all"`` prints every row in the body and only the counts below.
+    ``show_pass=False`` leaves passes out entirely."""
     console = console or Console()
     title = f"pitstop {report.tool}"
     if report.error:
         console.print(Text(f"{title}: {report.error}", style="bold red"))
-    findings = [f for f in report.ranked() if show_pass or f.severity is not Severity.PASS]
-    areas: dict[str, list[Finding]] = {}
-    for area, group in groupby(sorted(findings, key=lambda f: f.area), key=lambda f: f.area):
-        areas[area] = rank_findings(list(group))
-    # the run's verdict (only there when nothing warns) heads the report
-    order = sorted(
-        areas, key=lambda a: (a != "summary", -areas[a][0].severity.rank, -sure_saving(areas[a][0]), a)
-    )
+    ranked = report.ranked()
+    body = [f for f in ranked if f.severity is not Severity.PASS or (show_pass and passes == "all")]
+    areas = by_area(body)  # the run's verdict (only there when nothing warns) heads the report
     if console.width < WIDE:
         console.print(Text(title, style="bold"))
-        print_stacked([(a, areas[a]) for a in order], console, severity_text)
+        print_stacked(areas, console, severity_text)
     else:
-        _print_table(title, [(a, areas[a]) for a in order], console)
+        _print_table(title, areas, console)
     s = report.to_dict()["summary"]
     console.print(
         f"[bold]{s['total']}[/bold] checks: [red]{s['error']} error[/red], [yellow]{s['warn']} warn[/yellow], "
         f"[cyan]{s['info']} info[/cyan], [green]{s['pass']} pass[/green]"
     )
-    if show_pass:
-        print_passes(findings, console)
+    if show_pass and passes == "list":
+        print_passes(ranked, console)
+    elif show_pass and passes == "count":
+        print_problems(ranked, console)
 
 
 def _print_table(title: str, areas: list[tuple[str, list[Finding]]], console: Console) -> None:

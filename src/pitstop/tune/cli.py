@@ -17,7 +17,6 @@ from pitstop.cliutil import (
     comma_list,
     command_after_dashes,
     print_table,
-    shows_tables,
     status,
 )
 from pitstop.factory import load_dataset, load_loss, load_model, optimizer_from_spec
@@ -424,8 +423,9 @@ def cmd_fix(args: argparse.Namespace) -> int:
         timeout=o.timeout,
     )
     from pitstop.tune.fix import fix_report
+    from pitstop.tune.fix_progress import fix_progress
 
-    with status("pitstop fix", not args.quiet) as update:
+    with fix_progress(cfg.budget, not args.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
     from pitstop.tune.verdict_cache import record
 
@@ -448,9 +448,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
         ],
         rows,
     )
-    code = finish(report, args, blocks)
-    if result.patches and shows_tables(args):
-        print("".join(p.diff for p in result.patches))
+    code = finish(report, args, blocks)  # the diff is in the report, once (fix.summary's code)
     if o.apply:
         from pitstop.tune.apply import apply_all, verify
 

@@ -177,8 +177,7 @@ def fix_findings(result: FixResult) -> list[Finding]:
                     "speedup": result.speedup,
                     "interval": result.interval.to_dict() if result.interval else None,
                 },
-                fix="Apply the changes above (`pitstop fix --apply` writes them, asks first and keeps a "
-                "backup).",
+                fix="Apply this change (`pitstop fix --apply` writes it, asks first and keeps a backup).",
                 fix_code=code,
                 location=result.patch and f"{result.patch.path}:{result.patch.line}",
             )

@@ -57,8 +57,13 @@ def lr_schedule(start_lr: float, end_lr: float, num_steps: int) -> list[float]:
     return [start_lr * ratio ** (i / (num_steps - 1)) for i in range(num_steps)]
 
 
-def suggest(lrs: list[float], smoothed: list[float], skip_start: int = 3) -> dict[str, float | None]:
-    """Min-loss LR, steepest-descent LR (on log10 lr) and the OneCycle/Cyclic bounds derived from them."""
+def suggest(
+    lrs: list[float], smoothed: list[float], skip_start: int = 3, first_loss: float | None = None
+) -> dict[str, float | None]:
+    """Min-loss LR, steepest-descent LR (on log10 lr) and the OneCycle/Cyclic bounds derived from them.
+
+    No bounds when the test found no descent: the smoothed minimum lies in the first ``skip_start``
+    steps or is not below ``first_loss`` (the first logged loss), so the loss never fell as the LR grew."""
     pts = [(lr, s) for lr, s in zip(lrs, smoothed, strict=False) if math.isfinite(s)]
     out: dict[str, float | None] = dict.fromkeys(
         ("min_loss_lr", "steepest_lr", "suggested_max_lr", "cyclic_base_lr", "cyclic_max_lr")
@@ -67,6 +72,9 @@ def suggest(lrs: list[float], smoothed: list[float], skip_start: int = 3) -> dic
         return out
     i_min = min(range(len(pts)), key=lambda i: pts[i][1])
     out["min_loss_lr"] = pts[i_min][0]
+    first = pts[0][1] if first_loss is None or not math.isfinite(first_loss) else first_loss
+    if i_min < skip_start or pts[i_min][1] >= first:
+        return out
     lo = min(skip_start, max(0, i_min - 1))
     grads = [
         ((pts[i + 1][1] - pts[i][1]) / (math.log10(pts[i + 1][0]) - math.log10(pts[i][0])), i)
@@ -165,7 +173,7 @@ def lr_range_test(
         res.error = f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
     finally:
         saved.restore()
-    for k, v in suggest(res.lrs, res.smoothed).items():
+    for k, v in suggest(res.lrs, res.smoothed, first_loss=res.losses[0] if res.losses else None).items():
         setattr(res, k, v)
     return res
 
@@ -181,6 +189,21 @@ def lr_findings(res: LRResult) -> list[Finding]:
                 evidence=f"after {n} steps: {res.error}",
                 data={"steps": n, "error": res.error},
                 fix="Check the batch format and pass a loss function (--loss pkg.mod:fn, fn(model, batch) -> loss).",
+            )
+        ]
+    if res.suggested_max_lr is None and res.min_loss_lr is not None:  # a minimum, but no fall to it
+        low = min(v for v in res.smoothed if math.isfinite(v))
+        return [
+            Finding(
+                id="tune.lr.suggestion",
+                severity=Severity.WARN,
+                title="No descent found: the loss never fell as the LR grew, so no LR is suggested",
+                evidence=f"{n} steps from lr {res.lrs[0]:.3g} to {res.lrs[-1]:.3g} ({res.stop}); smoothed "
+                f"minimum {low:.4g} at lr {res.min_loss_lr:.3g}, first logged loss {res.losses[0]:.4g}: "
+                "the minimum is not a descent from the start",
+                data={"steps": n, "stop": res.stop, "min_smoothed": low, "first_loss": res.losses[0]},
+                fix="Start lower (--start-lr) so the test sees the loss fall, or check that the model "
+                "trains at all (labels, loss function, frozen parameters).",
             )
         ]
     if res.suggested_max_lr is None:

@@ -142,6 +142,7 @@ def lr_report(result: LRResult, meta: dict[str, Any] | None = None) -> tuple[Rep
             lr_plot_series(result),
             xlabel="log10(learning rate)",
             ylabel="loss",
+            zero=False,  # a loss: the axis spans the losses
         )
     ]
     return report, blocks
