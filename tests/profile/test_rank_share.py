@@ -31,11 +31,14 @@ def _state(rank: int, node: int, step: int = 3, **extra) -> dict:
             "current": None, "entered": step, **extra}  # fmt: skip
 
 
-def test_each_node_gets_the_other_nodes_states_then_their_records(tmp_path):
+def test_each_node_gets_the_other_nodes_states_then_their_records(tmp_path, monkeypatch):
+    monkeypatch.setattr(rank_share, "ACK_WAIT_S", 0.5)  # node b never copies: its acknowledgement won't come
     master = _store(master=True)
     a, b = _node(tmp_path, "a", 0, 0, master.port), _node(tmp_path, "b", 1, 1, master.port)
     a.publish_state(_state(0, 0))
     b.publish_state(_state(1, 1, step=5))
+    for node in (a, b):  # a set is not answered: a round trip on the same connection waits it out
+        node.store().num_keys()
     a.copy_states()
     b.copy_states()
     got = json.loads((tmp_path / "a" / "rank-1" / "state.json").read_text())
@@ -70,7 +73,7 @@ def test_a_record_that_never_comes_is_said_so_once_its_rank_went_silent(tmp_path
 def test_a_rank_still_publishing_is_waited_for(tmp_path, monkeypatch):
     """Rank 0 of a job runs its exit probes after the others ended: its record comes late."""
     monkeypatch.setattr(rank_share, "STALE_S", 0.5)
-    monkeypatch.setattr(rank_share, "EVERY_S", 0.1)
+    monkeypatch.setattr(rank_share, "ACK_WAIT_S", 0.5)
     master = _store(master=True)
     b = _node(tmp_path, "b", 1, 1, master.port)
     late = _node(tmp_path, "a", 0, 0, master.port)
