@@ -38,3 +38,69 @@ def bf16less_cpu(monkeypatch):
     monkeypatch.setattr(hardware, "_host_flags", lambda: AVX2_FLAGS)
     monkeypatch.setattr(matmul, "_timed", fake_timed)
     return calls
+
+
+class FakeWandbRun:
+    """What pitstop calls on a W&B run, recorded."""
+
+    def __init__(self) -> None:
+        self.name, self.logged, self.defined, self.summary = "fake-run", [], [], {}
+
+    def log(self, values: dict) -> None:
+        self.logged.append(values)
+
+    def define_metric(self, name: str, **kw) -> None:
+        self.defined.append((name, kw))
+
+
+class FakeWandbTable:
+    def __init__(self, columns: list, data: list) -> None:
+        self.columns, self.data = columns, data
+
+
+class FakeMlflowClient:
+    """What pitstop calls on an MLflow client, recorded: (method, run_id, payload)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+
+    def log_batch(self, run_id: str, metrics: list) -> None:
+        self.calls.append(("log_batch", run_id, list(metrics)))
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self.calls.append(("log_text", run_id, (artifact_file, text)))
+
+    def log_table(self, run_id: str, data: dict, artifact_file: str) -> None:
+        self.calls.append(("log_table", run_id, (artifact_file, data)))
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """A ``wandb`` module with an active run (``wandb.run``), installed in sys.modules; returns it."""
+    import sys
+    import types
+
+    mod = types.ModuleType("wandb")
+    mod.run = FakeWandbRun()
+    mod.Table = FakeWandbTable
+    monkeypatch.setitem(sys.modules, "wandb", mod)
+    return mod
+
+
+@pytest.fixture
+def fake_mlflow(monkeypatch):
+    """``mlflow`` and ``mlflow.entities`` modules with an active run ``run-1``; returns mlflow, whose
+    ``client`` is the one ``MlflowClient()`` gives."""
+    import collections
+    import sys
+    import types
+
+    mod, entities = types.ModuleType("mlflow"), types.ModuleType("mlflow.entities")
+    entities.Metric = collections.namedtuple("Metric", "key value timestamp step")
+    mod.entities, mod.client = entities, FakeMlflowClient()
+    mod.MlflowClient = lambda: mod.client
+    run = types.SimpleNamespace(info=types.SimpleNamespace(run_id="run-1"))
+    mod.active_run = lambda: run
+    monkeypatch.setitem(sys.modules, "mlflow", mod)
+    monkeypatch.setitem(sys.modules, "mlflow.entities", entities)
+    return mod

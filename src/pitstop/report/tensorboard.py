@@ -1,11 +1,11 @@
-"""``--tensorboard DIR``: a report where users already look, as TensorBoard event files.
+"""The TensorBoard sink: ``--tensorboard DIR``, ``Profiler(tensorboard=DIR)`` and the trainers' writers.
 
 Scalars: each step's time and its parts (``pitstop/step_ms/<part>``, x = the step's index, warm-up steps
 included and flagged by ``pitstop/warmup``), the mean step and its parts (``pitstop/mean_step_ms/...``),
-and each finding's measured cost per step (``pitstop/finding_cost_ms/<id>``). Text: the headline and the
-findings as a markdown table, in the report's order. Written with ``torch.utils.tensorboard``, which needs
-the ``tensorboard`` package: the optional ``[tensorboard]`` extra. Without it the option says how to
-install it instead of raising ImportError.
+the median step, steps/s and each finding's measured cost per step (``pitstop/finding_cost_ms/<id>``),
+at the export's step. Text: the headline and the findings as a markdown table, in the report's order.
+Written with ``torch.utils.tensorboard``, which needs the ``tensorboard`` package: the optional
+``[tensorboard]`` extra. Without it the option says how to install it instead of raising ImportError.
 """
 
 from __future__ import annotations
@@ -13,65 +13,67 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pitstop.findings import Report, by_area
-from pitstop.profile.headline import costed, headline
-from pitstop.profile.timeline import PART_LABELS, PARTS
-from pitstop.report.stacked import cost_text
+from pitstop.findings import Report
+from pitstop.report.export import ExportData, export_data
 
 INSTALL = "pip install 'pitstop[tensorboard]'"
 TAG = "pitstop"
 
 
-def unavailable() -> str | None:
-    """The message for ``--tensorboard`` where TensorBoard's writer cannot be imported, else None."""
+def unavailable(what: str = "--tensorboard") -> str | None:
+    """The message for ``what`` where TensorBoard's writer cannot be imported, else None."""
     try:
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:
-        return f"--tensorboard needs tensorboard: {INSTALL}"
+        return f"{what} needs tensorboard: {INSTALL}"
     return None
 
 
-def _key(label: str) -> str:
-    return label.replace(" ", "_").replace("-", "_")
+class TensorBoardSink:
+    """Writes into ``writer`` (a trainer's own ``SummaryWriter``: flushed, left open) or a new writer on
+    ``log_dir`` (closed after)."""
+
+    name = "TensorBoard"
+
+    def __init__(self, log_dir: str | Path | None = None, writer: Any = None) -> None:
+        if (log_dir is None) == (writer is None):
+            raise ValueError("give either log_dir or writer")
+        self.log_dir, self.writer = log_dir, writer
+
+    def write(self, data: ExportData, step: int) -> str:
+        if self.writer is not None:
+            _write(self.writer, data, step)
+            self.writer.flush()
+            return f"TensorBoard {getattr(self.writer, 'log_dir', '')}".rstrip()
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(self.log_dir))
+        try:
+            _write(writer, data, step)
+        finally:
+            writer.close()
+        return f"TensorBoard {self.log_dir}"
 
 
-def findings_markdown(report: Report) -> str:
-    """The findings as a markdown table (TensorBoard's text plugin renders it), the terminal's order."""
-    rows = ["| severity | finding | cost | title |", "| --- | --- | --- | --- |"]
-    for _, found in by_area(report.ranked()):
-        for f in found:
-            title = f.title.replace("|", "\\|").replace("\n", " ")
-            rows.append(f"| {f.severity} | `{f.id}` | {cost_text(f) or '–'} | {title} |")
-    return "\n".join(rows)
+def tensorboard_sink(log_dir: str | Path) -> TensorBoardSink | str:
+    """A sink writing under ``log_dir``, or why there is none (tensorboard not installed)."""
+    why = unavailable("the TensorBoard export")
+    return TensorBoardSink(log_dir) if why is None else f"{why} (skipped)"
+
+
+def _write(writer: Any, data: ExportData, step: int) -> None:
+    for row in data.steps:
+        for key, ms in row.ms.items():
+            writer.add_scalar(f"{TAG}/step_ms/{key}", ms, row.index)
+        writer.add_scalar(f"{TAG}/warmup", 1.0 if row.warmup else 0.0, row.index)
+    for key, value in data.summary.items():
+        writer.add_scalar(f"{TAG}/{key}", value, step)
+    if data.headline:
+        writer.add_text(f"{TAG}/headline", "  \n".join(data.headline), step)
+    writer.add_text(f"{TAG}/findings", data.markdown, step)
 
 
 def write_tensorboard(report: Report, log_dir: str | Path) -> Path:
     """Write the report's step breakdown and findings under ``log_dir``; returns it."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    out = Path(log_dir)
-    writer = SummaryWriter(log_dir=str(out))
-    try:
-        steps: list[dict[str, Any]] = list(report.sections.get("steps") or [])
-        for st in steps:
-            i = int(st.get("index", 0))
-            writer.add_scalar(f"{TAG}/step_ms/total", float(st.get("total_s") or 0.0) * 1e3, i)
-            for p in PARTS:
-                writer.add_scalar(f"{TAG}/step_ms/{_key(PART_LABELS[p])}", float(st.get(p) or 0.0) * 1e3, i)
-            writer.add_scalar(f"{TAG}/warmup", 1.0 if st.get("warmup") else 0.0, i)
-        bd = report.sections.get("breakdown") or {}
-        if bd.get("mean_step_s"):
-            writer.add_scalar(f"{TAG}/mean_step_ms/total", float(bd["mean_step_s"]) * 1e3, 0)
-            for p in PARTS:
-                writer.add_scalar(
-                    f"{TAG}/mean_step_ms/{_key(PART_LABELS[p])}", float(bd.get(p) or 0.0) * 1e3, 0
-                )
-        for f in costed(report):
-            writer.add_scalar(f"{TAG}/finding_cost_ms/{f.id}", float(f.est_saving_s or 0.0) * 1e3, 0)
-        lines = headline(report)
-        if lines:
-            writer.add_text(f"{TAG}/headline", "  \n".join(lines), 0)
-        writer.add_text(f"{TAG}/findings", findings_markdown(report), 0)
-    finally:
-        writer.close()
-    return out
+    TensorBoardSink(log_dir).write(export_data(report), 0)
+    return Path(log_dir)
