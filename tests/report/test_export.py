@@ -68,7 +68,10 @@ def test_wandb_sink_logs_each_step_on_its_own_axis_and_the_findings_as_a_table(f
     assert [d["pitstop/warmup"] for d in per_step] == [1, 1, 0, 0, 0, 0]
     assert final["pitstop/mean_step_ms/total"] == pytest.approx(1000.0)
     table = final["pitstop/findings"]
-    assert table.columns == list(COLUMNS) and [r[0] for r in table.data] == ["dataloader.workers", "precision.amp"]
+    assert table.columns == list(COLUMNS) and [r[0] for r in table.data] == [
+        "dataloader.workers",
+        "precision.amp",
+    ]
     assert run.summary["pitstop/headline"].startswith("Data wait is 90%")
     assert capsys.readouterr().err == ""
 
@@ -83,7 +86,10 @@ def test_mlflow_sink_logs_metrics_text_and_table_to_the_active_run(fake_mlflow):
     cost = next(m for m in metrics if m.key == "pitstop.finding_cost_ms.dataloader.workers")
     assert cost.step == 7 and cost.value == pytest.approx(900.0)
     texts = {p[0]: p[1] for name, _, p in calls if name == "log_text"}
-    assert "`dataloader.workers`" in texts["pitstop/findings.md"] and "Data wait" in texts["pitstop/headline.txt"]
+    assert (
+        "`dataloader.workers`" in texts["pitstop/findings.md"]
+        and "Data wait" in texts["pitstop/headline.txt"]
+    )
     ((path, table),) = [p for name, _, p in calls if name == "log_table"]
     assert path == "pitstop/findings.json" and table["id"] == ["dataloader.workers", "precision.amp"]
     assert table["ci_low_ms"] == [800.0, None]

@@ -4,7 +4,10 @@
 
 The report (the same findings as ``pitstop profile``) lands in ``trainer.log_dir`` as
 ``pitstop-profile.json`` / ``.html``, and the step breakdown (``pitstop/step_ms``, ``pitstop/data_wait_ms``
-..., ``pitstop/mfu`` when measured) goes to every logger the trainer has. Measures on global rank 0.
+..., ``pitstop/mfu`` when measured) goes to every logger the trainer has. The loggers that can hold more
+get the export of ``pitstop.report.export`` too (each step's parts, the findings table, the headline):
+``TensorBoardLogger`` (its ``SummaryWriter``), ``WandbLogger`` (its run), ``MLFlowLogger`` (its client and
+run id); ``export=False`` leaves it out. Measures on global rank 0.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.integrations.window import FitWindow, metrics_of
+from pitstop.report.export import Sink, export
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -29,13 +33,20 @@ class PitstopCallback(Callback):
     """Profile optimizer steps ``start_step`` .. ``stop_step`` (end exclusive) of ``trainer.fit``.
 
     stop: end the fit once the report is made (``trainer.should_stop``).
+    export: write the step breakdown and findings to the trainer's TensorBoard, W&B and MLflow loggers.
     """
 
     def __init__(
-        self, start_step: int = 5, stop_step: int = 35, *, probes: bool = True, stop: bool = False
+        self,
+        start_step: int = 5,
+        stop_step: int = 35,
+        *,
+        probes: bool = True,
+        stop: bool = False,
+        export: bool = True,
     ) -> None:
         self.window = FitWindow(start_step, stop_step, probes=probes)
-        self.stop = stop
+        self.stop, self.export = stop, export
 
     @property
     def report(self) -> Report | None:
@@ -68,8 +79,29 @@ class PitstopCallback(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
                 logger.save()
+        if report is not None and self.export:
+            export(report, logger_sinks(trainer.loggers), step=trainer.global_step)
         if self.stop:
             trainer.should_stop = True
+
+
+def logger_sinks(loggers: list[Any]) -> list[Sink | str]:
+    """A sink for each logger that has a TensorBoard writer, a W&B run or an MLflow run (known by class
+    name, subclasses included: the ``lightning`` and ``pytorch_lightning`` packages both have them)."""
+    from pitstop.report.mlflow_sink import mlflow_sink
+    from pitstop.report.tensorboard import TensorBoardSink
+    from pitstop.report.wandb_sink import wandb_sink
+
+    sinks: list[Sink | str] = []
+    for logger in loggers:
+        names = {c.__name__ for c in type(logger).__mro__}
+        if "TensorBoardLogger" in names:
+            sinks.append(TensorBoardSink(writer=logger.experiment))
+        elif "WandbLogger" in names:
+            sinks.append(wandb_sink(run=logger.experiment))
+        elif "MLFlowLogger" in names:
+            sinks.append(mlflow_sink(client=logger.experiment, run_id=logger.run_id))
+    return sinks
 
 
 def _log_dir(trainer: Any) -> str:

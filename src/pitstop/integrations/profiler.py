@@ -13,6 +13,10 @@ optimizer steps it stops measuring and training goes on untouched; with ``stop=T
 batch, as in the CLI; the model's parameters, buffers and gradients and the optimizers' state are saved
 before them and put back after, so training resumes where it was. One lasting effect remains: the host
 memory probe (CPU) leaves glibc malloc keeping freed memory mapped, as ``keep_host_memory`` does.
+
+Exports, only when asked: ``tensorboard=DIR`` writes the step breakdown and findings as TensorBoard event
+files, ``export=("wandb", "mlflow")`` logs them to the W&B / MLflow run already active
+(``pitstop.report.export``); a package not installed or no active run is said in one line.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pitstop.findings import Finding, Report, jsonable
 
 F = TypeVar("F", bound=Callable[..., Any])
+Tracker = Literal["wandb", "mlflow"]
+TRACKERS: tuple[Tracker, ...] = ("wandb", "mlflow")
 MAX_SAVED_BYTES = 4 << 30  # larger model+optimizer state: no probes (they would need a copy to undo)
 _active: list[Profiler] = []
 
@@ -38,6 +44,8 @@ class Profiler:
     stop:   raise ``StopProfiling`` after the measured steps (the block ends there) instead of training on.
     probes: run the measured what-ifs on exit (seconds, bounded); ``False`` for the bare timeline.
     label:  what the report calls the run (``meta.command``).
+    tensorboard: write the report as TensorBoard event files into this folder when the block ends.
+    export: also log it to the active run of these trackers (``"wandb"``, ``"mlflow"``).
     """
 
     def __init__(
@@ -48,10 +56,16 @@ class Profiler:
         stop: bool = False,
         probes: bool = True,
         label: str = "in-process",
+        tensorboard: str | Path | None = None,
+        export: Iterable[Tracker] = (),
     ) -> None:
         if steps < 1 or warmup < 0:
             raise ValueError("steps must be >= 1 and warmup >= 0")
         self.steps, self.warmup, self.stop, self.probes, self.label = steps, warmup, stop, probes, label
+        self.tensorboard = tensorboard
+        self.export = tuple(export)
+        if unknown := [t for t in self.export if t not in TRACKERS]:
+            raise ValueError(f"export takes {' and '.join(TRACKERS)}, not {', '.join(map(str, unknown))}")
         self._inst: Any = None
         self._t0 = 0.0
         self._report: Report | None = None
@@ -130,7 +144,21 @@ class Profiler:
         result = collect_data(spec, record, code, None, time.perf_counter() - self._t0)
         self._report = result.report()
         self.done = True
+        self._export(self._report)
         return self._report
+
+    def _export(self, report: Report) -> None:
+        """The exports asked for in the constructor (none by default)."""
+        from pitstop.report.export import Sink, export
+        from pitstop.report.mlflow_sink import mlflow_sink
+        from pitstop.report.tensorboard import tensorboard_sink
+        from pitstop.report.wandb_sink import wandb_sink
+
+        sinks: list[Sink | str] = []
+        if self.tensorboard is not None:
+            sinks.append(tensorboard_sink(self.tensorboard))
+        sinks += [wandb_sink() if t == "wandb" else mlflow_sink() for t in self.export]
+        export(report, sinks)
 
     @property
     def active(self) -> bool:

@@ -5,16 +5,21 @@
 The report (the same findings as ``pitstop profile``) lands in ``args.output_dir`` as
 ``pitstop-profile.json`` / ``.html``; the step breakdown (``pitstop/step_ms``, ``pitstop/data_wait_ms``
 ..., ``pitstop/mfu`` when measured) is added to the next log event, which every reporting integration
-(TensorBoard, W&B, ...) and ``state.log_history`` receive. Measures on the main process.
+(TensorBoard, W&B, ...) and ``state.log_history`` receive. The integrations in ``args.report_to`` that
+can hold more get the export of ``pitstop.report.export`` too (each step's parts, the findings table, the
+headline): ``tensorboard`` (the TensorBoard callback's writer, or a writer on its folder), ``wandb`` and
+``mlflow`` (their active runs); ``export=False`` leaves it out. Measures on the main process.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from pitstop.findings import Report
 from pitstop.integrations.window import FitWindow, metrics_of
+from pitstop.report.export import Sink, export
 
 try:
     from transformers import TrainerCallback
@@ -29,17 +34,25 @@ class PitstopCallback(TrainerCallback):
     """Profile optimizer steps ``start_step`` .. ``stop_step`` (end exclusive) of ``Trainer.train``.
 
     stop: end training once the report is made (``control.should_training_stop``).
+    export: write the step breakdown and findings to the TensorBoard, W&B and MLflow of ``report_to``.
 
     HF calls no callback when ``train()`` raises: call ``close(exc)`` then (e.g. in an ``except``) to
     remove the instrumentation and get the report of what was measured.
     """
 
     def __init__(
-        self, start_step: int = 5, stop_step: int = 35, *, probes: bool = True, stop: bool = False
+        self,
+        start_step: int = 5,
+        stop_step: int = 35,
+        *,
+        probes: bool = True,
+        stop: bool = False,
+        export: bool = True,
     ) -> None:
         self.window = FitWindow(start_step, stop_step, probes=probes)
-        self.stop = stop
+        self.stop, self.export = stop, export
         self.metrics: dict[str, float] = {}  # waiting for the next log event
+        self.handler: Any = None  # the Trainer's CallbackHandler: where the TensorBoard writer is
 
     @property
     def report(self) -> Report | None:
@@ -48,21 +61,22 @@ class PitstopCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero or self.window.measuring:
             return
-        _run_first(self, sys._getframe(1).f_locals.get("self"))
+        self.handler = sys._getframe(1).f_locals.get("self")
+        _run_first(self, self.handler)
         model = kwargs.get("model")
         self.window.begin(f"transformers: {type(model).__name__}")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         last = state.max_steps and state.global_step >= state.max_steps
         if self.window.ready or (last and self.window.measuring):
-            self._finish(args)
+            self._finish(args, state)
             control.should_log = bool(self.metrics)
             if self.stop:
                 control.should_training_stop = True
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._finish(args)
+        self._finish(args, state)
         if self.metrics:  # no log event is left in this run: keep them in the history at least
             state.log_history.append({**self.metrics, "step": state.global_step})
             self.metrics = {}
@@ -80,11 +94,36 @@ class PitstopCallback(TrainerCallback):
         """Finish now: instrumentation removed, report written to ``output_dir`` when given."""
         return self.window.end(output_dir, exc) if self.window.measuring else self.window.report
 
-    def _finish(self, args: Any) -> None:
+    def _finish(self, args: Any, state: Any) -> None:
         if not self.window.measuring:
             return
         report = self.window.end(args.output_dir)
         self.metrics = metrics_of(report) if report is not None else {}
+        if report is not None and self.export:
+            export(report, report_to_sinks(args, self.handler), step=state.global_step)
+
+
+def report_to_sinks(args: Any, handler: Any = None) -> list[Sink | str]:
+    """A sink for each of ``args.report_to`` that pitstop exports to (tensorboard, wandb, mlflow)."""
+    from pitstop.report.mlflow_sink import mlflow_sink
+    from pitstop.report.tensorboard import TensorBoardSink, tensorboard_sink
+    from pitstop.report.wandb_sink import wandb_sink
+
+    report_to = args.report_to if isinstance(args.report_to, list | tuple) else [args.report_to]
+    sinks: list[Sink | str] = []
+    if "tensorboard" in report_to:
+        callbacks = getattr(handler, "callbacks", None) or []
+        tb = next((c for c in callbacks if type(c).__name__ == "TensorBoardCallback"), None)
+        if getattr(tb, "tb_writer", None) is not None:
+            sinks.append(TensorBoardSink(writer=tb.tb_writer))  # type: ignore[union-attr]
+        else:  # the folder HF's TensorBoard callback writes to (older releases: args.logging_dir)
+            log_dir = getattr(tb, "logging_dir", None) or getattr(args, "logging_dir", None)
+            sinks.append(tensorboard_sink(log_dir or os.path.join(args.output_dir, "runs")))
+    if "wandb" in report_to:
+        sinks.append(wandb_sink())
+    if "mlflow" in report_to:
+        sinks.append(mlflow_sink())
+    return sinks
 
 
 def _run_first(cb: PitstopCallback, handler: Any) -> None:
