@@ -230,6 +230,38 @@ def test_interrupt_keeps_what_was_measured():
     assert r.chosen.num_workers == 2
 
 
+def test_each_new_point_is_handed_on_as_the_result_so_far():
+    import json
+
+    from pitstop.tune.reports import loader_report
+
+    calls: list[LoaderSetting] = []
+    inner = fake_measure({w: 10.0 + w for w in range(9)}, calls)
+
+    def measure(s: LoaderSetting) -> LoaderPoint:
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return inner(s)
+
+    seen: list[dict] = []
+    cfg = TuneConfig(max_workers=8)
+    r = tune_loader(
+        object(),
+        {"batch_size": 4},
+        cfg,
+        measure=measure,
+        on_point=lambda so_far: seen.append(so_far.to_dict()),
+    )
+    # each new point, then each new best: the last one holds the setting the interrupted search chose
+    assert sorted({len(d["points"]) for d in seen}) == [1, 2, 3] and all(d["interrupted"] for d in seen)
+    last = LoaderTuneResult.from_dict(json.loads(json.dumps(seen[-1])))  # as the script-mode file holds it
+    assert last.chosen == r.chosen and [p.setting for p in last.points] == [p.setting for p in r.points]
+    assert last.speedup == pytest.approx(12 / 10)
+    report, _ = loader_report(last)
+    assert report.meta["interrupted"] and report.error.startswith("interrupted: the report holds the points")
+    assert report.findings[0].id == "tune.loader.best"
+
+
 def test_result_round_trips_through_json():
     import json
 

@@ -109,6 +109,7 @@ class LoaderTuneResult:
 
 MeasureFn = Callable[[LoaderSetting], LoaderPoint]
 ProgressFn = Callable[[str], None]
+PointFn = Callable[[LoaderTuneResult], None]
 
 
 def default_max_workers(cap: int) -> int:
@@ -165,6 +166,7 @@ class _Sweep:
         self.points: dict[LoaderSetting, LoaderPoint] = {}
         self.order: list[LoaderPoint] = []
         self.best: LoaderPoint | None = None
+        self.on_point: Callable[[], None] | None = None  # after each new point and each new best
 
     def get(self, setting: LoaderSetting, role: str) -> LoaderPoint:
         setting = setting.normalized()
@@ -180,7 +182,12 @@ class _Sweep:
             p.role = role
         self.points[setting] = p
         self.order.append(p)
+        self.changed()
         return p
+
+    def changed(self) -> None:
+        if self.on_point is not None:
+            self.on_point()
 
     def consider(self, p: LoaderPoint) -> bool:
         """Adopt ``p`` as best when it beats the best by min_gain. Returns whether it did."""
@@ -188,6 +195,7 @@ class _Sweep:
             return False
         if self.best is None or p.batches_per_s > self.best.batches_per_s * (1 + self.cfg.min_gain):  # type: ignore[operator]
             self.best = p
+            self.changed()
             return True
         return False
 
@@ -200,11 +208,13 @@ def tune_loader(
     measure: MeasureFn | None = None,
     progress: ProgressFn | None = None,
     location: str | None = None,
+    on_point: PointFn | None = None,
 ) -> LoaderTuneResult:
     """Find the fastest DataLoader setting for ``dataset`` by measuring; ``base_kwargs`` is the script's own
     DataLoader(...) keywords (its num_workers etc. are the baseline), ``location`` its file:line.
-    ``measure`` replaces the real
-    measurement (tests); Ctrl-C returns what was measured so far with ``interrupted=True``.
+    ``measure`` replaces the real measurement (tests); Ctrl-C returns what was measured so far with
+    ``interrupted=True``. ``on_point`` gets that result (the points so far, ``interrupted=True``) after
+    each new point, for a caller that may be killed before this returns (script mode).
     """
     cfg = config or TuneConfig()
     base_kwargs = dict(base_kwargs or {})
@@ -224,6 +234,14 @@ def tune_loader(
         return measure_setting(dataset, s, base_kwargs, cfg.measure)
 
     sweep = _Sweep(measure or real_measure, cfg, progress)
+    if on_point is not None:
+
+        def so_far() -> None:
+            now = sweep.best.setting if sweep.best is not None else baseline
+            rates = _point_rates(sweep, baseline, now)
+            on_point(_result(sweep, baseline, now, findings, rates, True, location, max_w, meta))
+
+        sweep.on_point = so_far
 
     method = start_method(base_kwargs) if measure is None else "fork"
     meta["start_method"] = method
@@ -291,32 +309,58 @@ def tune_loader(
             base_rate, chosen_rate, speedup = _confirm(sweep, baseline, chosen, cfg, progress, meta)
         except KeyboardInterrupt:
             interrupted = True
+    rates = (base_rate, chosen_rate, speedup)
     if speedup is None:
-        bp, cp = sweep.points.get(baseline.normalized()), sweep.points.get(chosen.normalized())
-        if bp and cp and bp.ok and cp.ok:
-            base_rate, chosen_rate = bp.batches_per_s, cp.batches_per_s
-            speedup = chosen_rate / base_rate  # type: ignore[operator]
+        rates = _point_rates(sweep, baseline, chosen)
+    sweep.on_point = None
+    return _result(sweep, baseline, chosen, findings, rates, interrupted, location, max_w, meta)
 
-    findings.extend(sweep_findings(sweep.order))
+
+Rates = tuple[float | None, float | None, float | None]  # baseline, chosen batches/s; speed-up
+
+
+def _point_rates(sweep: _Sweep, baseline: LoaderSetting, chosen: LoaderSetting) -> Rates:
+    """The speed-up from the sweep's own points of the two settings (no confirmation rounds)."""
+    bp, cp = sweep.points.get(baseline.normalized()), sweep.points.get(chosen.normalized())
+    if bp and cp and bp.ok and cp.ok:
+        return bp.batches_per_s, cp.batches_per_s, cp.batches_per_s / bp.batches_per_s  # type: ignore[operator]
+    return None, None, None
+
+
+def _result(
+    sweep: _Sweep,
+    baseline: LoaderSetting,
+    chosen: LoaderSetting,
+    findings: list[Finding],
+    rates: Rates,
+    interrupted: bool,
+    location: str | None,
+    max_w: int,
+    meta: dict[str, Any],
+) -> LoaderTuneResult:
+    """The result of the points measured so far: the best-setting finding first, then ``findings`` and
+    the sweep's own (``findings`` and ``meta`` are not changed)."""
+    base_rate, chosen_rate, speedup = rates
     iv = Interval(**meta["confirm_interval"]) if meta.get("confirm_interval") else None
-    findings.insert(
-        0,
-        best_finding(
-            baseline,
-            chosen,
-            base_rate,
-            chosen_rate,
-            speedup,
-            location,
-            cfg,
-            interval=iv,
-            workers_basis=(meta.get("workers_choice") or {}).get("basis"),
-        ),
+    best = best_finding(
+        baseline,
+        chosen,
+        base_rate,
+        chosen_rate,
+        speedup,
+        location,
+        sweep.cfg,
+        interval=iv,
+        workers_basis=(meta.get("workers_choice") or {}).get("basis"),
     )
-    meta["points_measured"] = sum(1 for p in sweep.order if not p.reason.startswith("predicted"))
-    meta["exhaustive_worker_points"] = len(worker_candidates(max_w))
+    meta = {
+        **meta,
+        "points_measured": sum(1 for p in sweep.order if not p.reason.startswith("predicted")),
+        "exhaustive_worker_points": len(worker_candidates(max_w)),
+    }
+    found = [best, *findings, *sweep_findings(sweep.order)]
     return LoaderTuneResult(
-        baseline, chosen, sweep.order, findings, speedup, base_rate, chosen_rate, interrupted, meta
+        baseline, chosen, list(sweep.order), found, speedup, base_rate, chosen_rate, interrupted, meta
     )
 
 
@@ -380,6 +424,7 @@ def _pick_workers(
     )
     # not on the curve only when no count at or under the cap was measured: then the fewest measured
     sweep.best = curve.get(choice.workers) or curve[min(curve)]
+    sweep.changed()
     meta["workers_choice"] = {
         "workers": sweep.best.setting.num_workers if sweep.best else None,
         "cap": choice.cap,

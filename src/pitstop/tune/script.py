@@ -29,7 +29,8 @@ def run_callback(
 ) -> tuple[Any, str | None]:
     """Run the script with the ``what`` callback; (callback result or None, error text or None). A run
     Ctrl-C or SIGTERM stopped before the callback returned gives what the tuner wrote to its partial
-    file so far (the batch-size search writes one after every size), marked interrupted."""
+    file so far (the batch-size search writes one after every size, the loader tuner after every
+    point), marked interrupted."""
     from pitstop.profile.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory(prefix="pitstop-tune-") as tmp:
@@ -78,7 +79,9 @@ def loader_callback(captured: Any) -> dict[str, Any]:
     cap = captured.loaders[0]
     base = {k: v for k, v in cap.kwargs.items() if k != "dataset"}
     cfg = tune_config_from_dict(_args().get("tune_config") or {})
-    result = tune_loader(cap.dataset, base, cfg, progress=_say, location=cap.location)
+    result = tune_loader(
+        cap.dataset, base, cfg, progress=_say, location=cap.location, on_point=_write_partial
+    )
     return result.to_dict()
 
 
@@ -148,7 +151,8 @@ def batch_size_callback(captured: Any) -> dict[str, Any]:
 
 
 def _write_partial(result: Any) -> None:
-    """The sizes measured so far, for the parent should the script be killed mid-size."""
+    """What was measured so far (sizes, loader points), for the parent should the script be killed
+    mid-measurement."""
     from pitstop.report.jsonfmt import atomic_write_text
 
     path = os.environ.get(PARTIAL_ENV)
