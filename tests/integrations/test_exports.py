@@ -1,6 +1,7 @@
-"""Exports from where users train (issue 34): ``Profiler(tensorboard=..., export=...)``, the Lightning
-callback into the trainer's loggers, the HF callback into ``report_to``. TensorBoard is read back with
-its EventAccumulator; W&B and MLflow are fake modules whose calls are checked."""
+"""Exports from where users train (issue 34): ``Profiler(tensorboard=..., export=...)``, and which sinks
+the Lightning loggers and HF's ``report_to`` give (the fits that export are in test_lightning.py and
+test_transformers.py). TensorBoard is read back with its EventAccumulator; W&B and MLflow are fake
+modules whose calls are checked."""
 
 from __future__ import annotations
 
@@ -85,9 +86,6 @@ def test_profiler_export_without_wandb_or_a_run_is_one_line_each(
     assert len(err) == 2 and "wandb is not installed" in err[0] and "no active run" in err[1]
 
 
-# ---------------------------------------------------------------------------------------------- Lightning
-
-
 def test_lightning_loggers_map_to_their_sinks(fake_wandb, fake_mlflow):
     pytest.importorskip("lightning.pytorch")
     from pitstop.integrations.lightning import logger_sinks
@@ -104,54 +102,6 @@ def test_lightning_loggers_map_to_their_sinks(fake_wandb, fake_mlflow):
     assert isinstance(tb, TensorBoardSink) and tb.writer is writer
     assert isinstance(wb, WandbSink) and wb.run is run
     assert isinstance(ml, MlflowSink) and (ml.client, ml.run_id) == (client, "lg-run")
-
-
-@pytest.mark.slow
-def test_lightning_callback_exports_into_the_trainers_tensorboard_logger(tmp_path, slow_dataset, unpatched):
-    L = pytest.importorskip("lightning.pytorch")
-    pytest.importorskip("tensorboard")
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    from pitstop.integrations.lightning import PitstopCallback
-
-    class Tiny(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Linear(8, 2)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return nn.functional.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-        def train_dataloader(self):
-            return DataLoader(slow_dataset(n=64), batch_size=4)
-
-    cb = PitstopCallback(start_step=2, stop_step=6, probes=False)
-    logger = TensorBoardLogger(tmp_path, name="tb")
-    trainer = L.Trainer(
-        max_steps=8,
-        accelerator="cpu",
-        devices=1,
-        callbacks=[cb],
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Tiny())
-    n = len(cb.report.sections["steps"])
-    acc = events(logger.log_dir)
-    assert [e.step for e in acc.Scalars("pitstop/step_ms/data_wait")] == list(range(n))
-    # the summary at the trainer's step, where the metrics logged as before are
-    assert acc.Scalars("pitstop/steps_per_s")[0].step == acc.Scalars("pitstop/step_ms")[0].step >= 6
-    assert "`dataloader.workers`" in text(acc, "pitstop/findings")
-    assert "Data wait" in text(acc, "pitstop/headline")
-
-
-# ------------------------------------------------------------------------------------------- HF Trainer
 
 
 def test_hf_report_to_maps_to_sinks(request):
@@ -175,49 +125,3 @@ def test_hf_report_to_maps_to_sinks(request):
     (own,) = report_to_sinks(types.SimpleNamespace(report_to="tensorboard", output_dir="out"))
     assert own.log_dir == os.path.join("out", "runs")
     assert report_to_sinks(types.SimpleNamespace(report_to=[], output_dir="out")) == []
-
-
-@pytest.mark.slow
-def test_hf_callback_exports_into_the_tensorboard_of_report_to(
-    tmp_path, slow_dataset, unpatched, monkeypatch
-):
-    pytest.importorskip("tensorboard")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    transformers = pytest.importorskip("transformers")
-    from pitstop.integrations.transformers import PitstopCallback
-
-    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
-    data = slow_dataset(n=64)
-
-    class Rows(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(data)
-
-        def __getitem__(self, i):
-            x, y = data[i]
-            return {"x": x, "labels": y}
-
-    class Model(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Linear(8, 2)
-
-        def forward(self, x, labels):
-            return {"loss": nn.functional.cross_entropy(self.net(x), labels)}
-
-    cb = PitstopCallback(start_step=2, stop_step=6, probes=False)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=8,
-        per_device_train_batch_size=4,
-        report_to=["tensorboard"],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        remove_unused_columns=False,
-    )
-    transformers.Trainer(model=Model(), args=args, train_dataset=Rows(), callbacks=[cb]).train()
-    n = len(cb.report.sections["steps"])
-    acc = events(tmp_path / "tb")
-    assert [e.step for e in acc.Scalars("pitstop/step_ms/data_wait")] == list(range(n))
-    assert "`dataloader.workers`" in text(acc, "pitstop/findings")

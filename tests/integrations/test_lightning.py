@@ -113,3 +113,23 @@ def test_a_fit_with_the_callback_and_its_probes_trains_the_same_weights(tmp_path
     assert with_cb.keys() == without.keys()
     assert all(torch.equal(with_cb[k], without[k]) for k in with_cb)
     assert (tmp_path / "pitstop-profile.json").exists()  # no logger: the trainer's root dir
+
+
+@pytest.mark.slow
+def test_exports_into_the_trainers_tensorboard_logger(tmp_path, slow_dataset, unpatched):
+    pytest.importorskip("tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cb = PitstopCallback(start_step=2, stop_step=6, probes=False)
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    fit(tmp_path, cb, max_steps=8, logger=logger).fit(Tiny(slow_dataset(n=64)))
+    n = len(cb.report.sections["steps"])
+    acc = EventAccumulator(logger.log_dir)
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("pitstop/step_ms/data_wait")] == list(range(n))
+    # the summary at the trainer's step, where the metrics logged as before are
+    assert acc.Scalars("pitstop/steps_per_s")[0].step == acc.Scalars("pitstop/step_ms")[0].step >= 6
+    texts = {tag: acc.Tensors(tag)[-1].tensor_proto.string_val[0].decode() for tag in acc.Tags()["tensors"]}
+    assert "`dataloader.workers`" in texts["pitstop/findings/text_summary"]
+    assert "Data wait" in texts["pitstop/headline/text_summary"]

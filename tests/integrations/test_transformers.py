@@ -45,7 +45,7 @@ class Seen(TrainerCallback):
         self.logs.append(dict(logs or {}))
 
 
-def make_trainer(tmp_path, callbacks, max_steps, dataset):
+def make_trainer(tmp_path, callbacks, max_steps, dataset, report_to=()):
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
     args = TrainingArguments(
         output_dir=str(tmp_path),
@@ -53,7 +53,7 @@ def make_trainer(tmp_path, callbacks, max_steps, dataset):
         per_device_train_batch_size=4,
         logging_steps=1000,
         save_strategy="no",
-        report_to=[],
+        report_to=list(report_to),
         use_cpu=True,
         dataloader_num_workers=0,
         disable_tqdm=True,
@@ -111,3 +111,22 @@ def test_after_train_raises_close_removes_the_instrumentation(tmp_path, slow_dat
     report = cb.close(info.value)
     assert report.meta["status"] == "error" and "boom at step 3" in report.error
     assert report.meta["measured_steps"] >= 1
+
+
+@pytest.mark.slow
+def test_exports_into_the_tensorboard_of_report_to(tmp_path, slow_dataset, unpatched, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # HF's TensorBoard callback's folder
+    cb = PitstopCallback(start_step=2, stop_step=6, probes=False)
+    trainer = make_trainer(
+        tmp_path, [cb], max_steps=8, dataset=Tokens(slow_dataset), report_to=["tensorboard"]
+    )
+    trainer.train()
+    n = len(cb.report.sections["steps"])
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("pitstop/step_ms/data_wait")] == list(range(n))
+    assert "pitstop/findings/text_summary" in acc.Tags()["tensors"]
+    assert "train/pitstop/step_ms" in acc.Tags()["scalars"]  # the log event's metrics, through HF's callback

@@ -215,22 +215,7 @@ def test_memory_prediction_rejects_settings_that_would_exhaust_ram():
     assert f.severity is Severity.WARN and "workers=3" in f.evidence
 
 
-def test_interrupt_keeps_what_was_measured():
-    calls: list[LoaderSetting] = []
-    inner = fake_measure({w: 10.0 + w for w in range(9)}, calls)
-
-    def measure(s: LoaderSetting) -> LoaderPoint:
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return inner(s)
-
-    r = tune_loader(object(), {"batch_size": 4}, TuneConfig(max_workers=8), measure=measure)
-    assert r.interrupted
-    assert [p.setting.num_workers for p in r.points] == [0, 1, 2]
-    assert r.chosen.num_workers == 2
-
-
-def test_each_new_point_is_handed_on_as_the_result_so_far():
+def test_interrupt_keeps_what_was_measured_and_each_point_was_handed_on():
     import json
 
     from pitstop.tune.reports import loader_report
@@ -243,7 +228,7 @@ def test_each_new_point_is_handed_on_as_the_result_so_far():
             raise KeyboardInterrupt
         return inner(s)
 
-    seen: list[dict] = []
+    seen: list[dict] = []  # what script mode writes for the parent, should the script be killed
     cfg = TuneConfig(max_workers=8)
     r = tune_loader(
         object(),
@@ -252,9 +237,12 @@ def test_each_new_point_is_handed_on_as_the_result_so_far():
         measure=measure,
         on_point=lambda so_far: seen.append(so_far.to_dict()),
     )
+    assert r.interrupted
+    assert [p.setting.num_workers for p in r.points] == [0, 1, 2]
+    assert r.chosen.num_workers == 2
     # each new point, then each new best: the last one holds the setting the interrupted search chose
     assert sorted({len(d["points"]) for d in seen}) == [1, 2, 3] and all(d["interrupted"] for d in seen)
-    last = LoaderTuneResult.from_dict(json.loads(json.dumps(seen[-1])))  # as the script-mode file holds it
+    last = LoaderTuneResult.from_dict(json.loads(json.dumps(seen[-1])))
     assert last.chosen == r.chosen and [p.setting for p in last.points] == [p.setting for p in r.points]
     assert last.speedup == pytest.approx(12 / 10)
     report, _ = loader_report(last)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pitstop.findings import Report
-from pitstop.integrations.window import FitWindow, metrics_of
+from pitstop.integrations.window import WindowCallback, metrics_of
 from pitstop.report.export import Sink, export
 
 try:
@@ -29,28 +28,13 @@ except ImportError:  # the older package name
         ) from e
 
 
-class PitstopCallback(Callback):
+class PitstopCallback(WindowCallback, Callback):
     """Profile optimizer steps ``start_step`` .. ``stop_step`` (end exclusive) of ``trainer.fit``.
 
     stop: end the fit once the report is made (``trainer.should_stop``).
     export: write the step breakdown and findings to the trainer's TensorBoard, W&B and MLflow loggers.
+    probes: run the measured what-ifs when the window ends.
     """
-
-    def __init__(
-        self,
-        start_step: int = 5,
-        stop_step: int = 35,
-        *,
-        probes: bool = True,
-        stop: bool = False,
-        export: bool = True,
-    ) -> None:
-        self.window = FitWindow(start_step, stop_step, probes=probes)
-        self.stop, self.export = stop, export
-
-    @property
-    def report(self) -> Report | None:
-        return self.window.report
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # before the trainer builds optimizers and loaders, so they are seen as they are constructed

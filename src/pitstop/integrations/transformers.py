@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from pitstop.findings import Report
-from pitstop.integrations.window import FitWindow, metrics_of
+from pitstop.integrations.window import WindowCallback, metrics_of
 from pitstop.report.export import Sink, export
 
 try:
@@ -30,33 +30,21 @@ except ImportError as e:
     ) from e
 
 
-class PitstopCallback(TrainerCallback):
+class PitstopCallback(WindowCallback, TrainerCallback):
     """Profile optimizer steps ``start_step`` .. ``stop_step`` (end exclusive) of ``Trainer.train``.
 
     stop: end training once the report is made (``control.should_training_stop``).
     export: write the step breakdown and findings to the TensorBoard, W&B and MLflow of ``report_to``.
+    probes: run the measured what-ifs when the window ends.
 
     HF calls no callback when ``train()`` raises: call ``close(exc)`` then (e.g. in an ``except``) to
     remove the instrumentation and get the report of what was measured.
     """
 
-    def __init__(
-        self,
-        start_step: int = 5,
-        stop_step: int = 35,
-        *,
-        probes: bool = True,
-        stop: bool = False,
-        export: bool = True,
-    ) -> None:
-        self.window = FitWindow(start_step, stop_step, probes=probes)
-        self.stop, self.export = stop, export
+    def __init__(self, start_step: int = 5, stop_step: int = 35, **options: bool) -> None:
+        super().__init__(start_step, stop_step, **options)  # probes, stop, export: WindowCallback's
         self.metrics: dict[str, float] = {}  # waiting for the next log event
         self.handler: Any = None  # the Trainer's CallbackHandler: where the TensorBoard writer is
-
-    @property
-    def report(self) -> Report | None:
-        return self.window.report
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero or self.window.measuring:

@@ -1,5 +1,6 @@
 """What the Lightning and HF Trainer callbacks share: profile optimizer steps N..M of a fit, write the
-report next to the trainer's logs, and turn it into scalar metrics for the trainer's logger."""
+report next to the trainer's logs, turn it into scalar metrics for the trainer's logger, and the options
+both take (``WindowCallback``)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,29 @@ class FitWindow:
                 write_html(self.report, base.with_suffix(".html"), html_blocks(self.report)),
             ]
         return self.report
+
+
+class WindowCallback:
+    """The options of both callbacks: profile optimizer steps ``start_step`` .. ``stop_step`` (end
+    exclusive) of the fit.
+
+    probes: run the measured what-ifs when the window ends (seconds, bounded).
+    stop:   end the fit once the report is made.
+    export: write the step breakdown and findings to the trainer's TensorBoard, W&B and MLflow loggers.
+    """
+
+    def __init__(
+        self,
+        start_step: int = 5,
+        stop_step: int = 35,
+        *,
+        probes: bool = True,
+        stop: bool = False,
+        export: bool = True,
+    ) -> None:
+        self.window = FitWindow(start_step, stop_step, probes=probes)
+        self.stop, self.export = stop, export
+
+    @property
+    def report(self) -> Report | None:
+        return self.window.report
