@@ -39,11 +39,11 @@ from pitstop.tune.loader_measure import (
     MeasureConfig,
     measure_setting,
     picklable,
+    predict_rejection,
     setting_from_kwargs,
     start_method,
 )
-from pitstop.tune.memwatch import MemLimits, ram_available, shm_free
-from pitstop.units import MiB
+from pitstop.tune.memwatch import MemLimits
 
 WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -110,6 +110,7 @@ class LoaderTuneResult:
 MeasureFn = Callable[[LoaderSetting], LoaderPoint]
 ProgressFn = Callable[[str], None]
 PointFn = Callable[[LoaderTuneResult], None]
+Rates = tuple[float | None, float | None, float | None]  # baseline, chosen batches/s; speed-up
 
 
 def default_max_workers(cap: int) -> int:
@@ -123,39 +124,6 @@ def worker_candidates(max_workers: int) -> list[int]:
     if max_workers not in ladder:
         ladder.append(max_workers)
     return sorted(ladder)
-
-
-def predict_rejection(
-    setting: LoaderSetting, measured: list[LoaderPoint], limits: MemLimits, safety: float
-) -> str | None:
-    """Reason this setting would exhaust RAM or /dev/shm, predicted from points already measured."""
-    s = setting.normalized()
-    if s.num_workers == 0:
-        return None
-    ok = [p for p in measured if p.ok]
-    uss = [p.worker_uss for p in ok if p.worker_uss]
-    per_worker = max(uss) if uss else None
-    sized = [p.batch_bytes for p in ok if p.batch_bytes and p.setting.batch_size == s.batch_size]
-    bbytes = max(sized) if sized else None
-    if per_worker is not None:
-        need = s.num_workers * per_worker + (s.num_workers * (s.prefetch_factor or 2) * (bbytes or 0))
-        avail = ram_available(limits)
-        if need > safety * avail:
-            return (
-                f"predicted {need / MiB:.0f} MiB for {s.num_workers} workers "
-                f"({per_worker / MiB:.0f} MiB unique memory each, measured) > {safety:.0%} of "
-                f"{avail / MiB:.0f} MiB available RAM"
-            )
-    if bbytes is not None:
-        in_flight = s.num_workers * (s.prefetch_factor or 2) * bbytes
-        free = shm_free(limits)
-        if free is not None and in_flight > safety * free:
-            return (
-                f"predicted {in_flight / MiB:.0f} MiB of batches in flight in /dev/shm "
-                f"({s.num_workers} workers x prefetch {s.prefetch_factor} x {bbytes / MiB:.1f} MiB per batch, "
-                f"measured) > {safety:.0%} of {free / MiB:.0f} MiB free"
-            )
-    return None
 
 
 class _Sweep:
@@ -234,26 +202,15 @@ def tune_loader(
         return measure_setting(dataset, s, base_kwargs, cfg.measure)
 
     sweep = _Sweep(measure or real_measure, cfg, progress)
-    if on_point is not None:
+    if on_point is not None:  # max_w read when called: an unpicklable dataset lowers it below
+        sweep.on_point = lambda: on_point(_so_far(sweep, baseline, findings, location, max_w, meta))
 
-        def so_far() -> None:
-            now = sweep.best.setting if sweep.best is not None else baseline
-            rates = _point_rates(sweep, baseline, now)
-            on_point(_result(sweep, baseline, now, findings, rates, True, location, max_w, meta))
-
-        sweep.on_point = so_far
-
-    method = start_method(base_kwargs) if measure is None else "fork"
-    meta["start_method"] = method
     if measure is None:
-        ok_pickle, why = picklable(dataset)
-        if not ok_pickle:
-            findings.append(unpicklable_finding(why, method))
-            if method != "fork":
-                max_w = 0  # workers cannot start: only num_workers=0 is measured
-
-    if measure is None and _is_iterable(dataset):
-        findings.append(iterable_finding(dataset))
+        meta["start_method"] = start_method(base_kwargs)
+        if not _dataset_findings(dataset, meta["start_method"], findings):
+            max_w = 0  # workers cannot start: only num_workers=0 is measured
+    else:
+        meta["start_method"] = "fork"
 
     interrupted = False
     chosen = baseline
@@ -264,59 +221,93 @@ def tune_loader(
             return LoaderTuneResult(baseline, baseline, sweep.order, findings, None, None, None, False, meta)
         sweep.consider(base_point)
 
-        # 1-2. num_workers: the measured curve and recipes.workers' pick from it.
-        _worker_curve(sweep, replace(baseline, prefetch_factor=None), max_w, machine, meta)
-        best = sweep.best
-        # 3. prefetch depth at the best worker count.
-        if best is not None and best.setting.num_workers > 0:
-            for pf in cfg.prefetch_factors:
-                sweep.consider(sweep.get(replace(best.setting, prefetch_factor=pf), "prefetch"))
-        best = sweep.best
-        chosen = best.setting if best is not None else baseline
+        def persistent(chosen: LoaderSetting, best: LoaderPoint | None) -> Finding | None:
+            return persistent_finding(dataset, base_kwargs, chosen, best) if measure is None else None
 
-        # 4. persistent_workers: the per-epoch worker start-up it saves, measured.
-        if chosen.num_workers > 0 and not chosen.persistent_workers and measure is None:
-            f = persistent_finding(dataset, base_kwargs, chosen, best)
-            if f is not None:
-                findings.append(f)
-                if f.data.get("recommend"):
-                    chosen = replace(chosen, persistent_workers=True)
-
-        # 5. batch sizes, if asked: reported, not chosen (batch size changes the optimisation too).
-        for bs in cfg.batch_sizes:
-            sweep.get(replace(chosen, batch_size=bs), "batch_size")
+        chosen = _search(sweep, baseline, max_w, machine, meta, findings, persistent)
     except KeyboardInterrupt:
         interrupted = True
         if sweep.best is not None:
             chosen = sweep.best.setting
 
+    rates: Rates = (None, None, None)
     if not interrupted:
         try:
             pin = pin_memory_finding(
                 base_kwargs, chosen, dataset if measure is None else None, cfg, measure_setting
             )
-        except KeyboardInterrupt:
-            interrupted = True
-        else:
             findings.append(pin)
             if pin.data.get("recommend"):
                 chosen = replace(chosen, pin_memory=True)
-
-    # 6. confirm: baseline and chosen again, interleaved, for the speed-up.
-    base_rate = chosen_rate = speedup = None
-    if not interrupted:
-        try:
-            base_rate, chosen_rate, speedup = _confirm(sweep, baseline, chosen, cfg, progress, meta)
+            # 6. confirm: baseline and chosen again, interleaved, for the speed-up.
+            rates = _confirm(sweep, baseline, chosen, cfg, progress, meta)
         except KeyboardInterrupt:
             interrupted = True
-    rates = (base_rate, chosen_rate, speedup)
-    if speedup is None:
+    if rates[2] is None:
         rates = _point_rates(sweep, baseline, chosen)
     sweep.on_point = None
     return _result(sweep, baseline, chosen, findings, rates, interrupted, location, max_w, meta)
 
 
-Rates = tuple[float | None, float | None, float | None]  # baseline, chosen batches/s; speed-up
+def _dataset_findings(dataset: Any, method: str, findings: list[Finding]) -> bool:
+    """Add what the dataset itself rules out (not picklable, iterable); returns whether workers can
+    start (an unpicklable dataset cannot reach spawn/forkserver workers)."""
+    workers_ok = True
+    ok_pickle, why = picklable(dataset)
+    if not ok_pickle:
+        findings.append(unpicklable_finding(why, method))
+        workers_ok = method == "fork"
+    if _is_iterable(dataset):
+        findings.append(iterable_finding(dataset))
+    return workers_ok
+
+
+def _search(
+    sweep: _Sweep,
+    baseline: LoaderSetting,
+    max_w: int,
+    machine: WorkerMachine,
+    meta: dict[str, Any],
+    findings: list[Finding],
+    persistent: Callable[[LoaderSetting, LoaderPoint | None], Finding | None],
+) -> LoaderSetting:
+    """Steps 1-5 after the baseline point: the setting chosen (pin_memory and the confirmation follow)."""
+    # 1-2. num_workers: the measured curve and recipes.workers' pick from it.
+    _worker_curve(sweep, replace(baseline, prefetch_factor=None), max_w, machine, meta)
+    best = sweep.best
+    # 3. prefetch depth at the best worker count.
+    if best is not None and best.setting.num_workers > 0:
+        for pf in sweep.cfg.prefetch_factors:
+            sweep.consider(sweep.get(replace(best.setting, prefetch_factor=pf), "prefetch"))
+    best = sweep.best
+    chosen = best.setting if best is not None else baseline
+
+    # 4. persistent_workers: the per-epoch worker start-up it saves, measured.
+    if chosen.num_workers > 0 and not chosen.persistent_workers:
+        f = persistent(chosen, best)
+        if f is not None:
+            findings.append(f)
+            if f.data.get("recommend"):
+                chosen = replace(chosen, persistent_workers=True)
+
+    # 5. batch sizes, if asked: reported, not chosen (batch size changes the optimisation too).
+    for bs in sweep.cfg.batch_sizes:
+        sweep.get(replace(chosen, batch_size=bs), "batch_size")
+    return chosen
+
+
+def _so_far(
+    sweep: _Sweep,
+    baseline: LoaderSetting,
+    findings: list[Finding],
+    location: str | None,
+    max_w: int,
+    meta: dict[str, Any],
+) -> LoaderTuneResult:
+    """The result of the points measured so far, as a search interrupted now would give it."""
+    now = sweep.best.setting if sweep.best is not None else baseline
+    rates = _point_rates(sweep, baseline, now)
+    return _result(sweep, baseline, now, findings, rates, True, location, max_w, meta)
 
 
 def _point_rates(sweep: _Sweep, baseline: LoaderSetting, chosen: LoaderSetting) -> Rates:
@@ -440,7 +431,7 @@ def _confirm(
     cfg: TuneConfig,
     progress: ProgressFn | None,
     meta: dict[str, Any],
-) -> tuple[float | None, float | None, float | None]:
+) -> Rates:
     if chosen.normalized() == baseline.normalized() or cfg.confirm_rounds <= 0:
         p = sweep.points.get(baseline.normalized())
         rate = p.batches_per_s if p and p.ok else None

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss
+from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
 
 # DataLoader arguments the tuner sets; everything else the script passed is kept as it was.
@@ -330,3 +330,36 @@ def start_method(base_kwargs: dict[str, Any]) -> str:
     import torch.multiprocessing as tmp
 
     return tmp.get_start_method(allow_none=True) or "fork"
+
+
+def predict_rejection(
+    setting: LoaderSetting, measured: list[LoaderPoint], limits: MemLimits, safety: float
+) -> str | None:
+    """Reason this setting would exhaust RAM or /dev/shm, predicted from points already measured."""
+    s = setting.normalized()
+    if s.num_workers == 0:
+        return None
+    ok = [p for p in measured if p.ok]
+    uss = [p.worker_uss for p in ok if p.worker_uss]
+    per_worker = max(uss) if uss else None
+    sized = [p.batch_bytes for p in ok if p.batch_bytes and p.setting.batch_size == s.batch_size]
+    bbytes = max(sized) if sized else None
+    if per_worker is not None:
+        need = s.num_workers * per_worker + (s.num_workers * (s.prefetch_factor or 2) * (bbytes or 0))
+        avail = ram_available(limits)
+        if need > safety * avail:
+            return (
+                f"predicted {need / MiB:.0f} MiB for {s.num_workers} workers "
+                f"({per_worker / MiB:.0f} MiB unique memory each, measured) > {safety:.0%} of "
+                f"{avail / MiB:.0f} MiB available RAM"
+            )
+    if bbytes is not None:
+        in_flight = s.num_workers * (s.prefetch_factor or 2) * bbytes
+        free = shm_free(limits)
+        if free is not None and in_flight > safety * free:
+            return (
+                f"predicted {in_flight / MiB:.0f} MiB of batches in flight in /dev/shm "
+                f"({s.num_workers} workers x prefetch {s.prefetch_factor} x {bbytes / MiB:.1f} MiB per batch, "
+                f"measured) > {safety:.0%} of {free / MiB:.0f} MiB free"
+            )
+    return None
