@@ -42,10 +42,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "profile_step_instructions.md"
-STEPS = {"tiny": 96, "workload": 24}  # multiples of the reducer-timer sample (8): the same share of reads
+STEPS = {"tiny": 96, "workload": 24, "item_sync": 24}  # multiples of the reducer-timer sample (8)
 WARM = 40
 CONFIGS = ("plain", "instruments", "rank")
-MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64)}  # in, hidden, out, batch
+MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64), "item_sync": (128, 512, 3, 128)}  # in, hidden, out, batch
+# examples/item_sync.py's step: a model without DDP (no rank instruments to add) and a host sync per sample
+NO_DDP = {"item_sync"}
 HELPER = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
@@ -78,15 +80,24 @@ def worker(config: str, model_name: str, helper: str) -> None:
             RankWorker(0, tmp).on_install(inst)
     n_in, hidden, n_out, batch = MODELS[model_name]
     layers = [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers))
+    model = nn.Sequential(*layers)
+    if model_name not in NO_DDP:
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(batch, n_in), torch.randint(0, n_out, (batch,))
+    per_sample = model_name in NO_DDP
+    correct: list[bool] = []
 
     def step() -> None:
-        loss = nn.functional.cross_entropy(model(x), y)
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if per_sample:
+            preds = logits.detach().argmax(1)
+            for i in range(len(y)):
+                correct.append(bool(preds[i] == y[i]))
 
     for _ in range(WARM):  # past the warm-up (the DDP forward wrapper in place) and the reducer's first 10
         step()
@@ -133,6 +144,8 @@ def count(config: str, model_name: str, helper: Path, folder: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", nargs=3, metavar=("CONFIG", "MODEL", "HELPER"))
+    ap.add_argument("--only", nargs="*", choices=sorted(MODELS), help="models to count (default: all)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results file")
     a = ap.parse_args()
     if a.worker:
         worker(*a.worker)
@@ -147,11 +160,20 @@ def main() -> int:
     start = dt.datetime.now(dt.UTC)
     folder = Path(tempfile.mkdtemp(prefix="pitstop-instr-"))
     helper = build_helper(folder)
-    jobs = [(c, m) for m in MODELS for c in CONFIGS]
+    models = a.only or list(MODELS)
+    jobs = [(c, m) for m in models for c in CONFIGS if not (c == "rank" and m in NO_DDP)]
     with cf.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
         got = dict(zip(jobs, pool.map(lambda j: count(*j, helper, folder), jobs), strict=True))
     rows = []
-    for m in MODELS:
+    for m in models:
+        if m in NO_DDP:
+            plain, inst = (got[(c, m)] / STEPS[m] for c in CONFIGS[:2])
+            rows.append(
+                f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}, no DDP, a sync per sample; "
+                f"{STEPS[m]} steps) | {plain / 1e3:,.0f}k | +{(inst - plain) / 1e3:,.1f}k "
+                f"({100 * (inst - plain) / plain:+.1f}%) | (no rank) | |"
+            )
+            continue
         plain, inst, rank = (got[(c, m)] / STEPS[m] for c in CONFIGS)
         rows.append(
             f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}; {STEPS[m]} steps) | {plain / 1e3:,.0f}k | "
@@ -164,7 +186,8 @@ def main() -> int:
         f"- date: {start:%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
         "- command: `.venv/bin/python benchmarks/profile_step_instructions.py`",
-        "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model, user-space "
+        "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model (item_sync: the "
+        "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`), user-space "
         f"instructions of all threads over the steps after {WARM} (past pitstop's warm-up), divided by the steps; "
         "the periodic flush and the rank's state-file thread off (they run per second of wall time, which "
         "is a few steps under callgrind; about 0.35 ms of CPU a second for the flush). Counts, not times: "
@@ -175,8 +198,8 @@ def main() -> int:
         *rows,
         "",
     ])  # fmt: skip
-    RESULTS.write_text(text)
-    print(f"{text}\nwritten to {RESULTS.relative_to(ROOT)}")
+    a.out.write_text(text)
+    print(f"{text}\nwritten to {a.out}")
     return 0
 
 

@@ -1,5 +1,7 @@
-"""Forwards of a DDP model timed from ``DistributedDataParallel.forward`` once the warm-up is over, with
-the global module hooks gone; kept where the script calls other models or an input override is on.
+"""Forwards timed from the models' classes' ``__call__`` once the warm-up is over, with the global module
+hooks gone (a DDP model, a plain one, two models, a DDP subclass with a forward of its own); the hooks are
+kept where an input override is on, a part of a model is called on its own, or a model is called as
+``model.forward(x)``.
 
 Each case runs in its own process (a gloo world of one): a process group outlives a test otherwise.
 """
@@ -39,7 +41,9 @@ SCRIPT = textwrap.dedent(
     inst = Instrumentation(Config(steps=100, warmup=2, full=True, out_dir=tmp, overrides=ov))
     inst.install()
     wrap = OwnForward if case == "own_forward" else DDP
-    model = wrap(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    model = net if case in ("plain", "part", "direct") else wrap(net)
+    wrap = type(model)
     other = nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
@@ -52,19 +56,21 @@ SCRIPT = textwrap.dedent(
                 model(torch.randn(16, 3))
             except RuntimeError:
                 out["raised"] = True
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(model.forward(x) if case == "direct" else model(x), y)
+        if case == "part":  # a part of the model found, called on its own
+            net[0](x)
         opt.zero_grad()
         loss.backward()
         opt.step()
     out["global_hooks"] = len(_module._global_forward_pre_hooks) + len(_module._global_forward_hooks)
-    out["ddp_forward_patched"] = DDP.forward is not orig_forward
+    out["call_patched"] = "__call__" in wrap.__dict__
     inst.close_pending()
     out["forward_ms"] = [r["forward_s"] * 1000 for r in inst.records if not r["warmup"]]
     out["forwards"] = inst.counts["forwards"]
     out["models"] = len(inst.captured.models)
     out["last_inputs"] = inst.captured.last_inputs is not None
     inst.uninstall()
-    out["after_uninstall"] = [DDP.forward is orig_forward,
+    out["after_uninstall"] = ["__call__" not in wrap.__dict__ and DDP.forward is orig_forward,
                               len(_module._global_forward_pre_hooks) + len(_module._global_forward_hooks)]
     print(json.dumps(out))
     del model, opt
@@ -89,24 +95,26 @@ def run_case(case: str, tmp_path: Path) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_ddp_forwards_are_timed_from_ddp_once_the_hooks_are_gone(tmp_path):
-    out = run_case("ddp", tmp_path)
-    assert out["global_hooks"] == 0 and out["ddp_forward_patched"]
+@pytest.mark.parametrize("case", ["ddp", "plain", "other", "own_forward"])
+def test_forwards_are_timed_from_the_models_classes_once_the_hooks_are_gone(case, tmp_path):
+    out = run_case(case, tmp_path)
+    assert out["global_hooks"] == 0 and out["call_patched"]
     assert len(out["forward_ms"]) == 6 and all(ms > 0 for ms in out["forward_ms"])
-    assert out["forwards"] == 8 and out["models"] == 1 and out["last_inputs"]
+    assert out["forwards"] == (16 if case == "other" else 8)
+    assert out["models"] == (2 if case == "other" else 1) and out["last_inputs"]
     assert out["after_uninstall"] == [True, 0]
 
 
 def test_a_forward_that_raises_ends_its_phase_and_the_next_steps_are_timed(tmp_path):
     out = run_case("raises", tmp_path)
-    assert out["raised"] and out["ddp_forward_patched"]
+    assert out["raised"] and out["call_patched"]
     assert len(out["forward_ms"]) == 6 and all(ms > 0 for ms in out["forward_ms"])
     assert out["after_uninstall"] == [True, 0]
 
 
-@pytest.mark.parametrize("case", ["other", "autocast", "own_forward"])
-def test_hooks_stay_for_other_top_level_models_an_input_override_or_a_forward_of_its_own(case, tmp_path):
+@pytest.mark.parametrize("case", ["autocast", "part", "direct"])
+def test_hooks_stay_for_an_input_override_a_part_called_alone_or_a_direct_forward(case, tmp_path):
     out = run_case(case, tmp_path)
-    assert out["global_hooks"] == 2 and not out["ddp_forward_patched"]
+    assert out["global_hooks"] == 2 and not out["call_patched"]
     assert all(ms > 0 for ms in out["forward_ms"])
     assert out["after_uninstall"] == [True, 0]

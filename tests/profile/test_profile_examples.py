@@ -72,7 +72,8 @@ def test_fp32_conv_net_ranks_a_compute_finding_first():
 
 def test_healthy_example_raises_no_alarm():
     report = profile_example("healthy.py")
-    assert report.by_id("summary.healthy") is not None
+    # healthy; or, where other jobs' load left a probe's interval reaching 5% of the step, undecided
+    assert report.by_id("summary.healthy") is not None or report.by_id("summary.unconfirmed") is not None
     alarms = [f.id for f in report.findings if f.severity in (Severity.WARN, Severity.ERROR)]
     assert alarms == []
 

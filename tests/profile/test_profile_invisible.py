@@ -48,13 +48,14 @@ def _files(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def test_models_optimizers_loaders_and_compilers_see_no_pitstop(tmp_path):
+@pytest.mark.parametrize("args", [[], ["--calls-only"]], ids=["global-hooks", "class-call"])
+def test_models_optimizers_loaders_and_compilers_see_no_pitstop(tmp_path, args):
     script = SCRIPTS / "invisible.py"
     (tmp_path / "plain").mkdir()
     (tmp_path / "profiled").mkdir()
-    plain = _plain(script, [], tmp_path / "plain")
+    plain = _plain(script, args, tmp_path / "plain")
     assert plain.returncode == 0, plain.stderr
-    result, out, err = _profiled(script, [], tmp_path / "profiled", tmp_path / "run")
+    result, out, err = _profiled(script, args, tmp_path / "profiled", tmp_path / "run")
     assert result.status == "completed", result.error
     assert out.splitlines() == plain.stdout.splitlines()
     assert err == plain.stderr

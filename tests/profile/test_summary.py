@@ -35,12 +35,22 @@ def test_unconfirmed_estimates_of_five_percent_make_the_run_undecided():
     assert [g.id for g in unconfirmed([faults, small, loader])] == ["dataloader.workers", "host.page_faults"]
     v = verdict([faults, small, loader], "t", "20 steps, 238.4 ms median", 0.48)
     assert v is not None and v.id == "summary.unconfirmed" and v.severity is Severity.INFO
-    assert "2 larger estimates were not confirmed" in v.title
+    assert "2 estimates that may reach it were not confirmed" in v.title
     assert v.data["unconfirmed"] == ["dataloader.workers", "host.page_faults"]
     assert "dataloader.workers 136 ms a step (38%; 95% CI -675 ms\u2013227 ms)" in v.evidence
     assert "host.page_faults (rank 1) 24.5 ms a step (7%; no interval)" in v.evidence
     assert "Other processes used at least 48% of the CPUs" in v.evidence and v.data["other_cpu_share"] == 0.48
     assert "pitstop fix" in v.fix
+
+
+def test_an_undecided_small_estimate_whose_interval_reaches_five_percent_is_open():
+    # 2% of the step by its estimate, up to 6% by its interval's upper bound: not a pass
+    wide = f("precision.amp", 0.002, 0.02, confirmed=False, saving_ci_s=[-0.001, 0.006])
+    tight = f("memory_format.channels_last", 0.002, 0.02, confirmed=False, saving_ci_s=[0.001, 0.003])
+    assert [g.id for g in unconfirmed([wide, tight])] == ["precision.amp"]
+    v = verdict([wide, tight], "t", "m")
+    assert v is not None and v.id == "summary.unconfirmed" and v.data["unconfirmed"] == ["precision.amp"]
+    assert verdict([tight], "t", "m").id == "summary.healthy"
 
 
 def test_other_processes_load_is_quoted_only_when_it_matters():

@@ -9,10 +9,12 @@ already known). Nothing is registered on the modules themselves, so the script's
 so they add no graph break; a compiled model's call is timed from its ``OptimizedModule``.
 
 While any global forward hook exists, torch sends every module call through its slower hooked path (about
-2.5 us a call over its fast path, plus the hooks): a cost per module call, which grows with the model. So
-once the warm-up is over, where every timed forward was a ``DistributedDataParallel`` module's, the hooks
-go and the forwards are timed from ``DistributedDataParallel.forward`` (torch's class, patched like the
-DataLoader's): one wrapper call a step.
+2.5 us a call over its fast path, plus the hooks): a cost per module call, which grows with the model
+(hundreds of calls a step in a transformer). So once the warm-up is over, where the warm-up's timed
+forwards were all calls ``model(x)`` of the models found (no ``model.forward(x)``, no part of a model
+called on its own, no input override), the hooks go and those forwards are timed from their classes'
+``__call__`` (patched on the class, like the DataLoader's methods, never on the object): one wrapper call
+per model call, and one cheap pass-through for other instances of those classes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.modules import module as _module
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from pitstop.profile import direct_forward
 from pitstop.profile.where import user_location
@@ -52,9 +53,10 @@ class ModelHooks:
         self.autocast_ctx: list[Any] = []
         self.handles: list[Any] = []
         self.top: list[torch.nn.Module] = []  # the top-level forward in progress (one, or none)
-        self.only_ddp = True  # every timed forward so far was a DDP module's
+        self.top_types: set[type] = set()  # classes of the modules whose forwards were timed
+        self.parts_alone = False  # a part of a model was called outside its model's forward
         self.narrowed = False  # narrow() has decided
-        self.wrapped = False  # DistributedDataParallel.forward times the forwards now
+        self.wrapped = False  # the models' classes' __call__ time the forwards now
         # forwards called as model.forward(x) (pitstop.profile.direct_forward)
         self.direct_ids: set[int] = set()  # models seen called that way
         self.direct_parts: set[int] = set()  # their modules
@@ -120,6 +122,7 @@ class ModelHooks:
             return False
         if id(module) not in self.model_ids:
             if id(module) in self.part_ids:
+                self.parts_alone = True
                 caller = sys._getframe(3)
                 # a part of a model called directly, or of one called model(x) so far, called inside a forward
                 if id(module) in self.direct_parts or direct_forward.near_forward(caller):
@@ -136,8 +139,7 @@ class ModelHooks:
                 self.add_model(module)
         if self.direct_model is not None:
             self.end_direct()
-        if not isinstance(module, DDP) or type(module).forward is not DDP.forward:
-            self.only_ddp = False  # (a subclass with a forward of its own would bypass the wrapper)
+        self.top_types.add(type(module))
         return True
 
     def _direct_call(self, caller: Any) -> bool:
@@ -158,7 +160,6 @@ class ModelHooks:
             self.direct_parts.update(id(m) for m in model.modules())
             if id(model) not in self.model_ids:
                 self.add_model(model)
-        self.only_ddp = False
         inputs = direct_forward.frame_inputs(frame)
         inst.forward_begin(model, inputs[0] if inputs else ())
         self.direct_model, self.direct_frame = model, frame
@@ -194,28 +195,41 @@ class ModelHooks:
         return self.inst.forward_end(module, rest[-1])
 
     def narrow(self, patches: Patches) -> None:
-        """After the warm-up, outside any module call: where every timed forward was a DDP module's and no
-        input override is on, time them from ``DistributedDataParallel.forward`` and remove the global
-        hooks. Decided once."""
+        """After the warm-up, outside any module call: where every timed forward was a call ``model(x)``
+        of a model found and nothing changes a forward's inputs or outputs, time them from their classes'
+        ``__call__`` and remove the global hooks. Decided once."""
         self.narrowed = True
         if (
-            not (self.only_ddp and self.model_ids)
+            not (self.model_ids and self.top_types)
             or self.depth
             or self.top
             or self.on_inputs
+            or self.on_outputs is True
+            or self.pending_cl
             or self.direct_ids
+            or self.parts_alone
         ):
             return
         self.uninstall()
-        patches.patch(DDP, "forward", self._ddp_forward(DDP.forward))
+        for cls in self.top_types:
+            patches.patch(cls, "__call__", self._timed_call(cls.__call__))
         self.wrapped = True
 
-    def _ddp_forward(self, orig: Any) -> Any:
-        hooks, inst = self, self.inst
+    def _timed_call(self, orig: Any) -> Any:
+        hooks, inst, ids = self, self.inst, self.model_ids
+        is_tracing = torch._C._is_tracing
 
         @functools.wraps(orig)
-        def forward(module: DDP, *args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or hooks.depth or not hooks._timed(module):
+        def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            # another instance of the class, a nested call, tracing, data loading or recomputation
+            if (
+                is_compiling()  # first: a constant under tracing, so no guard on what follows
+                or hooks.depth
+                or id(module) not in ids
+                or inst.in_next
+                or inst.in_backward
+                or is_tracing()
+            ):
                 return orig(module, *args, **kwargs)
             inst.forward_begin(module, args)
             hooks.depth = 1
@@ -234,7 +248,7 @@ class ModelHooks:
             inst.forward_end(module, out)
             return out
 
-        return forward
+        return __call__
 
     def add_model(self, module: torch.nn.Module) -> None:
         inst = self.inst

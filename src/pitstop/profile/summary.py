@@ -22,10 +22,10 @@ BASIS = "verdict_basis"  # Report.meta key: what ``reconcile`` needs to give the
 
 
 def unconfirmed(found: list[Finding]) -> list[Finding]:
-    """Info findings whose estimate is at least ``WARN_SHARE`` of the step but whose saving no interval
-    confirmed, the largest estimate first (``--verify``'s demotion below the predicted interval sets
-    ``confirmed`` False). One whose fix `pitstop fix` measured no faster (``fix_measured``) is decided,
-    not open."""
+    """Info findings whose saving no interval confirmed although it may be ``WARN_SHARE`` of the step or
+    more (its estimate, or its interval's upper bound: a pass needs as firm an interval as a warning), the
+    largest estimate first (``--verify``'s demotion below the predicted interval sets ``confirmed``
+    False). One whose fix `pitstop fix` measured no faster (``fix_measured``) is decided, not open."""
     out = [
         f
         for f in found
@@ -34,9 +34,19 @@ def unconfirmed(found: list[Finding]) -> list[Finding]:
         and f.data.get("confirmed") is False
         and "fix_measured" not in f.data
         and f.est_saving_s
-        and (f.share or 0.0) >= WARN_SHARE
+        and max(f.share or 0.0, _upper_share(f)) >= WARN_SHARE
     ]
     return sorted(out, key=lambda f: (-(f.est_saving_s or 0.0), f.id))
+
+
+def _upper_share(f: Finding) -> float:
+    """The upper bound of the saving's interval as a share of the step (0 without an interval)."""
+    ci = f.data.get("saving_ci_s")
+    if not (isinstance(ci, list | tuple) and len(ci) == 2 and isinstance(ci[1], int | float)):
+        return 0.0
+    if not f.est_saving_s or not f.share or f.est_saving_s <= 0:
+        return 0.0
+    return float(ci[1]) * f.share / f.est_saving_s  # step = estimate / share
 
 
 def _estimate(f: Finding) -> str:
@@ -88,8 +98,8 @@ def verdict(
     return Finding(
         id="summary.unconfirmed",
         severity=Severity.INFO,
-        title=f"Nothing confirmed at {pct(WARN_SHARE)} of the step, but {n} larger estimate"
-        f"{'s were' if n > 1 else ' was'} not confirmed",
+        title=f"Nothing confirmed at {pct(WARN_SHARE)} of the step, but {n} estimate"
+        f"{'s' if n > 1 else ''} that may reach it {'were' if n > 1 else 'was'} not confirmed",
         evidence=f"{measured}. Not confirmed: {'; '.join(_estimate(f) for f in open_)}.{busy}",
         data={**extra, "unconfirmed": [f.id for f in open_]},
         fix="Each estimate's evidence says why it has no interval, or why its lower bound is under "

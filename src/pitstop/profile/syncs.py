@@ -142,7 +142,29 @@ def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
             and name is st.last_name
             and self.is_cpu
         ):  # the same call as the previous sync, on the CPU: a per-element loop
-            _count_cpu(st, st.last_site)
+            # _count_cpu and PhaseClock.move inlined: this line runs once per element of the loop
+            t = clock()
+            dt = t - st.last_end
+            site = st.last_site
+            if dt < LOOP_GAP_S:
+                ph = st.phases
+                if ph.spans is None:
+                    if ph.stack:
+                        gap = t - dt - ph.mark
+                        if gap > 0.0:
+                            ph.acc[ph.stack[-1]] += gap
+                    ph.acc[SYNC] += dt
+                    ph.mark = t
+                else:
+                    ph.move(SYNC, dt, t)
+                if st.measuring:
+                    site[3] += dt
+                    site[2] += 1
+            elif st.measuring:
+                site[2] += 1
+            st.last_end = t
+            st.count += 1
+            site[0] += 1
             return orig(self)
         if frame.f_code is st.ignored_code and frame.f_lasti == st.ignored_lasti and self.is_cpu:
             return orig(self)  # the last library call found not to be a sync (Adam's step.item()), again
