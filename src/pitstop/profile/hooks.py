@@ -14,10 +14,9 @@ begin here), ``data_begin/end``, ``copy_begin/end``, ``forward_begin/end``, ``ba
 - ``syncs``: ``Tensor.item/tolist/...`` host syncs at the user's line; on CUDA,
   ``torch.cuda.set_sync_debug_mode("warn")`` adds syncs inside torch calls.
 
-Nothing is stored on the script's objects (modules, loaders, iterators, optimizers), so they pickle,
-deepcopy, save, script, export and compile as without pitstop. ``uninstall`` undoes every patch and hook.
-A probe never prints: everything lands in ``Instrumentation.snapshot()``, written to a JSON file by the
-bootstrap, periodically and at exit.
+Nothing is stored on the script's objects, so they pickle, deepcopy, save, script, export and compile as
+without pitstop; ``uninstall`` undoes every patch and hook. A probe never prints: everything lands in
+``Instrumentation.snapshot()``, written to a JSON file by the bootstrap, periodically and at exit.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from pitstop.profile.captured import Captured, CapturedLoader
 from pitstop.profile.device_time import DeviceTimer
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.loaders import LoaderTables, install_loader_patches
-from pitstop.profile.models import ModelHooks, _call_kwargs, forward_facts
+from pitstop.profile.models import NARROW_AFTER, ModelHooks, _call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
 from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
@@ -58,8 +57,7 @@ FLUSH_EVERY_S = float(os.environ.get("PITSTOP_PROFILE_FLUSH_S", "1.0"))
 class StopProfiling(BaseException):
     """Raised inside the user's script to stop it after the measured steps (or after a callback).
 
-    A BaseException so a script's ``except Exception`` does not swallow it. The bootstrap catches it and
-    reports a clean stop.
+    A BaseException so a script's ``except Exception`` does not swallow it; the bootstrap reports a clean stop.
     """
 
 
@@ -421,7 +419,7 @@ class Instrumentation:
         self.counts["optimizer_steps"] += 1
         if self.clock.optimizer_stepped(opt, now, self._warm_done, len(self.records)):
             self._drop_records()
-        elif self._warm_done and not self.models.narrowed:
+        elif self._warm_done and len(self.records) >= NARROW_AFTER and not self.models.narrowed:
             self.models.narrow(self.patches)  # outside any module call: its hooks may go
 
     # ------------------------------------------------------------------------------------ output

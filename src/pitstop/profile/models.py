@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 is_compiling = torch.compiler.is_compiling
 clock = time.perf_counter
+NARROW_AFTER = 2  # whole steps the global hooks see, besides the warm-up, before they may go
 
 
 class ModelHooks:
