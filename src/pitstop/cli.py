@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pitstop import __version__
+from pitstop.version import __version__
 
 COMMAND_MODULES = (
     "pitstop.doctor.cli",  # doctor

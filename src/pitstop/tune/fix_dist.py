@@ -27,14 +27,13 @@ from pitstop.host.cpu import usable_cores
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec
 from pitstop.recipes import recipe
+from pitstop.tune.candidate import Candidate
 
 KINDS = ("threads", "no_sync", "static_graph")
 
 
-def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Any], str | None]:
+def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Candidate], str | None]:
     """(candidates, None) or ([], why it is skipped) for one distributed kind."""
-    from pitstop.tune.fix import Candidate
-
     dist = config.get("distributed") or {}
     ddp = dist.get("ddp") or []
     if kind == "threads":
