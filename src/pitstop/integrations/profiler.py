@@ -88,9 +88,9 @@ class Profiler:
 
     def finish(self, exc: BaseException | None = None) -> Report:
         """Remove the instrumentation, run the probes, build the report (what ``with`` does on exit)."""
-        from pitstop.profile.bootstrap import _describe_error, finalize
         from pitstop.profile.hooks import StopProfiling
-        from pitstop.profile.runner import RunSpec, collect_data
+        from pitstop.profile.instrumented import describe_error, finalize
+        from pitstop.profile.result import RunSpec, collect_data
 
         inst = self._inst
         if self.nested:
@@ -106,7 +106,7 @@ class Profiler:
             status, error, code = "interrupted", "interrupted (KeyboardInterrupt)", 130
         elif exc is not None:
             status, code = "error", 1
-            error, tb = _describe_error(exc)
+            error, tb = describe_error(exc)
         try:
             restore = _save_state(inst) if inst.cfg.probes and status in ("completed", "stopped") else None
             if restore is None:
