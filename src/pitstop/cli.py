@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "pitstop.bench.cli",  # bench
     "pitstop.compress.cli",  # compress
     "pitstop.launch.cli",  # launch, sysctl, monitor
-    "pitstop.report.compare_cli",  # compare
+    "pitstop.compare.cli",  # compare
 )
 
 

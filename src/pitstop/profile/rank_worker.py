@@ -146,12 +146,13 @@ class RankWorker:
         self._t0 = time.perf_counter()
 
     def on_install(self, inst: Any) -> None:
-        from pitstop.profile import ddp_inject
         from pitstop.profile.comm import CommRecorder
+        from pitstop.train import ddp_inject
 
         self.inst = inst
         warmup = inst.cfg.warmup
-        self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
+        ov = inst.cfg.overrides
+        self.inject = ddp_inject.install(ov.ddp_no_sync, ov.ddp_static_graph)  # under the recorder: undone after it
         self._beaten = -1
         self._beat_map = _heartbeat_map(self.out / HEARTBEAT)
         self.comm = CommRecorder(  # the records list is cleared, never rebound: its len is the step
