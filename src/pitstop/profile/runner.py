@@ -3,8 +3,7 @@
 ``run(spec, out_dir=None, progress=None)`` starts ``python -m pitstop.profile.bootstrap`` in its own
 session with the ``RunSpec`` as JSON, waits for it (``supervise``: progress, ``--timeout``, Ctrl-C and
 SIGTERM stop the child cleanly, SIGKILL after ``supervise.GRACE_S``) and returns a ``RunResult``
-(``pitstop.profile.result``). ``profile``,
-``tune`` and ``fix`` all run scripts through it.
+(``pitstop.profile.result``). ``profile``, ``tune`` and ``fix`` all run scripts through it.
 
 - ``RunSpec.probes`` (default True): after the script stops, time fp32 vs autocast, NCHW vs
   channels_last, for-loop vs foreach optimizer on the script's own model and last batch, so rules can
