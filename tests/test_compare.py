@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from pitstop.cli import main
+from pitstop.compare.reports import CompareError, compare, print_compare, throughput_ratio
 from pitstop.findings import Finding, Report, Severity
-from pitstop.report.compare import CompareError, compare, print_compare, throughput_ratio
 from pitstop.report.jsonfmt import load_schema, write_json
 
 

@@ -3,8 +3,8 @@
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.version import __version__
 
-__version__ = "0.2.0"
 __all__ = ["Finding", "Profiler", "Report", "Severity", "StopProfiling", "__version__"]
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from pitstop import __version__
+from pitstop.version import __version__
 
 COMMAND_MODULES = (
     "pitstop.doctor.cli",  # doctor
@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "pitstop.bench.cli",  # bench
     "pitstop.compress.cli",  # compress
     "pitstop.launch.cli",  # launch, sysctl, monitor
-    "pitstop.report.compare_cli",  # compare
+    "pitstop.compare.cli",  # compare
 )
 
 

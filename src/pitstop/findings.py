@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pitstop.version import __version__
+
 SCHEMA_VERSION = "1.0"
 
 
@@ -160,8 +162,6 @@ class Report:
         return rank_findings(self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        from pitstop import __version__
-
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": self.tool,

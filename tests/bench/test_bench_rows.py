@@ -126,7 +126,7 @@ def test_cuda_choices_with_a_faked_gpu(monkeypatch):
     import torch
 
     from pitstop.bench.runner import BenchOptions, _ddp_procs
-    from pitstop.bench.subproc_rows import _ddp_unavailable
+    from pitstop.bench.subproc_rows import ddp_unavailable
 
     cfgs = {c.name: c for c in ablation("cuda", True, "float16")}
     assert cfgs["workers"].pin_memory is True  # the guides' claim is workers + pinned memory
@@ -137,7 +137,7 @@ def test_cuda_choices_with_a_faked_gpu(monkeypatch):
     assert _ddp_procs(BenchOptions(), "cuda") == 4
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert _ddp_procs(BenchOptions(), "cuda") == 0
-    assert "CUDA device" in _ddp_unavailable("cuda").reason
+    assert "CUDA device" in ddp_unavailable("cuda").reason
     assert _ddp_procs(BenchOptions(ddp_procs=3), "cpu") == 3
     assert _ddp_procs(BenchOptions(ddp_procs=1), "cpu") == 0
 

@@ -8,7 +8,7 @@ from pitstop.bench.configs import BASELINE, CLAIMS, BenchConfig
 from pitstop.bench.rows import MEASURED, TIMEOUT, derive
 from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.subproc import WorkerHandle, WorkerResult, run_worker
-from pitstop.bench.subproc_rows import _ddp_rows, _finish_worker_row, _isolated_rows, _NoProgress, error_line
+from pitstop.bench.subproc_rows import NoProgress, _finish_worker_row, ddp_rows, error_line, isolated_rows
 from pitstop.bench.workloads import WorkloadSpec
 
 SPEC = {
@@ -23,8 +23,8 @@ SPEC = {
 
 @pytest.mark.slow
 def test_ddp_two_processes_gloo_scaling_efficiency():
-    one, two = _ddp_rows(
-        SPEC, 2, threads=2, device="cpu", budget_s=300, baseline_step=None, progress=_NoProgress()
+    one, two = ddp_rows(
+        SPEC, 2, threads=2, device="cpu", budget_s=300, baseline_step=None, progress=NoProgress()
     )
     assert one.status == MEASURED, one.reason
     assert two.status == MEASURED, two.reason
@@ -53,7 +53,7 @@ def test_worker_killed_by_timeout_reports_why():
 def test_compile_rows_from_a_timed_out_worker_say_why():
     cfg = BenchConfig("compile", "torch.compile", compile=True, claim=CLAIMS["compile"])
     r = WorkerResult({"rows": {}, "phase": "warm-up"}, None, 150.0, "")
-    rows = _isolated_rows(r, [cfg], 150.0)
+    rows = isolated_rows(r, [cfg], 150.0)
     assert [row.status for row in rows] == [TIMEOUT]
     assert "150 s" in rows[0].reason and "--budget" in rows[0].reason
 
@@ -124,7 +124,7 @@ def test_compile_rows_ratio_is_against_the_workers_own_baseline():
     )
     comp.claim = cfg.claim
     payload = {"done": True, "rows": {"baseline_compile_ref": ref.to_dict(), "compile": comp.to_dict()}}
-    rows = {r.name: r for r in _isolated_rows(WorkerResult(payload, 0, 60.0, ""), [cfg], 60.0)}
+    rows = {r.name: r for r in isolated_rows(WorkerResult(payload, 0, 60.0, ""), [cfg], 60.0)}
     got = derive(rows["compile"], None, {})
     assert got.status == MEASURED and got.ref == "baseline_compile_ref"
     assert got.ref_samples_per_s == pytest.approx(8 / 0.3)

@@ -11,7 +11,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from pitstop.findings import Severity
 from pitstop.profile.device_time import DeviceTimer, attribute, device_breakdown, step_device
 from pitstop.profile.hooks import Config, Instrumentation
-from pitstop.profile.rules import build_report, findings_for
+from pitstop.profile.result import build_report
+from pitstop.profile.rules import findings_for
 from pitstop.profile.timeline import StepRecord
 
 

@@ -188,9 +188,9 @@ def test_hung_script_is_stopped_by_the_timeout(tmp_path):
 def test_script_ignoring_sigint_is_killed_and_partial_data_kept(tmp_path, monkeypatch):
     """Ctrl-C (simulated from the progress callback once the script hangs), SIGINT ignored, SIGKILL
     after the grace period: the periodic record is what comes back."""
-    import pitstop.profile.runner as runner
+    import pitstop.profile.supervise as supervise
 
-    monkeypatch.setattr(runner, "GRACE_S", 1.0)
+    monkeypatch.setattr(supervise, "GRACE_S", 1.0)
     marker = tmp_path / "m"
     text = HANG.format(setup="signal.signal(signal.SIGINT, signal.SIG_IGN)")
     env = {"MARKER": str(marker), "PITSTOP_PROFILE_FLUSH_S": "0"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from pitstop.profile import rank_share, rank_stop, ranks
+from pitstop.profile import rank_share, rank_states, rank_stop, ranks
 from pitstop.profile.command import slurm_task
 from pitstop.profile.rank_share import Shared
 from pitstop.profile.rank_worker import Identity, identity
@@ -161,10 +161,10 @@ def test_stuck_names_the_rank_that_never_entered_the_collective():
 
 def test_a_remote_rank_gone_silent_counts_as_ended(tmp_path):
     run = tmp_path / "run"
-    for r, st in {0: {"host": ranks.HOST, "pid": 1 << 22}, 1: {"host": "elsewhere", "stale": True}}.items():
+    for r, st in {0: {"host": rank_states.HOST, "pid": 1 << 22}, 1: {"host": "elsewhere", "stale": True}}.items():
         (run / f"rank-{r}").mkdir(parents=True)
         (run / f"rank-{r}" / "state.json").write_text(json.dumps({"rank": r, **st}))
-    states = ranks.read_states(run)
+    states = rank_states.read_states(run)
     assert states[1]["alive"] is False
     (run / "rank-1" / "state.json").write_text(json.dumps({"rank": 1, "host": "elsewhere", "stale": False}))
-    assert ranks.read_states(run)[1]["alive"] is True
+    assert rank_states.read_states(run)[1]["alive"] is True

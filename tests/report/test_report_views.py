@@ -158,7 +158,7 @@ def test_tensorboard_export_without_the_package_is_one_clear_line(monkeypatch, c
     import sys
 
     from pitstop.cli import main
-    from pitstop.report.tensorboard import unavailable
+    from pitstop.profile.tensorboard import unavailable
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were absent
     assert "pip install" in (unavailable() or "")
@@ -174,7 +174,7 @@ def test_tensorboard_export_writes_the_breakdown_and_the_findings(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from pitstop.report.tensorboard import write_tensorboard
+    from pitstop.profile.tensorboard import write_tensorboard
 
     write_tensorboard(profile_report(), tmp_path / "tb")
     acc = EventAccumulator(str(tmp_path / "tb"))

@@ -11,11 +11,11 @@ import torch.distributed as dist
 from torch import nn
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.ddp_inject import DDPInjection
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.ranks import RanksResult
 from pitstop.profile.runner import RunResult
 from pitstop.profile.timeline import StepRecord
+from pitstop.train.ddp_inject import DDPInjection
 from pitstop.tune import fix, fix_dist
 
 ORIG_FORWARD = nn.parallel.DistributedDataParallel.forward
@@ -94,7 +94,7 @@ def group(tmp_path):
 
 def _train(ov: Overrides, accum_pattern: list[int]):
     """Steps of accumulation (micro-batches per step from ``accum_pattern``) under ``ov``; the weights."""
-    inj = DDPInjection(ov)
+    inj = DDPInjection(ov.ddp_no_sync, ov.ddp_static_graph)
     inj.install()
     try:
         torch.manual_seed(0)

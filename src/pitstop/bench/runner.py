@@ -17,13 +17,13 @@ from pitstop.bench.schedules import ScheduleResult, compare_schedules
 from pitstop.bench.subproc_rows import (
     COMPILE_REF,
     TIMER_WARMUP,
+    NoProgress,
     ProgressSink,
-    _ddp_rows,
-    _ddp_unavailable,
-    _isolated_rows,
-    _NoProgress,
-    _schedule_row,
-    _set_ref,
+    ddp_rows,
+    ddp_unavailable,
+    isolated_rows,
+    schedule_row,
+    set_ref,
 )
 from pitstop.bench.workloads import Workload, WorkloadSpec, build_workload, image_side, make_image_folder
 from pitstop.factory import FactoryError
@@ -131,7 +131,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     from pitstop.bench.measure import flops_per_sample
     from pitstop.bench.measure_configs import calibrate, close_all, interleave, new_row, warm_up
 
-    progress = progress or _NoProgress()
+    progress = progress or NoProgress()
     t_start = time.monotonic()
     deadline = t_start + opts.budget_s
     device = bench_device(opts.device)
@@ -269,7 +269,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     base = res.row("baseline")
     for r in res.rows:
         if base is not None and r is not base and base.status == MEASURED:
-            _set_ref(r, base)
+            set_ref(r, base)
 
     baseline_step = _median(base.block_step_s) if base and base.block_step_s else None
     extras_spec["steps"] = max(2, res.steps or 2)
@@ -281,15 +281,15 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             res.schedules = compare_schedules(
                 seeds=opts.schedule_seeds, progress=progress.advance, deadline=deadline
             )
-            res.rows.append(_schedule_row(res.schedules))
+            res.rows.append(schedule_row(res.schedules))
             res.phases_s["schedules"] = time.monotonic() - t
         if not ddp_n and opts.ddp_procs is None:
-            res.rows.append(_ddp_unavailable(device))
+            res.rows.append(ddp_unavailable(device))
         if ddp_n and deadline - time.monotonic() > DDP_MIN_S:  # else its rows say the budget ran out
             t = time.monotonic()
             left = deadline - time.monotonic()
             budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if compiler is not None else left
-            res.rows += _ddp_rows(extras_spec, ddp_n, threads, device, budget, baseline_step, progress)
+            res.rows += ddp_rows(extras_spec, ddp_n, threads, device, budget, baseline_step, progress)
             res.phases_s["ddp"] = time.monotonic() - t
         if compiler is not None:
             t = time.monotonic()
@@ -301,7 +301,7 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
             compiler = None
             res.phases_s["compile"] = time.monotonic() - t
         if compile_result is not None:
-            res.rows += _isolated_rows(compile_result, isolated, time.monotonic() - t_start)
+            res.rows += isolated_rows(compile_result, isolated, time.monotonic() - t_start)
             progress.advance("torch.compile")
     except KeyboardInterrupt:
         res.interrupted = True

@@ -21,7 +21,7 @@ class ProgressSink(Protocol):
     def advance(self, description: str) -> None: ...
 
 
-class _NoProgress:
+class NoProgress:
     def set_total(self, total: int) -> None:
         pass
 
@@ -29,7 +29,7 @@ class _NoProgress:
         pass
 
 
-def _set_ref(row: Row, ref: Row) -> None:
+def set_ref(row: Row, ref: Row) -> None:
     """Point ``row``'s ratios at ``ref`` (derive() recomputes them from these numbers)."""
     derive(ref, None, {})
     row.ref = ref.name if not row.ref else row.ref
@@ -40,7 +40,7 @@ def _set_ref(row: Row, ref: Row) -> None:
     row.ref_activation_bytes = ref.activation_bytes
 
 
-def _ddp_unavailable(device: str) -> Row:
+def ddp_unavailable(device: str) -> Row:
     row = Row("ddp", "DDP", "1 vs N processes", status=SKIPPED, claim=CLAIMS["ddp"])
     row.reason = (
         "only one CUDA device: DDP scaling needs 2 or more"
@@ -50,7 +50,7 @@ def _ddp_unavailable(device: str) -> Row:
     return row
 
 
-def _schedule_row(s: ScheduleResult) -> Row:
+def schedule_row(s: ScheduleResult) -> Row:
     one, step = s.median_steps("onecycle"), s.median_steps("steplr")
     row = Row(
         "onecycle",
@@ -84,7 +84,7 @@ def _worker_rows(payload: dict[str, Any] | None) -> dict[str, Row]:
     return rows
 
 
-def _ddp_rows(
+def ddp_rows(
     spec: dict[str, Any],
     n: int,
     threads: int,
@@ -129,14 +129,14 @@ def _ddp_rows(
     derive(one, None, {})
     if one.status == MEASURED and many.status == MEASURED:
         many.ref = one.name
-        _set_ref(many, one)
+        set_ref(many, one)
         derive(many, None, {})
         if many.speedup:
             many.extra["efficiency"] = many.speedup / n
     return rows
 
 
-def _isolated_rows(r: Any, configs: list[BenchConfig], elapsed_s: float) -> list[Row]:
+def isolated_rows(r: Any, configs: list[BenchConfig], elapsed_s: float) -> list[Row]:
     """Rows of the compile worker: each against the baseline the worker timed interleaved with it."""
     got = _worker_rows(r.payload)
     rows = []
@@ -151,7 +151,7 @@ def _isolated_rows(r: Any, configs: list[BenchConfig], elapsed_s: float) -> list
             row.extra["compile_warmup_s"] = row.warmup_s[0] if row.warmup_s else None
             row.reason = "measured in a subprocess against its own interleaved baseline"
             if ref is not None and ref.status == MEASURED:
-                _set_ref(row, ref)
+                set_ref(row, ref)
         rows.append(row)
     return ([ref] if ref is not None else []) + rows
 

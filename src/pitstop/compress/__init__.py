@@ -33,10 +33,10 @@ _WHERE = {
     "NotApplicable": "quantization",
     "quantize": "quantization",
     "quantize_detailed": "quantization",
-    "ALL_METHODS": "report",
-    "DEFAULT_METHODS": "report",
-    "ReportOptions": "report",
-    "Row": "report",
+    "ALL_METHODS": "table",
+    "DEFAULT_METHODS": "table",
+    "ReportOptions": "table",
+    "Row": "table",
     "compress_report": "report",
 }
 

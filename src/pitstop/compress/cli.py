@@ -95,7 +95,7 @@ def _load_data(spec: str, batch_size: int) -> Any:
 
 
 def _parse_methods(text: str | None) -> tuple[str, ...]:
-    from pitstop.compress.report import ALL_METHODS, DEFAULT_METHODS
+    from pitstop.compress.table import ALL_METHODS, DEFAULT_METHODS
 
     if not text:
         return DEFAULT_METHODS
@@ -125,7 +125,8 @@ def cmd_compress_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pitstop.compress.render import compress_blocks, rows_table
-    from pitstop.compress.report import ReportOptions, compress_report
+    from pitstop.compress.report import compress_report
+    from pitstop.compress.table import ReportOptions
     from pitstop.factory import FactoryError, load_model
 
     show = shows_tables(args)

@@ -4,15 +4,10 @@ allowed drop), students vs the teacher, and a note when the latency timings carr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from pitstop.compress.table import DISTILL_METHODS, ReportOptions, Row
 from pitstop.findings import Finding, Severity
 from pitstop.measure import HELPED, HURT, UNDECIDED, Interval, decide
-
-if TYPE_CHECKING:
-    from pitstop.compress.report import ReportOptions, Row
-
-DISTILL_METHODS = ("student", "distill")
 
 
 def _kb(n: int | None) -> str:

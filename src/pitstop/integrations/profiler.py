@@ -16,7 +16,7 @@ memory probe (CPU) leaves glibc malloc keeping freed memory mapped, as ``keep_ho
 
 Exports, only when asked: ``tensorboard=DIR`` writes the step breakdown and findings as TensorBoard event
 files, ``export=("wandb", "mlflow")`` logs them to the W&B / MLflow run already active
-(``pitstop.report.export``); a package not installed or no active run is said in one line.
+(``pitstop.profile.export``); a package not installed or no active run is said in one line.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ class Profiler:
 
     def finish(self, exc: BaseException | None = None) -> Report:
         """Remove the instrumentation, run the probes, build the report (what ``with`` does on exit)."""
-        from pitstop.profile.bootstrap import _describe_error, finalize
         from pitstop.profile.hooks import StopProfiling
-        from pitstop.profile.runner import RunSpec, collect_data
+        from pitstop.profile.instrumented import describe_error, finalize
+        from pitstop.profile.result import RunSpec, collect_data
 
         inst = self._inst
         if self.nested:
@@ -120,7 +120,7 @@ class Profiler:
             status, error, code = "interrupted", "interrupted (KeyboardInterrupt)", 130
         elif exc is not None:
             status, code = "error", 1
-            error, tb = _describe_error(exc)
+            error, tb = describe_error(exc)
         try:
             restore = _save_state(inst) if inst.cfg.probes and status in ("completed", "stopped") else None
             if restore is None:
@@ -149,10 +149,10 @@ class Profiler:
 
     def _export(self, report: Report) -> None:
         """The exports asked for in the constructor (none by default)."""
-        from pitstop.report.export import Sink, export
-        from pitstop.report.mlflow_sink import mlflow_sink
-        from pitstop.report.tensorboard import tensorboard_sink
-        from pitstop.report.wandb_sink import wandb_sink
+        from pitstop.profile.export import Sink, export
+        from pitstop.profile.mlflow_sink import mlflow_sink
+        from pitstop.profile.tensorboard import tensorboard_sink
+        from pitstop.profile.wandb_sink import wandb_sink
 
         sinks: list[Sink | str] = []
         if self.tensorboard is not None:

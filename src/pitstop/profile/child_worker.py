@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pitstop.profile import bootstrap
+from pitstop.profile import instrumented
 from pitstop.profile.rank_worker import Identity, RankWorker, rank_dir
 
 SIBLING_WAIT_S = 30.0
@@ -33,18 +33,16 @@ SIBLING_WAIT_S = 30.0
 
 def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The target of child ``followed.index``, measured; returns or raises as the target does."""
-    from pitstop.profile.children import leave_parent
     from pitstop.profile.hooks import Instrumentation, StopProfiling, write_json_atomic
 
-    leave_parent()
     cfg = followed.cfg
     out = rank_dir(Path(cfg["out_dir"]), followed.index)
     out.mkdir(parents=True, exist_ok=True)
     probes = bool(cfg.get("probes", True)) and followed.index == 0
-    inst = Instrumentation(bootstrap.make_config({**cfg, "probes": probes}, out))
-    inst.flush_path = out / bootstrap.MEASUREMENTS
+    inst = Instrumentation(instrumented.make_config({**cfg, "probes": probes}, out))
+    inst.flush_path = out / instrumented.MEASUREMENTS
     worker = ChildWorker(followed.index, out)
-    bootstrap.ON_PROBES[:] = [worker.probe_model]
+    instrumented.ON_PROBES[:] = [worker.probe_model]
     status, error, tb, code = "completed", None, None, 0
     raised: BaseException | None = None
     value = None
@@ -70,10 +68,10 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
             status, code, error = "stopped", 0, None
     except BaseException as e:
         raised, status, code = e, "error", 1
-        error, tb = bootstrap._describe_error(e)
+        error, tb = instrumented.describe_error(e)
     ending = "interrupted" if worker.signal else status  # no probes once signalled
     try:
-        data = bootstrap.finalize(inst, ending)
+        data = instrumented.finalize(inst, ending)
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
@@ -161,7 +159,7 @@ class ChildWorker(RankWorker):
         tensors = self._tensors(model)
         if not any(t.is_shared() for t in tensors):
             return super().probe_model(model)
-        from pitstop.profile.probes import MAX_COPY_BYTES
+        from pitstop.profile.probe_kit import MAX_COPY_BYTES
 
         size = sum(t.numel() * t.element_size() for t in tensors)
         if size > MAX_COPY_BYTES:
@@ -173,7 +171,7 @@ class ChildWorker(RankWorker):
         return copied, None
 
     def _wait_siblings(self) -> None:
-        from pitstop.profile.ranks import read_states
+        from pitstop.profile.rank_states import read_states
 
         deadline = time.monotonic() + SIBLING_WAIT_S
         while time.monotonic() < deadline:

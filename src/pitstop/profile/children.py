@@ -30,6 +30,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from pitstop.profile.rank_states import alive
+
 LAUNCHER = "torch.multiprocessing"
 GRACE_S = 10.0  # a child sent SIGINT: time to write what it measured (the runner allows the parent 20 s)
 POLL_S = 0.05
@@ -51,6 +53,7 @@ class Followed:
             return self.target(*args, **kwargs)
         from pitstop.profile.child_worker import run_child
 
+        leave_parent()  # a forked child holds a copy of the parent's instrumentation: removed first
         return run_child(self, args, kwargs)
 
 
@@ -69,7 +72,7 @@ class Child:
         if proc is not None:
             with contextlib.suppress(Exception):
                 return bool(proc.is_alive())
-        return _alive(self.pid)
+        return alive(self.pid)
 
 
 @dataclass
@@ -165,12 +168,6 @@ def _user_target(target: Any) -> bool:
         return False
     module = getattr(target, "__module__", None) or ""
     return module.split(".")[0] not in _NOT_FOLLOWED
-
-
-def _alive(pid: int) -> bool:
-    from pitstop.profile.ranks import _alive as alive
-
-    return alive(pid)
 
 
 def _interrupt(children: list[Child], sig: int = signal.SIGINT, grace_s: float = GRACE_S) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.profile.children import LAUNCHER
-from pitstop.profile.merge import build_ranks_report, collect_ranks, quote
-from pitstop.profile.ranks import RanksResult, read_states
-from pitstop.profile.runner import RunResult, RunSpec
+from pitstop.profile.merge import RanksResult, build_ranks_report, collect_ranks, quote
+from pitstop.profile.rank_states import read_states
+from pitstop.profile.result import RunResult, RunSpec
 
 
 @dataclass

@@ -79,7 +79,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.render import html_blocks, print_breakdown
     from pitstop.profile.render_ranks import print_ranks
     from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
-    from pitstop.report.tensorboard import unavailable as tensorboard_unavailable
+    from pitstop.profile.tensorboard import unavailable as tensorboard_unavailable
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)
@@ -155,8 +155,8 @@ def measured_report(
     phase stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase
     (exit 130), and the verdict says it was cut short (never healthy)."""
     from pitstop.profile import summary
+    from pitstop.profile.fix_verdicts import annotate_profile
     from pitstop.profile.fresh_confirm import confirm_all
-    from pitstop.tune.verdict_cache import annotate_profile
 
     phase, report = None, None
     try:
@@ -201,7 +201,7 @@ def _write_tensorboard(report: Report, log_dir: str | None, err: Console) -> Non
     """``--tensorboard DIR``: the report as TensorBoard event files (nothing without the option)."""
     if not log_dir:
         return
-    from pitstop.report.tensorboard import write_tensorboard
+    from pitstop.profile.tensorboard import write_tensorboard
 
     tb = write_tensorboard(report, log_dir)
     err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")

@@ -20,7 +20,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.host.load import Competition, fitting_threads
 from pitstop.measure import NO_GAIN, against_bar
 from pitstop.profile.confirm import judged
-from pitstop.profile.probe_failures import _failed
+from pitstop.profile.probe_failures import probe_failed_finding
 from pitstop.profile.rulekit import WARN_SHARE, cost, ms, pct, sev
 from pitstop.profile.summary import BUSY_SHARE
 from pitstop.profile.timeline import Breakdown
@@ -66,7 +66,7 @@ def contention_findings(bd: Breakdown, data: dict[str, Any], cores: int) -> list
     if threads < 1:
         return []
     if rec.get("error"):
-        return [_failed("thread (fewer intra-op threads)", str(rec["error"]))]
+        return [probe_failed_finding("thread (fewer intra-op threads)", str(rec["error"]))]
     workers, ranks = _workers(data), int(rec.get("local_ranks") or 1)
     usable = int(rec.get("usable_cores") or cores)
     layout = _layout(threads, workers, ranks, usable)

@@ -6,7 +6,7 @@ is timed again in fresh child processes of the script, alternating the script as
 script with ``variant`` applied to its ``RunSpec`` (an env, ``Overrides``), in rotating rounds of a few
 steps each within ``budget_s``; the per-step times go through ``pitstop.measure``. The record gives
 base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
-bounds (``pitstop.profile.probes.saving``), the same from blocks of steps within the runs
+bounds (``pitstop.profile.probe_kit.saving``), the same from blocks of steps within the runs
 (``blocks_saving``), the throughput speed-up with its interval (``throughput``:
 ``pitstop.measure_throughput``), or ``errors`` saying why a run measured nothing. Ctrl-C or SIGTERM stops
 the runs at once: ``Interrupted`` carries the record of the rounds measured before it.
@@ -54,7 +54,7 @@ def timed(
     measured steps each, ``rounds`` rounds unless the budget ends them first; their saving and the
     speed-up's verdict. ``min_rounds`` (default: ``rounds``, i.e. all of them) is the round from which
     a verdict may stop the runs. Raises ``Interrupted`` (with the record so far) at Ctrl-C or SIGTERM."""
-    from pitstop.profile.probes import Timed, saving
+    from pitstop.profile.probe_kit import Timed, saving
 
     plain, fixed = Arm("plain"), Arm("fixed")
     start = clock()

@@ -57,7 +57,7 @@ def run(
     device_type: str = "cuda",
 ) -> dict[str, Any]:
     """The applicable probes; each entry has base_s, new_s and saving_s (>0: the change is faster)."""
-    from pitstop.profile.probes import saving, timed
+    from pitstop.profile.probe_kit import saving, timed
 
     be = backend or cuda_backend()
     out: dict[str, Any] = {}
@@ -78,7 +78,7 @@ def run(
 def _fp16_step(model: Any, args: Any, kwargs: Any, be: Backend, device_type: str) -> Callable[[], None]:
     import torch
 
-    from pitstop.profile.probes import _first_grad_tensor
+    from pitstop.profile.probe_kit import first_grad_tensor
 
     scaler = be.grad_scaler()
 
@@ -86,7 +86,7 @@ def _fp16_step(model: Any, args: Any, kwargs: Any, be: Backend, device_type: str
         model.zero_grad(set_to_none=True)
         with torch.autocast(device_type, dtype=torch.float16):
             out = model(*args, **kwargs)
-        t = _first_grad_tensor(out)
+        t = first_grad_tensor(out)
         if t is not None:
             scaler.scale(t.float().mean()).backward()
 

@@ -37,7 +37,7 @@ from pitstop.profile.captured import Captured, CapturedLoader
 from pitstop.profile.device_time import DeviceTimer
 from pitstop.profile.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.loaders import LoaderTables, install_loader_patches
-from pitstop.profile.models import NARROW_AFTER, ModelHooks, _call_kwargs, forward_facts
+from pitstop.profile.models import NARROW_AFTER, ModelHooks, call_kwargs, forward_facts
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.patches import Patches, install_cuda_sync_debug, make_inert
 from pitstop.profile.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
@@ -346,7 +346,7 @@ class Instrumentation:
             self.counts["train_forwards"] += 1
         facts = self.model_facts.get(id(module))
         if facts is not None and "autocast" not in facts:
-            facts.update(forward_facts(module, args, _call_kwargs()))
+            facts.update(forward_facts(module, args, call_kwargs()))
         return self.models.override_inputs(module, args) if self.models.on_inputs else None
 
     def forward_end(self, module: torch.nn.Module, output: Any, now: float | None = None) -> Any:

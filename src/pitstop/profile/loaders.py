@@ -22,8 +22,8 @@ from pitstop.profile.captured import CapturedLoader
 from pitstop.profile.where import user_location
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation
     from pitstop.profile.patches import Patches
+    from pitstop.profile.points import ProbePoints
 
 clock = time.perf_counter
 _DL_SIG = inspect.signature(DataLoader.__init__)
@@ -62,13 +62,13 @@ class LoaderTables:
         return entry[1], entry[2]
 
 
-def install_loader_patches(inst: Instrumentation, patches: Patches, tables: LoaderTables) -> None:
+def install_loader_patches(inst: ProbePoints, patches: Patches, tables: LoaderTables) -> None:
     patches.patch(DataLoader, "__init__", _make_init(inst, tables, DataLoader.__init__))
     patches.patch(DataLoader, "__iter__", _make_iter(inst, tables, DataLoader.__iter__))
     patches.patch(_BaseDataLoaderIter, "__next__", _make_next(inst, tables, _BaseDataLoaderIter.__next__))
 
 
-def _make_init(inst: Instrumentation, tables: LoaderTables, orig: Any) -> Any:
+def _make_init(inst: ProbePoints, tables: LoaderTables, orig: Any) -> Any:
     @functools.wraps(orig)
     def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
         if id(self) in tables.in_init:  # a subclass calling DataLoader.__init__ again from inside it
@@ -128,7 +128,7 @@ def apply_loader_overrides(
     return applied, skipped
 
 
-def _make_iter(inst: Instrumentation, tables: LoaderTables, orig: Any) -> Any:
+def _make_iter(inst: ProbePoints, tables: LoaderTables, orig: Any) -> Any:
     @functools.wraps(orig)
     def __iter__(self: DataLoader) -> Any:
         it = orig(self)
@@ -143,7 +143,7 @@ def _make_iter(inst: Instrumentation, tables: LoaderTables, orig: Any) -> Any:
     return __iter__
 
 
-def _make_next(inst: Instrumentation, tables: LoaderTables, orig: Any) -> Any:
+def _make_next(inst: ProbePoints, tables: LoaderTables, orig: Any) -> Any:
     @functools.wraps(orig)
     def __next__(self: _BaseDataLoaderIter) -> Any:
         if inst.in_next:

@@ -12,19 +12,33 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pitstop.findings import Finding, Report
 from pitstop.host import cpu
 from pitstop.profile import rank_worker as rw
 from pitstop.profile import summary
+from pitstop.profile.rank_states import collective_name, read_states
+from pitstop.profile.result import MEASUREMENTS, RunResult, RunSpec, read_measurements
 from pitstop.profile.rulekit import ms
-from pitstop.profile.runner import MEASUREMENTS, RunResult, RunSpec, _collect
 from pitstop.profile.timeline import breakdown
 
-if TYPE_CHECKING:  # ranks imports this module
-    from pitstop.profile.ranks import RanksResult
+MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
+
+
+@dataclass
+class RanksResult(RunResult):
+    """A launch's result: ``ranks`` holds each rank's own RunResult; ``steps``/``data`` are rank 0's."""
+
+    ranks: dict[int, RunResult] = field(default_factory=dict)
+    states: dict[int, dict[str, Any]] = field(default_factory=dict)
+    launcher: str = "torchrun"
+    hang: str | None = None
+
+    def report(self) -> Report:
+        return build_ranks_report(self)
 
 
 def rank_dirs(out: Path) -> dict[int, Path]:
@@ -76,14 +90,12 @@ def collect_ranks(
 ) -> RanksResult:
     """Read every rank's record into a RanksResult (status and error say how the launch ended);
     ``include``: which ranks' records count (all by default)."""
-    from pitstop.profile.ranks import MERGE_WAIT_S, RanksResult, read_states
-
     if status is None:
         _wait_for_nodes(out, MERGE_WAIT_S if wait_s is None else wait_s)
     ranks: dict[int, RunResult] = {}
     dirs = rank_dirs(out)
     for r, d in dirs.items():
-        res = _collect(spec, d / MEASUREMENTS, returncode, None, wall)
+        res = read_measurements(spec, d / MEASUREMENTS, returncode, None, wall)
         if include is None or include(res):
             ranks[r] = res
     states = {r: st for r, st in read_states(out).items() if include is None or r in ranks}
@@ -221,8 +233,6 @@ def quote(error: str | None) -> str:
 
 
 def _where(rank: int, st: dict[str, Any]) -> str | None:
-    from pitstop.profile.ranks import collective_name
-
     cur = st.get("current")
     if not cur:
         return None

@@ -33,14 +33,14 @@ def count_flops(model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], fact
     """FLOPs of one forward+backward of ``model`` on ``inputs``, as FlopCounterMode counts them."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pitstop.profile.probes import _as_script, _fwd_bwd
+    from pitstop.profile.probe_kit import as_script, fwd_bwd
 
     p = next(model.parameters(), None)
     dev = p.device.type if p is not None else "cpu"
     args, kwargs = inputs
     counter = FlopCounterMode(display=False)
-    with counter, _as_script(dev, facts):
-        _fwd_bwd(model, args, kwargs)
+    with counter, as_script(dev, facts):
+        fwd_bwd(model, args, kwargs)
     return float(counter.get_total_flops())
 
 

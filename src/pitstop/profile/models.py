@@ -34,8 +34,8 @@ from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs
 from pitstop.train.memory_format import channels_last_input
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation
     from pitstop.profile.patches import Patches
+    from pitstop.profile.points import ProbePoints
 
 is_compiling = torch.compiler.is_compiling
 clock = time.perf_counter
@@ -45,7 +45,7 @@ NARROW_AFTER = 2  # whole steps the global hooks see, besides the warm-up, befor
 class ModelHooks:
     """The global forward hooks and the models they found."""
 
-    def __init__(self, inst: Instrumentation) -> None:
+    def __init__(self, inst: ProbePoints) -> None:
         self.inst = inst
         self.depth = 0  # module calls open now
         self.model_ids: set[int] = set()
@@ -288,7 +288,7 @@ class ModelHooks:
         new = None
         if ov.channels_last:
             new = channels_last_input(args)
-            kwargs = _call_kwargs()
+            kwargs = call_kwargs()
             for k, v in list(kwargs.items()):
                 kwargs[k] = channels_last_input(v)
         if ov.autocast:
@@ -297,7 +297,7 @@ class ModelHooks:
             self.autocast_ctx.append(ctx)
         if ov.float32:
             new = float32_inputs(args if new is None else new)
-            kwargs = _call_kwargs()
+            kwargs = call_kwargs()
             kwargs.update(float32_inputs(kwargs))
         return new
 
@@ -315,7 +315,7 @@ class ModelHooks:
         return new
 
 
-def _call_kwargs() -> dict[str, Any]:
+def call_kwargs() -> dict[str, Any]:
     """The keyword arguments of the ``Module._call_impl`` running the hook (global pre-hooks get only the
     positional ones); the dict is the call's own, so changing it changes what forward receives."""
     f = sys._getframe(1)

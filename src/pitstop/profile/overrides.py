@@ -39,7 +39,7 @@ class Overrides:
                     sets its own; applied in every rank of a launcher (``pitstop.profile.rank_worker``).
     ddp_no_sync:    micro-batches per optimizer step: every DDP forward but each k-th one after the
                     first optimizer step runs without gradient sync, as under ``model.no_sync()``; the
-                    sum of the accumulated gradients is all-reduced once (``pitstop.profile.ddp_inject``).
+                    sum of the accumulated gradients is all-reduced once (``pitstop.train.ddp_inject``).
     ddp_static_graph: ``static_graph=True`` on every DDP model the script builds.
     """
 

@@ -10,7 +10,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.recipes import recipe
 
 
-def _failed(probe: str, error: str) -> Finding:
+def probe_failed_finding(probe: str, error: str) -> Finding:
     return Finding(
         id="profile.probe_failed",
         severity=Severity.INFO,
@@ -25,13 +25,13 @@ def _failed(probe: str, error: str) -> Finding:
 def probe_failure_rules(probes: dict[str, Any]) -> list[Finding]:
     out = []
     if probes.get("error"):
-        out.append(_failed("model (autocast, channels_last, cudnn.benchmark)", str(probes["error"])))
+        out.append(probe_failed_finding("model (autocast, channels_last, cudnn.benchmark)", str(probes["error"])))
     for o in probes.get("optimizer") or []:
         if o.get("error"):
-            out.append(_failed(f"optimizer ({o.get('type')} foreach)", str(o["error"])))
+            out.append(probe_failed_finding(f"optimizer ({o.get('type')} foreach)", str(o["error"])))
     hm = probes.get("host_memory") or {}
     if hm.get("error"):
-        out.append(_failed("host-memory", str(hm["error"])))
+        out.append(probe_failed_finding("host-memory", str(hm["error"])))
     prec = probes.get("precision") or {}
     if prec.get("slower"):
         out.append(

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from pitstop.profile.probes import MAX_COPY_BYTES, _as_script, _fwd_bwd, saving, timed
+from pitstop.profile.probe_kit import MAX_COPY_BYTES, as_script, fwd_bwd, saving, timed
 from pitstop.train.float32 import float32_inputs, float32_model
 
 
@@ -31,8 +31,8 @@ def run(
     f32_args, f32_kwargs = float32_inputs((args, kwargs))
 
     def fp32() -> None:
-        with _as_script(dev, facts):
-            _fwd_bwd(f32, f32_args, f32_kwargs)
+        with as_script(dev, facts):
+            fwd_bwd(f32, f32_args, f32_kwargs)
 
     return {
         "dtype": "float32",

@@ -1,9 +1,8 @@
 """One rank of a torchrun / accelerate launch, run under pitstop's instrumentation.
 
-The launcher starts each worker as ``python -u train.py ARGS``; the ``sitecustomize`` that pitstop puts on
-PYTHONPATH calls ``activate()`` at interpreter start-up. In a worker (RANK set, not the launcher, not a
-process the worker started itself) it runs the script through ``pitstop.profile.bootstrap`` exactly as a
-single-process profile does, with communication measured (``pitstop.profile.comm``), and writes
+The launcher starts each worker as ``python -u train.py ARGS``; ``pitstop.profile.rank_start`` runs the
+script there through ``pitstop.profile.bootstrap`` exactly as a single-process profile does, with this
+module's ``RankWorker`` added: it measures communication (``pitstop.profile.comm``) and writes
 ``rank-R/measurements.json`` in the run's folder. A watchdog thread keeps ``rank-R/state.json`` saying
 which step the rank is in and which collective it is blocked in, so a rank whose peer died can be reported
 even when it never returns.
@@ -20,7 +19,6 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -74,58 +72,6 @@ def identity(env: dict[str, str] | None = None) -> Identity:
 
 def rank_dir(out_dir: Path, rank: int) -> Path:
     return Path(out_dir) / f"rank-{rank}"
-
-
-def activate() -> None:
-    """Called at start-up of every Python process under the launcher; acts only in its workers: processes
-    with RANK set, or started by the launcher itself (``accelerate launch`` of one process sets no RANK)."""
-    ppid = str(os.getppid())
-    if os.environ.get(ENV_RANK_PID):
-        return  # a process a rank started (spawned loader workers, compile workers)
-    if os.environ.get(ENV_PARENT) == ppid and not os.environ.get(ENV_SELF_RANK):
-        os.environ[ENV_LAUNCHER_PID] = str(os.getpid())  # the launcher itself: runs untouched
-        return
-    if (
-        "RANK" not in os.environ
-        and os.environ.get(ENV_LAUNCHER_PID) != ppid
-        and not (os.environ.get(ENV_SELF_RANK) and os.environ.get(ENV_PARENT) == ppid)
-    ):
-        return
-    try:
-        cfg = json.loads(Path(os.environ[ENV_CONFIG]).read_text())
-        ident = identity()
-        from pitstop.profile.runner import CommandError, parse_command
-
-        kind, target, args = parse_command(list(getattr(sys, "orig_argv", [])))
-    except (CommandError, OSError, ValueError, KeyError):
-        return  # python -c ..., or not a script: leave the process alone
-    os.environ[ENV_RANK_PID] = str(os.getpid())
-    out = rank_dir(Path(cfg["out_dir"]), ident.rank)
-    out.mkdir(parents=True, exist_ok=True)
-    run_cfg = {
-        **{k: cfg[k] for k in ("steps", "warmup", "full", "trace")},
-        "kind": kind,
-        "target": target,
-        "args": args,
-        "overrides": cfg.get("overrides") or {},
-        "callback": None,
-        "callback_at": "loader",
-        "out_dir": str(out.resolve()),
-        # rank 0 alone, after every rank stopped, on a copy outside DDP: a probe never communicates
-        "probes": bool(cfg.get("probes", True)) and ident.rank == 0,
-    }
-    path = out / "run-config.json"
-    path.write_text(json.dumps(run_cfg))
-    from pitstop.profile import bootstrap
-
-    worker = RankWorker(ident, out)
-    worker.stop_timeout_s = float(cfg.get("timeout") or worker.stop_timeout_s)
-    bootstrap.ON_INSTALL.append(worker.on_install)
-    bootstrap.ON_FINISH.append(worker.on_finish)
-    bootstrap.ON_END.append(worker.on_end)
-    bootstrap.ON_PROBES.append(worker.probe_model)
-    sys.path.insert(0, "")  # the bootstrap sets sys.path[0] to the script's folder, as python would
-    bootstrap.main([str(path)])  # never returns: the bootstrap ends the process with the script's code
 
 
 def _heartbeat_map(path: Path) -> Any:
@@ -200,12 +146,13 @@ class RankWorker:
         self._t0 = time.perf_counter()
 
     def on_install(self, inst: Any) -> None:
-        from pitstop.profile import ddp_inject
         from pitstop.profile.comm import CommRecorder
+        from pitstop.train import ddp_inject
 
         self.inst = inst
         warmup = inst.cfg.warmup
-        self.inject = ddp_inject.install(inst.cfg.overrides)  # under the recorder: undone after it
+        ov = inst.cfg.overrides
+        self.inject = ddp_inject.install(ov.ddp_no_sync, ov.ddp_static_graph)  # under the recorder: undone after it
         self._beaten = -1
         self._beat_map = _heartbeat_map(self.out / HEARTBEAT)
         self.comm = CommRecorder(  # the records list is cleared, never rebound: its len is the step
@@ -305,7 +252,7 @@ class RankWorker:
 
         if not isinstance(model, DDP):
             return model, None
-        from pitstop.profile.probes import MAX_COPY_BYTES
+        from pitstop.profile.probe_kit import MAX_COPY_BYTES
 
         inner = model.module
         size = sum(p.numel() * p.element_size() for p in inner.parameters())

@@ -18,52 +18,27 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.findings import Report
 from pitstop.host.load import CpuOutsideSession
 from pitstop.profile import rank_worker as rw
-from pitstop.profile.runner import (
-    GRACE_S,
-    RunResult,
-    RunSpec,
-    grace_s,
-    note_other_cpu,
-    supervise,
-    wait_or_kill,
-)
+from pitstop.profile.merge import RanksResult, collect_ranks
+from pitstop.profile.rank_states import collective_name, read_states
+from pitstop.profile.result import RunSpec, note_other_cpu
+from pitstop.profile.supervise import GRACE_S, grace_s, supervise, wait_or_kill
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parent / "rankhook"
 CONFIG = "ranks-config.json"
-HOST = socket.gethostname()
-MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
 # between reads of the ranks' state files: a hang is called after STUCK_S, progress shows once a second,
 # and every wake-up of this parent takes CPU from the ranks when they have every core
 TICK_S = 1.0
-
-
-@dataclass
-class RanksResult(RunResult):
-    """A launch's result: ``ranks`` holds each rank's own RunResult; ``steps``/``data`` are rank 0's."""
-
-    ranks: dict[int, RunResult] = field(default_factory=dict)
-    states: dict[int, dict[str, Any]] = field(default_factory=dict)
-    launcher: str = "torchrun"
-    hang: str | None = None
-
-    def report(self) -> Report:
-        from pitstop.profile.merge import build_ranks_report
-
-        return build_ranks_report(self)
 
 
 def launcher_command(kind: str, target: str, args: list[str]) -> list[str]:
@@ -81,8 +56,6 @@ def run_ranks(
     progress: Callable[[int, int], None] | None = None,
 ) -> RanksResult:
     """Run the launcher with every worker instrumented; never raises for the script's failures."""
-    from pitstop.profile.merge import collect_ranks
-
     start = time.perf_counter()
     out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,51 +138,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = GRACE_S) -> None:
     wait_or_kill(proc, grace)
 
 
-def read_states(out: Path) -> dict[int, dict[str, Any]]:
-    """Each rank's last state record (``rank-R/state.json``), with ``alive`` for ranks on this host."""
-    states: dict[int, dict[str, Any]] = {}
-    for d in out.glob("rank-*"):
-        try:
-            st = json.loads((d / rw.STATE).read_text())
-        except (OSError, ValueError):
-            continue
-        # a rank on another node (shared --out-dir) is alive until it writes its final status
-        local = st.get("host") in (None, HOST)
-        st["alive"] = st.get("status") in (None, "running") and (
-            _alive(int(st.get("pid", 0))) if local else not st.get("stale")
-        )
-        with contextlib.suppress(OSError, ValueError):  # newer than the state when the rank died suddenly
-            st["collective_step"] = int((d / rw.HEARTBEAT).read_text())
-            st["step"] = max(int(st.get("step", 0)), st["collective_step"])  # the 0.2 s sample may lag
-        states[int(st["rank"])] = st
-    return states
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):  # a zombie has ended: its parent (the launcher) has not reaped it
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
-    return True
-
-
 def _node(st: dict[str, Any]) -> str:
     return f" on {st['host']}" if st.get("remote") and st.get("host") else ""
-
-
-def collective_name(cur: dict[str, Any]) -> str:
-    """``all_reduce (collective #57, 4 B)``: what a rank waits in, with its number among the collectives the
-    rank entered, so ranks blocked in different collectives are told apart."""
-    extra = [f"collective #{cur['n']}"] if cur.get("n") else []
-    if cur.get("bytes") is not None:
-        extra.append(f"{cur['bytes']} B")
-    return cur["what"] + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _describe(rank: int, st: dict[str, Any], now: float | None = None) -> str:

@@ -10,9 +10,9 @@ where estimates that large were not confirmed, that the run could not decide (``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pitstop.findings import Finding, Report, Severity, dedupe
+from pitstop.findings import Finding, Severity, dedupe
 from pitstop.host import cpu
 from pitstop.profile import confirm, gpu_rules, summary, wait_confirm
 from pitstop.profile.contention_rules import contention_findings, note_contention
@@ -31,10 +31,6 @@ from pitstop.profile.rules_progress import progress_rules
 from pitstop.profile.timeline import PART_LABELS, Breakdown, StepRecord, breakdown, usable_steps
 from pitstop.recipes import recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
-
-if TYPE_CHECKING:
-    from pitstop.profile.runner import RunResult
-
 
 # ------------------------------------------------------------------------------------------- data
 
@@ -338,75 +334,3 @@ def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> 
         steps=bd.n,
         unmeasured=unmeasured,
     )
-
-
-def build_report(result: RunResult) -> Report:
-    """The ``pitstop profile`` report of one run: findings, the per-step timeline and the run's config."""
-    data = result.data
-    if result.status == "not_started":
-        return Report(tool="profile", error=result.error, meta={"command": " ".join(result.command)})
-    findings, bd = problem_findings(result.steps, data)
-    basis = verdict_basis(findings, bd, data) if bd is not None else None
-    if basis is not None and result.status == "interrupted":  # Ctrl-C / SIGTERM: never healthy
-        probing = data.get("status") == "probing" or "KeyboardInterrupt" in str(data.get("finalize_error"))
-        basis["interrupted"] = (
-            "the measured what-ifs after the script (exit probes)" if probing else "the script run"
-        )
-    if basis is not None and (last := summary.verdict(findings, **basis)) is not None:
-        findings.append(last)
-    sections: dict[str, Any] = {
-        "steps": [s.to_dict() for s in result.warmup_steps + result.steps],
-        "losses": result.losses,
-        "loaders": data.get("loaders", []),
-        "models": data.get("models", []),
-        "optimizers": data.get("optimizers", []),
-        "sync_sites": data.get("sync_sites", []),
-        "torch": data.get("torch", {}),
-        "memory": data.get("memory", {}),
-        "totals": data.get("totals", {}),
-    }
-    if bd is not None:
-        sections["breakdown"] = {
-            "steps": bd.n,
-            "mean_step_s": bd.total_s,
-            "median_step_s": bd.median_total_s,
-            **bd.parts,
-            "boundary": data.get("step_boundary"),
-        }
-    if data.get("probes"):
-        sections["probes"] = data["probes"]
-    if data.get("trace"):
-        sections["trace"] = data["trace"]
-    if data.get("gpu_util"):
-        sections["gpu_util"] = data["gpu_util"]
-    sections.update(gpu_rules.sections(result.steps, data, bd))  # device_time, mfu
-    if result.callback_result is not None:
-        sections["callback_result"] = result.callback_result
-    meta: dict[str, Any] = {
-        "command": " ".join(result.command),
-        "status": result.status,
-        "returncode": result.returncode,
-        "measured_steps": len(result.steps),
-        "warmup_steps": len(result.warmup_steps),
-        "steps_per_s": round(result.steps_per_s(), 4),
-        "wall_s": round(result.wall_s, 2),
-        "device": data.get("device") or "cpu",
-        "usable_cores": cpu.usable_cores(),
-        "step_boundary": data.get("step_boundary"),
-    }
-    if basis is not None:
-        meta[summary.BASIS] = basis
-    mem = data.get("memory") or {}
-    if mem.get("peak_rss_bytes"):
-        meta["peak_rss_mib"] = round(mem["peak_rss_bytes"] / 2**20, 1)
-    if mem.get("cuda_peak_allocated_bytes"):
-        meta["cuda_peak_allocated_mib"] = round(mem["cuda_peak_allocated_bytes"] / 2**20, 1)
-    if result.trace_path:
-        meta["trace"] = result.trace_path
-    if not result.spec or not result.spec.overrides.is_empty():
-        meta["overrides"] = result.spec.overrides.describe() if result.spec else None
-    error = result.error
-    tb = data.get("traceback")
-    if tb and error:
-        error = f"{error}\n\n{tb}"
-    return Report(tool="profile", findings=findings, sections=sections, meta=meta, error=error)

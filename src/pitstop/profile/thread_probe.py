@@ -7,7 +7,7 @@ First a window of passes at the script's thread count, while ``host.load.Competi
 the process competes with on its CPUs (other processes' busy time, steal, the run queue). The threads
 that fit are the cores left free (``host.load.fitting_threads``) over the local ranks sharing them, at
 most the usable cores. Where that is fewer than the script's threads, both counts are timed in rotating
-rounds through ``pitstop.measure`` (``probes.timed``), giving the saving and its interval. The thread
+rounds through ``pitstop.measure`` (``probe_kit.timed``), giving the saving and its interval. The thread
 count is process-wide, so every pass sets its own and the script's count is restored afterwards. The
 probe is bounded: a pass at the script's threads slower than ``MAX_PASS_S`` skips the A/B, saying why;
 a slower pass widens the rounds' budget to hold two rounds (``measure.budget_for_rounds``), up to
@@ -27,7 +27,7 @@ from pitstop.host.cpu import usable_cores
 from pitstop.host.load import CompetitionMeter, fitting_threads
 from pitstop.measure import budget_for_rounds
 from pitstop.profile.captured import CapturedLoader
-from pitstop.profile.probes import _as_script, _fwd_bwd, saving, timed
+from pitstop.profile.probe_kit import as_script, fwd_bwd, saving, timed
 
 WINDOW_S = 0.3  # passes at the script's threads while the meter watches, before the A/B
 BUDGET_S = 6.0  # the A/B's rounds
@@ -79,7 +79,7 @@ def run(
 ) -> dict[str, Any]:
     """``{"threads": record}`` for a CPU model with a last batch (else empty). The record: the script's
     ``threads``, the ``fit`` count, ``local_ranks``, ``competition`` (``Competition.to_dict``) and, where
-    the A/B ran, ``probes.saving``'s keys (base: as it ran, new: at ``fit``); or ``skipped``. Given the
+    the A/B ran, ``probe_kit.saving``'s keys (base: as it ran, new: at ``fit``); or ``skipped``. Given the
     script's ``loaders`` (only after the script ended: loading a batch runs its dataset's code), a pass
     also loads a batch as its main process did (``loader_location`` in the record)."""
     p = next(model.parameters(), None) if model is not None else None
@@ -115,8 +115,8 @@ def _probe(
             torch.set_num_threads(n)
             if load is not None:
                 load[0]()
-            with _as_script("cpu", facts):
-                _fwd_bwd(model, args, kwargs)
+            with as_script("cpu", facts):
+                fwd_bwd(model, args, kwargs)
 
         return one
 

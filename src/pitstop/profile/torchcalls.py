@@ -18,14 +18,14 @@ import torch
 from pitstop.profile.where import user_location
 
 if TYPE_CHECKING:
-    from pitstop.profile.hooks import Instrumentation
     from pitstop.profile.patches import Patches
+    from pitstop.profile.points import ProbePoints
 
 clock = time.perf_counter
 is_compiling = torch.compiler.is_compiling
 
 
-def install_torch_patches(inst: Instrumentation, patches: Patches) -> None:
+def install_torch_patches(inst: ProbePoints, patches: Patches) -> None:
     patches.patch(torch.optim.Optimizer, "__init__", _make_opt_init(inst, torch.optim.Optimizer.__init__))
     patches.patch(torch.Tensor, "to", _make_to(inst, torch.Tensor.to))
     patches.patch(torch.Tensor, "cuda", _make_to(inst, torch.Tensor.cuda))
@@ -38,7 +38,7 @@ def install_torch_patches(inst: Instrumentation, patches: Patches) -> None:
     patches.handle(register_optimizer_step_post_hook(inst.optimizer_end))
 
 
-def _make_opt_init(inst: Instrumentation, orig: Any) -> Any:
+def _make_opt_init(inst: ProbePoints, orig: Any) -> Any:
     @functools.wraps(orig)
     def __init__(self: torch.optim.Optimizer, params: Any, defaults: dict[str, Any]) -> None:
         impl = inst.cfg.overrides.optimizer_impl
@@ -72,7 +72,7 @@ def _make_opt_init(inst: Instrumentation, orig: Any) -> Any:
     return __init__
 
 
-def _make_to(inst: Instrumentation, orig: Any) -> Any:
+def _make_to(inst: ProbePoints, orig: Any) -> Any:
     @functools.wraps(orig)
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if inst.in_next or not self.is_cpu or is_compiling():
@@ -102,7 +102,7 @@ def _make_to(inst: Instrumentation, orig: Any) -> Any:
     return to
 
 
-def _make_backward(inst: Instrumentation, orig: Any, loss_arg: bool) -> Any:
+def _make_backward(inst: ProbePoints, orig: Any, loss_arg: bool) -> Any:
     @functools.wraps(orig)
     def backward(*args: Any, **kwargs: Any) -> Any:
         if inst.in_backward or is_compiling():  # nested (Tensor.backward calls autograd.backward)

@@ -1,6 +1,6 @@
 """``pitstop profile --verify``: the top warning's fix, measured on the script, next to its prediction.
 
-The top-ranked warning that has a fix ``pitstop fix`` can inject (``tune.fix.FINDING_KINDS``) is timed
+The top-ranked warning that has a fix ``pitstop fix`` can inject (``recipes.finding_kinds``) is timed
 as ``pitstop fix --candidates KIND`` would: interleaved rounds of the script as it is and with the fix,
 judged by ``pitstop.measure`` within the budget. The result is one ``profile.verify`` finding that sets
 the measured speed-up and its interval next to the speed-up the warning predicted. Both are throughput:
@@ -18,17 +18,18 @@ from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import HELPED
+from pitstop.profile.fix_verdicts import annotate
+from pitstop.recipes import finding_kinds
 
 DEFAULT_BUDGET_S = 120.0
 
 
 def top_warning(report: Report) -> tuple[Finding, str] | None:
     """The first-ranked warning (or error) with an injectable fix, and that fix's kind."""
-    from pitstop.tune.fix import FINDING_KINDS
-
+    kinds = finding_kinds()
     for f in report.ranked():
-        if f.severity.rank >= Severity.WARN.rank and f.id in FINDING_KINDS:
-            return f, FINDING_KINDS[f.id]
+        if f.severity.rank >= Severity.WARN.rank and f.id in kinds:
+            return f, kinds[f.id]
     return None
 
 
@@ -130,7 +131,7 @@ def verify(
     result = (run_fix or real_run_fix)(list(command), fix_config(f, kind, budget_s))
     verdict_cache.record(result, out_dir)
     found = verdict_finding(f, kind, result, step_s)
-    report.findings = verdict_cache.annotate(
+    report.findings = annotate(
         report.findings, {k: v for k, v in verdict_cache.entries(result).items() if k == kind}
     )
     if found.data.get("below_prediction"):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitstop.train.host_memory import SNIPPET as KEEP_HOST_MEMORY_SNIPPET
-
 DATALOADER_PATCH = "pitstop.tune.patch.dataloader_patch"
 
 
@@ -163,7 +161,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "host_memory",
         "keep freed host memory",
-        KEEP_HOST_MEMORY_SNIPPET,
+        "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop",
         finding="host.page_faults",
         override="keep_host_memory",
         train="TrainConfig.keep_host_memory",

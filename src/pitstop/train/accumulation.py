@@ -80,9 +80,8 @@ def no_sync_every(every: int):
     first optimizer step on, every DDP forward but each ``every``-th runs as under ``no_sync()``, and a
     step reached after an unsynced forward (an uneven last accumulation) all-reduces the gradients
     first, as DDP would, so every step sees the same averaged gradients as without it. It is the
-    mechanism ``pitstop fix`` measured as its ``no_sync`` candidate (``pitstop.profile.ddp_inject``);
+    mechanism ``pitstop fix`` measured as its ``no_sync`` candidate (``pitstop.train.ddp_inject``);
     call it once before training. Returns the installed injection (``.uninstall()`` undoes it)."""
-    from pitstop.profile.ddp_inject import install
-    from pitstop.profile.overrides import Overrides
+    from pitstop.train.ddp_inject import install
 
-    return install(Overrides(ddp_no_sync=int(every)))
+    return install(every=int(every))

@@ -37,8 +37,6 @@ GLIBC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLDS[-1]),
     "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD),
 }
-# The code change that applies it, as findings show it (profile) and fix proves it.
-SNIPPET = "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop"
 _USER_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 

@@ -160,12 +160,12 @@ def edit_channels_last(fe: FileEdits, where: int) -> None:
         hit = _innermost(tree, where)
         assert hit is not None
         fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + conv]))
-    _need_torch(fe)
+    need_torch(fe)
 
 
 def edit_compile(fe: FileEdits, where: int) -> None:
     _model_line(fe, where, lambda n: f"torch.compile({n})", "compile")
-    _need_torch(fe)
+    need_torch(fe)
 
 
 def edit_autocast(fe: FileEdits, where: int, device: str, dtype: str) -> None:
@@ -188,7 +188,7 @@ def edit_autocast(fe: FileEdits, where: int, device: str, dtype: str) -> None:
     last = body[k - 1] if k is not None and k > i else stmt
     header = f"{_indent(fe.text, stmt.lineno)}with torch.autocast({device!r}, dtype=torch.{dtype}):"
     fe.wraps.append((stmt.lineno - 1, (last.end_lineno or last.lineno) - 1, header))
-    _need_torch(fe)
+    need_torch(fe)
 
 
 def _main_top(fe: FileEdits) -> int:
@@ -215,7 +215,7 @@ def _after_imports(tree: ast.Module) -> int:
     return (first.end_lineno or 0) if doc and first else 0
 
 
-def _first_line(fe: FileEdits, code: str, import_line: str | None = None) -> None:
+def insert_first_line(fe: FileEdits, code: str, import_line: str | None = None) -> None:
     at = _main_top(fe)
     lines = fe.text.splitlines()
     indent = ""
@@ -226,7 +226,7 @@ def _first_line(fe: FileEdits, code: str, import_line: str | None = None) -> Non
         fe.inserts.append((_after_imports(fe.tree()), 0, [import_line]))
 
 
-def _need_torch(fe: FileEdits) -> None:
+def need_torch(fe: FileEdits) -> None:
     tree = fe.tree()
     has = any(
         isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
@@ -369,7 +369,7 @@ def apply_autocast(site: Site) -> None:
     fe.changes["autocast"] = dtype
 
 
-def _script_file(site: Site) -> FileEdits:
+def script_file(site: Site) -> FileEdits:
     try:
         what, script, args = parse_command(site.result.command, str(site.cwd) if site.cwd else None)
     except CommandError as e:
@@ -388,15 +388,15 @@ def _script_file(site: Site) -> FileEdits:
 
 
 def apply_keep_host_memory(site: Site) -> None:
-    fe = _script_file(site)
-    _first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
+    fe = script_file(site)
+    insert_first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
     fe.changes["keep_host_memory"] = True
 
 
 def apply_cudnn_benchmark(site: Site) -> None:
-    fe = _script_file(site)
-    _first_line(fe, recipe("cudnn_benchmark").snippet)
-    _need_torch(fe)
+    fe = script_file(site)
+    insert_first_line(fe, recipe("cudnn_benchmark").snippet)
+    need_torch(fe)
     fe.changes["cudnn_benchmark"] = True
 
 

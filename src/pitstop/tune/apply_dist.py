@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from pitstop.tune.apply import Site, Unplaced, _first_line, _need_torch, _script_file
+from pitstop.tune.apply import Site, Unplaced, insert_first_line, need_torch, script_file
 from pitstop.tune.fix_dist import ddp_location
 from pitstop.tune.patch import keyword_edit
 
@@ -34,9 +34,9 @@ def apply_threads(site: Site) -> None:
     n = site.overrides.get("num_threads")
     if not n:
         raise Unplaced("threads: the fix recorded no thread count")
-    fe = _script_file(site)
-    _first_line(fe, f"torch.set_num_threads({int(n)})  # usable cores / local ranks, measured by pitstop fix")
-    _need_torch(fe)
+    fe = script_file(site)
+    insert_first_line(fe, f"torch.set_num_threads({int(n)})  # usable cores / local ranks, measured by pitstop fix")
+    need_torch(fe)
     fe.changes["threads"] = int(n)
 
 
@@ -44,8 +44,8 @@ def apply_no_sync(site: Site) -> None:
     k = site.overrides.get("ddp_no_sync")
     if not k:
         raise Unplaced("no_sync: the fix recorded no accumulation count")
-    fe = _script_file(site)
-    _first_line(
+    fe = script_file(site)
+    insert_first_line(
         fe,
         f"no_sync_every({int(k)})  # DDP all-reduces once per optimizer step",
         "from pitstop.train import no_sync_every",

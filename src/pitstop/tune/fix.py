@@ -26,6 +26,7 @@ from pitstop.profile.rulekit import WARN_SHARE
 from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
+from pitstop.tune.candidate import Candidate
 from pitstop.tune.fixjudge import Measured, judge
 from pitstop.tune.patch import Patch
 
@@ -64,15 +65,6 @@ class FixConfig:
     workers_values: tuple[int, ...] | None = None  # default: recipes.workers' count and its cap
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Candidate:
-    name: str
-    kind: str
-    overrides: Overrides
-    why: str  # the finding that suggested it, or "requested"
-    cannot_help: str | None = None  # the script's own facts say it has nothing to act on (still measured)
 
 
 @dataclass

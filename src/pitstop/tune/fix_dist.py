@@ -7,7 +7,7 @@ Candidates, each from its registry entry (``pitstop.recipes``) and the profile's
 - ``threads``: each rank gets its share of the cores (usable cores / ranks on this node) as its intra-op
   threads, whatever the script or OMP_NUM_THREADS asked for.
 - ``no_sync``: gradient accumulation that all-reduced every micro-batch; the DDP forwards per optimizer
-  step (k, the profile's median) become k-1 without sync and one with (``pitstop.profile.ddp_inject``).
+  step (k, the profile's median) become k-1 without sync and one with (``pitstop.train.ddp_inject``).
 - ``static_graph``: ``find_unused_parameters=True`` where the reducer saw the same parameters used every
   step on every rank; only then is ``static_graph=True`` valid, so only then is it proposed.
 
@@ -27,14 +27,13 @@ from pitstop.host.cpu import usable_cores
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec
 from pitstop.recipes import recipe
+from pitstop.tune.candidate import Candidate
 
 KINDS = ("threads", "no_sync", "static_graph")
 
 
-def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Any], str | None]:
+def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Candidate], str | None]:
     """(candidates, None) or ([], why it is skipped) for one distributed kind."""
-    from pitstop.tune.fix import Candidate
-
     dist = config.get("distributed") or {}
     ddp = dist.get("ddp") or []
     if kind == "threads":

@@ -37,6 +37,7 @@ from pitstop.tune.loader_measure import (
     LoaderPoint,
     LoaderSetting,
     MeasureConfig,
+    TuneConfig,
     measure_setting,
     picklable,
     predict_rejection,
@@ -46,18 +47,6 @@ from pitstop.tune.loader_measure import (
 from pitstop.tune.memwatch import MemLimits
 
 WORKER_LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-
-
-@dataclass
-class TuneConfig:
-    max_workers: int | None = None  # default: one ladder rung past recipes.workers' cap
-    prefetch_factors: tuple[int, ...] = (2, 4)
-    batch_sizes: tuple[int, ...] = ()  # also measure these batch sizes at the chosen setting
-    patience: int = 2
-    min_gain: float = 0.03
-    confirm_rounds: int = 3
-    measure: MeasureConfig = field(default_factory=MeasureConfig)
-    ram_safety: float = 0.7  # a prediction above this share of available RAM / free shm is rejected
 
 
 @dataclass

@@ -3,14 +3,11 @@ memory rejections, an unpicklable or iterable dataset. Pure functions of measure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.measure import HELPED, Interval, decide
-from pitstop.tune.loader_measure import LoaderPoint, LoaderSetting, is_worker_crash
-
-if TYPE_CHECKING:
-    from pitstop.tune.loader import TuneConfig
+from pitstop.tune.loader_measure import LoaderPoint, LoaderSetting, TuneConfig, is_worker_crash
 
 
 def unpicklable_finding(why: str, method: str) -> Finding:

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.tune.loader_measure import (
     LoaderPoint,
     LoaderSetting,
+    TuneConfig,
     describe_failure,
     make_loader,
     measure_restart,
     measure_setting,
 )
 from pitstop.units import MiB
-
-if TYPE_CHECKING:
-    from pitstop.tune.loader import TuneConfig
 
 
 def persistent_finding(

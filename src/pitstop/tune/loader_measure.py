@@ -5,7 +5,8 @@ A fresh DataLoader is built per setting with the script's other arguments (colla
 warmed up, then timed over ``repeats`` windows of bounded length; the point's rate is its throughput, the
 batches of all windows over their seconds (an epoch's restart is left out: it is measured apart, for
 ``persistent_workers``).
-RAM and /dev/shm are watched while it runs (memwatch).
+RAM and /dev/shm are watched while it runs (memwatch). ``TuneConfig`` holds the settings of the search
+(``loader``) around it, which ``loader_findings`` and ``loader_knobs`` read too.
 """
 
 from __future__ import annotations
@@ -113,6 +114,18 @@ class MeasureConfig:
     warmup_batches: int = 2
     max_batches_per_window: int | None = None
     limits: MemLimits = field(default_factory=MemLimits)
+
+
+@dataclass
+class TuneConfig:
+    max_workers: int | None = None  # default: one ladder rung past recipes.workers' cap
+    prefetch_factors: tuple[int, ...] = (2, 4)
+    batch_sizes: tuple[int, ...] = ()  # also measure these batch sizes at the chosen setting
+    patience: int = 2
+    min_gain: float = 0.03
+    confirm_rounds: int = 3
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    ram_safety: float = 0.7  # a prediction above this share of available RAM / free shm is rejected
 
 
 def batch_nbytes(batch: Any) -> int:

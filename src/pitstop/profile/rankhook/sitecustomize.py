@@ -2,7 +2,7 @@
 
 Every Python process the launcher starts imports this at start-up. It first runs the environment's own
 ``sitecustomize`` (if any), then, in a worker (RANK set, or the launcher's own child), hands over to
-``pitstop.profile.rank_worker``, which runs the worker's script under pitstop's instrumentation. In any
+``pitstop.profile.rank_start``, which runs the worker's script under pitstop's instrumentation. In any
 other process it does nothing else.
 """
 
@@ -21,6 +21,6 @@ if _spec is not None and _spec.loader is not None:
     _spec.loader.exec_module(_mod)
 
 if os.environ.get("PITSTOP_RANKS_CONFIG"):
-    from pitstop.profile.rank_worker import activate
+    from pitstop.profile.rank_start import activate
 
     activate()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.findings import Report
-from pitstop.report.export import ExportData, export_data
+from pitstop.profile.export import ExportData, export_data
 
 INSTALL = "pip install 'pitstop[tensorboard]'"
 TAG = "pitstop"

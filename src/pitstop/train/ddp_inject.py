@@ -12,7 +12,8 @@
   without sync (its accumulation count differs from k), the step's pre-hook all-reduces the gradients the
   same way DDP does (sum, divided by the group size) first, so no step ever sees a rank's local gradient.
 
-Installed by ``pitstop.profile.rank_worker`` before the communication recorder, undone after it.
+Installed by ``pitstop.profile.rank_worker`` before the communication recorder, undone after it, with the
+rank's ``Overrides``; and by ``pitstop.train.no_sync_every`` in a script that asks for it.
 """
 
 from __future__ import annotations
@@ -25,16 +26,15 @@ from typing import Any
 
 import torch
 
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.patches import Patches
+from pitstop.patching import Patches
 
 
 class DDPInjection:
     """The DDP overrides of one rank; ``facts()`` says what they did (written with the rank's record)."""
 
-    def __init__(self, overrides: Overrides) -> None:
-        self.every = overrides.ddp_no_sync
-        self.static_graph = overrides.ddp_static_graph
+    def __init__(self, every: int | None = None, static_graph: bool = False) -> None:
+        self.every = every
+        self.static_graph = static_graph
         self._patches = Patches()
         self._models: dict[int, dict[str, Any]] = {}  # id(ddp) -> forwards since the last step, pending
         self.steps = 0
@@ -165,8 +165,10 @@ class DDPInjection:
         return out
 
 
-def install(overrides: Overrides) -> DDPInjection:
-    inj = DDPInjection(overrides)
+def install(every: int | None = None, static_graph: bool = False) -> DDPInjection:
+    """``ddp_no_sync`` = ``every`` and ``ddp_static_graph``, installed (nothing where torch.distributed
+    is missing)."""
+    inj = DDPInjection(every, static_graph)
     with contextlib.suppress(ImportError):
         inj.install()
     return inj

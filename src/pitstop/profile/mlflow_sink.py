@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pitstop.report.export import COLUMNS, ExportData
+from pitstop.profile.export import COLUMNS, ExportData
 
 BATCH = 1000  # MLflow's limit on metrics per log_batch
 

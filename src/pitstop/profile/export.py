@@ -4,8 +4,8 @@
 the step's index, warm-up steps included and flagged), the summary scalars (the mean step and its parts,
 steps/s, each finding's measured cost per step), the findings as rows (id, severity, cost, share of the
 step, confirmed interval) and as a markdown table, and the headline. A sink writes them with its tool's
-API: ``report.tensorboard.TensorBoardSink``, ``report.wandb_sink.WandbSink``,
-``report.mlflow_sink.MlflowSink``; each module's ``*_sink`` function gives a sink, or the one-line
+API: ``profile.tensorboard.TensorBoardSink``, ``profile.wandb_sink.WandbSink``,
+``profile.mlflow_sink.MlflowSink``; each module's ``*_sink`` function gives a sink, or the one-line
 reason there is none (package not installed, no active run). ``export`` writes to each sink and says in
 one line why one was skipped or failed: an export never stops the training it reports on.
 """

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pitstop.report.compare import CompareError, compare, html_blocks, print_compare, read_report
+    from pitstop.compare.reports import CompareError, compare, html_blocks, print_compare, read_report
 
     if len(args.reports) < 2:
         return usage_error("compare needs at least two reports")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pitstop.report.export import COLUMNS, ExportData
+from pitstop.profile.export import COLUMNS, ExportData
 
 PREFIX = "pitstop/"
 

@@ -1,0 +1,17 @@
+"""One candidate fix of ``pitstop fix``: the overrides a child run injects, and why it is tried. Built by
+``fix`` (from the recipes) and ``fix_dist`` (for launcher commands)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pitstop.profile.overrides import Overrides
+
+
+@dataclass
+class Candidate:
+    name: str
+    kind: str
+    overrides: Overrides
+    why: str  # the finding that suggested it, or "requested"
+    cannot_help: str | None = None  # the script's own facts say it has nothing to act on (still measured)
