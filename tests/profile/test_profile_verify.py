@@ -136,7 +136,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
     monkeypatch.setattr(fixmod, "run_fix", run_fix)
     # no fresh runs of the workers fix: the wait's own model predicts (as where the script cannot re-run)
-    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a: False)
+    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a, **k: False)
     first = tmp_path / "first.json"
     argv = ["profile", "--out-dir", str(out), "--json", str(first), "--", "python", str(script)]
     main([*argv[:1], "--verify", "30", *argv[1:]])

@@ -101,6 +101,8 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
 
     inst = Instrumentation(make_config(cfg, out_dir))
     inst.flush_path = out_dir / MEASUREMENTS
+    # launch to the instrumentation's clock origin (python, torch and pitstop imports): part of start-up
+    launch_s = max(0.0, time.time() - cfg["launched_at"]) if cfg.get("launched_at") else None
 
     kind, target, args = cfg["kind"], cfg["target"], list(cfg["args"])
     if kind == "module":
@@ -166,7 +168,7 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
-    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
+    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code, "launch_s": launch_s})
     for fn in ON_FINISH:
         try:
             fn(inst, data)
@@ -276,6 +278,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         why_not = None
         for fn in ON_PROBES:
             model, why_not = fn(model)
+        t_probes = time.perf_counter()
         try:
             probes = run_probes(
                 model,
@@ -289,6 +292,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         if why_not:
             probes.setdefault("skipped", []).append(f"model: {why_not}")
         data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
+        data["probes_s"] = time.perf_counter() - t_probes  # the MFU's matmul peak included
     data.update({"losses": losses, "trace": trace, "probes": probes})
     return data
 
