@@ -299,3 +299,4 @@ def test_without_a_budget_each_confirmation_keeps_its_own():
     fc.confirm_all(RunSpec(["python", "t.py"]), result, Runner(plain=STEP, fixed=0.08))
     assert result.data["probes"]["precision"]["two_process"]["budget_s"] == fc.BUDGET_S
     assert result.data["answer_time"]["planned"] == {"amp": fc.BUDGET_S}
+    assert result.data["answer_time"]["budget_s"] is None

@@ -85,14 +85,16 @@ def skip_record(round_est_s: float, left_s: float, budget_s: float) -> dict[str,
 @dataclass
 class Plan:
     """The confirmations' share of the budget: ``planned`` (name, seconds at most) in the order they
-    run; ``left_s`` what the probes left of ``budget_s``."""
+    run; ``left_s`` what the probes and ``RESERVE_S`` left of ``budget_s`` (None: no shared budget)."""
 
-    budget_s: float
+    budget_s: float | None
     stages: Stages
     planned: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def left_s(self) -> float:
+        if self.budget_s is None:
+            return float("inf")
         return max(0.0, self.budget_s - self.stages.probes_s - RESERVE_S)
 
     @property
@@ -106,8 +108,8 @@ class Plan:
         confirms = f"confirmations at most {self.confirm_s:.0f} s ({names})" if names else "no confirmations"
         return (
             f"answer in about {total:.0f} s: start-up {st.startup_s:.0f} s, measured window "
-            f"{st.window_s:.0f} s, probes {st.probes_s:.0f} s, {confirms}; --budget S to change "
-            f"(now {self.budget_s:.0f} s)"
+            f"{st.window_s:.0f} s, probes {st.probes_s:.0f} s, {confirms}; --budget S to change"
+            + (f" (now {self.budget_s:.0f} s)" if self.budget_s is not None else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -194,7 +194,7 @@ def confirm_all(
     SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds measured
     before it kept in their finding's record."""
     todo = confirmations(spec, result, runner)
-    plan = budget.Plan(budget_s if budget_s is not None else float("inf"), budget.stages(result))
+    plan = budget.Plan(budget_s, budget.stages(result))
     rounds = {c.name: budget.round_s(result, c.steps, WARMUP) for c in todo}
     left = plan.left_s
     for i, c in enumerate(todo):  # the plan as shares of the budget: each takes at most its share
