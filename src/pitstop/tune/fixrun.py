@@ -192,7 +192,7 @@ def run_fix(
         if cfg.candidates is None:
             if progress:
                 progress("profiling the script to choose candidates")
-            prof = runner(_spec(command, cfg, Overrides(), probes=True))
+            prof = first = runner(_spec(command, cfg, Overrides(), probes=True))
             if not prof.ok or not prof.steps:
                 result.baseline_error = prof.error or f"the script ended with status {prof.status}"
                 base.errors.append(result.baseline_error)
@@ -223,6 +223,7 @@ def run_fix(
             Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
         ]
         result.candidates = measured
+        _say_estimate(first, len(cands), rounds, progress)
 
         def later_stage_follows() -> bool:
             won = [m for m in measured if m.arm.verdict == HELPED]
@@ -253,6 +254,20 @@ def run_fix(
     except KeyboardInterrupt:
         _judge_interrupted(result, cfg)
     return _finish(result, cfg, rounds.steps)
+
+
+def _say_estimate(
+    r: RunResult, candidates: int, rounds: _Rounds, progress: Callable[[str], None] | None
+) -> None:
+    """``fix_estimate``'s line, from the first run of the script, once the candidates are known."""
+    from pitstop.tune.fix_estimate import estimate
+
+    cfg = rounds.cfg
+    steps = rounds.steps or steps_from_run(r) or FIRST_STEPS
+    elapsed = cfg.budget - rounds.left()
+    est = estimate(r, candidates, cfg.warmup, steps, cfg.min_rounds, cfg.budget, elapsed)
+    if progress and est is not None and candidates:
+        progress(est.text())
 
 
 def _workers_pick(workers: list[Measured], result: FixResult, cfg: FixConfig) -> Measured:
