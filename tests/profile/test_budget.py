@@ -51,3 +51,12 @@ def test_the_plan_line_gives_each_stage_and_how_to_change_the_budget():
     assert text.endswith("--budget S to change (now 60 s)")
     alone = budget.Plan(60.0, budget.stages(run_with()), [])
     assert "no confirmations" in alone.text()
+
+
+def test_the_budget_option_needs_seconds_above_zero(tmp_path, capsys):
+    from pitstop.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert main(["profile", "--budget", "0", "--", "python", str(script)]) == 2
+    assert "--budget needs seconds > 0" in capsys.readouterr().err

@@ -144,6 +144,8 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     (cfg,) = calls
     assert cfg.candidates == ("workers",) and cfg.budget == 30.0
     doc = json.loads(first.read_text())
+    timings = doc["meta"]["timings"]  # each stage's seconds, the default budget, --verify's time
+    assert timings["budget_s"] == 60.0 and {"startup_s", "window_s", "probes_s", "verify_s"} <= set(timings)
     by = {f["id"]: f for f in doc["findings"]}
     title = by["profile.verify"]["title"]
     assert title.startswith("dataloader.workers: predicted 2.50x (95% CI 1.82\u20132.50)"), title
