@@ -34,17 +34,27 @@ class FixEstimate:
         return self.startup_s + (self.warmup + self.steps) * self.step_s
 
     @property
+    def rounds_s(self) -> float:
+        """What has passed plus ``min_rounds`` rounds: when the first verdicts can come."""
+        return self.elapsed_s + self.min_rounds * (self.candidates + 1) * self.run_s
+
+    @property
     def least_s(self) -> float:
-        """What has passed plus ``min_rounds`` rounds, at most the budget."""
-        return min(self.budget_s, self.elapsed_s + self.min_rounds * (self.candidates + 1) * self.run_s)
+        """``rounds_s``, at most the budget."""
+        return min(self.budget_s, self.rounds_s)
 
     def text(self) -> str:
+        budget = f"{self.budget_s:.0f} s"
+        if self.rounds_s >= self.budget_s:  # the budget ends the rounds before the first verdicts' look
+            head = f"about {budget} (its --budget; {self.rounds_s:.0f} s for the rounds a verdict needs)"
+        else:
+            head = f"{self.least_s:.0f} s at least, {budget} at most"
         return (
-            f"pitstop fix: about {self.least_s:.0f} s, at most {self.budget_s:.0f} s: {self.candidates} "
-            f"candidate(s) and your script as it is, at least {self.min_rounds} rounds of one run each "
-            f"before a verdict, a run about {self.run_s:.0f} s (start-up {self.startup_s:.0f} s + "
-            f"{self.warmup}+{self.steps} steps of {self.step_s * 1000:.0f} ms); rounds go on until every "
-            f"verdict is in or the --budget of {self.budget_s:.0f} s ends them (--budget S to change)"
+            f"pitstop fix: {head}: {self.candidates} candidate(s) and your script as it is, at least "
+            f"{self.min_rounds} rounds of one run each before a verdict, a run about {self.run_s:.0f} s "
+            f"(start-up {self.startup_s:.0f} s + {self.warmup}+{self.steps} steps of "
+            f"{self.step_s * 1000:.0f} ms); rounds go on until every verdict is in or the --budget of "
+            f"{budget} ends them (--budget S to change)"
         )
 
 

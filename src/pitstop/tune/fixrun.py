@@ -54,13 +54,15 @@ FIRST_STEPS = 20  # timed steps of the runs before the start-up cost is known (`
 
 def steps_from_run(r: RunResult) -> int | None:
     """Timed steps per run for this script from one baseline run: ``measure.steps_for_startup`` of its
-    start-up (wall time less its steps: import, data, model, and the tail after the last step), its
-    median step and its within-run spread; at most the steps the script ran when it ended early."""
+    start-up (wall time less its steps and probes: import, data, model, and the tail after the last
+    step), its median step and its within-run spread; at most the steps the script ran when it ended
+    early."""
     times = [s.total_s for s in r.steps if not s.eval]
     if not r.ok or len(times) < 3:
         return None
     step = statistics.median(times)
-    startup = r.wall_s - sum(s.total_s for s in [*r.warmup_steps, *r.steps])
+    steps_s = sum(s.total_s for s in [*r.warmup_steps, *r.steps])
+    startup = r.wall_s - steps_s - float(r.data.get("probes_s") or 0.0)  # a profile run's probes too
     m = steps_for_startup(startup, step, step_spread=max(log_spread(times), 0.02))
     ended_early = r.spec is not None and len(r.steps) < r.spec.steps
     return min(m, len(r.steps)) if ended_early else m
