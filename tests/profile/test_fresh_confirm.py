@@ -9,6 +9,7 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.profile import fresh_confirm as fc
+from pitstop.profile.fresh_runs import WARMUP
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rules import findings_for
 from pitstop.profile.runner import RunResult, RunSpec
@@ -250,3 +251,52 @@ def test_the_imagenet_case_heads_the_report_with_autocast_as_a_warning_with_an_i
             assert f.data.get("saving_ci_s"), f
         if f.severity is Severity.PASS and "saving_s" in (f.data or {}):
             assert f.data["saving_ci_s"][1] < 0.05 * 0.996, f
+
+
+# ------------------------------------------------------------------------------- the shared time budget
+
+
+def test_confirmation_runs_stop_at_the_end_of_their_measured_window():
+    result = profiled(precision=AMP)
+    runner = Runner(plain=STEP, fixed=0.08)
+    assert fc.confirm_all(RunSpec(["python", "t.py"], full=True, trace=True), result, runner, budget_s=60.0)
+    assert runner.specs
+    for s in runner.specs:  # a fresh run is stopped after its steps, never run to the script's end
+        assert not s.full and s.steps == fc.STEPS and s.warmup == WARMUP
+        assert not s.probes and not s.trace and s.timeout is not None and s.timeout <= 60.0
+
+
+def test_the_plan_is_said_before_the_runs_and_recorded_with_what_each_took():
+    said: list[str] = []
+    result = profiled(precision=AMP, channels_last=CL)
+    runner = Runner(plain=STEP, fixed=0.08, on=lambda s: bool(s.overrides.autocast or s.overrides.channels_last))
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner, say=said.append, budget_s=45.0) == [
+        "amp",
+        "channels_last",
+    ]
+    assert said[0].startswith("answer in about") and "(amp, channels_last)" in said[0]
+    assert said[1].startswith("timing the")
+    rec = result.data["answer_time"]
+    # each an even share of 45 s less the reserve: more than a round (2 x (3 s + 23 steps of 0.1 s)) each
+    assert rec["budget_s"] == 45.0 and rec["planned"] == {"amp": 20.0, "channels_last": 20.0}
+    assert set(rec["confirm_spent_s"]) == {"amp", "channels_last"}
+    assert result.data["probes"]["precision"]["two_process"]["budget_s"] == pytest.approx(20.0, abs=0.5)
+
+
+def test_a_confirmation_whose_round_does_not_fit_is_not_run_and_its_finding_says_so():
+    result = profiled(precision=AMP)
+    runner = Runner(plain=STEP, fixed=0.08)
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), result, runner, budget_s=12.0) == []
+    assert runner.specs == []  # 7 s left after the reserve; a round is 2 x (3 s + 23 steps of 0.1 s)
+    f = finding(result)
+    assert f.severity is Severity.INFO and f.data["confirmed"] is False and f.data["saving_ci_s"] is None
+    assert "not run: one round of fresh runs" in f.evidence and "--budget S allows more" in f.evidence
+    assert result.data["answer_time"]["confirm_spent_s"] == {"amp": 0.0}
+
+
+def test_without_a_budget_each_confirmation_keeps_its_own():
+    result = profiled(precision=AMP)
+    fc.confirm_all(RunSpec(["python", "t.py"]), result, Runner(plain=STEP, fixed=0.08))
+    assert result.data["probes"]["precision"]["two_process"]["budget_s"] == fc.BUDGET_S
+    assert result.data["answer_time"]["planned"] == {"amp": fc.BUDGET_S}
+    assert result.data["answer_time"]["budget_s"] is None

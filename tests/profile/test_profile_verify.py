@@ -136,7 +136,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
     monkeypatch.setattr(fixmod, "run_fix", run_fix)
     # no fresh runs of the workers fix: the wait's own model predicts (as where the script cannot re-run)
-    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a: False)
+    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a, **k: False)
     first = tmp_path / "first.json"
     argv = ["profile", "--out-dir", str(out), "--json", str(first), "--", "python", str(script)]
     main([*argv[:1], "--verify", "30", *argv[1:]])
@@ -144,6 +144,8 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     (cfg,) = calls
     assert cfg.candidates == ("workers",) and cfg.budget == 30.0
     doc = json.loads(first.read_text())
+    timings = doc["meta"]["timings"]  # each stage's seconds, the default budget, --verify's time
+    assert timings["budget_s"] == 60.0 and {"startup_s", "window_s", "probes_s", "verify_s"} <= set(timings)
     by = {f["id"]: f for f in doc["findings"]}
     title = by["profile.verify"]["title"]
     assert title.startswith("dataloader.workers: predicted 2.50x (95% CI 1.82\u20132.50)"), title

@@ -56,6 +56,8 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
 
     inst = Instrumentation(make_config(cfg, out_dir))
     inst.flush_path = out_dir / MEASUREMENTS
+    # launch to the instrumentation's clock origin (python, torch and pitstop imports): part of start-up
+    launch_s = max(0.0, time.time() - cfg["launched_at"]) if cfg.get("launched_at") else None
 
     kind, target, args = cfg["kind"], cfg["target"], list(cfg["args"])
     if kind == "module":
@@ -121,7 +123,7 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
     except BaseException as e:  # never lose the measurements over a failure while finishing
         data = inst.snapshot(status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
-    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code})
+    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code, "launch_s": launch_s})
     for fn in ON_FINISH:
         try:
             fn(inst, data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,12 @@ class ProfileArgs:
         "also write the step breakdown and findings as TensorBoard scalars and text here",
         metavar="DIR",
         output="dir",
+    )
+    budget: float = opt(
+        60.0,
+        "seconds the probes and the fresh confirmation runs may add after the measured steps (default 60); "
+        "a confirmation whose first round does not fit is not run and its finding says so",
+        metavar="S",
     )
     verify: float | None = opt(
         None,
@@ -91,6 +98,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--steps must be >= 1 and --warmup >= 0")
     if o.timeout is not None and o.timeout <= 0:
         return usage_error("--timeout must be > 0")
+    if o.budget <= 0:
+        return usage_error("--budget needs seconds > 0")
     if o.verify is not None and o.verify <= 0:
         return usage_error("--verify needs a budget > 0 seconds")
     if o.tensorboard and (why := tensorboard_unavailable()) is not None:
@@ -117,6 +126,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
     err = Console(stderr=True)
     show = err.is_terminal and not args.quiet
+    if show:
+        err.print(
+            f"pitstop profile: {spec.warmup} warm-up + {spec.steps} measured steps, then probes and fresh "
+            f"confirmation runs within {o.budget:.0f} s (--budget S to change)"
+        )
     with progress_bar("[bold]pitstop profile[/bold]", show) as bar:
         task = bar.add_task("steps", total=spec.warmup + spec.steps)
 
@@ -124,7 +138,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
             bar.update(task, completed=min(done, total))
 
         result = run(spec, out_dir=out_dir, progress=progress)
-    report = measured_report(spec, result, o.verify, out_dir, (lambda m: err.print(m)) if show else None)
+    say = (lambda m: err.print(m)) if show else None
+    report = measured_report(spec, result, o.verify, out_dir, say, o.budget)
     summary.reconcile(report)  # the verdict for the findings as fix's verdicts and --verify left them
     if shows_tables(args):
         print_breakdown(report, Console())
@@ -150,11 +165,14 @@ def measured_report(
     verify_s: float | None,
     out_dir: Path | None,
     say: Callable[[str], None] | None,
+    budget_s: float | None = None,
 ) -> Report:
-    """The run's report after its fresh confirmation runs and ``--verify``. Ctrl-C or SIGTERM in any
-    phase stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase
-    (exit 130), and the verdict says it was cut short (never healthy)."""
+    """The run's report after its fresh confirmation runs (within ``budget_s``: ``pitstop.profile.budget``)
+    and ``--verify``; ``meta["timings"]``: the seconds each stage took. Ctrl-C or SIGTERM in any phase
+    stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase (exit
+    130), and the verdict says it was cut short (never healthy)."""
     from pitstop.profile import summary
+    from pitstop.profile.budget import stages
     from pitstop.profile.fix_verdicts import annotate_profile
     from pitstop.profile.fresh_confirm import confirm_all
 
@@ -165,9 +183,12 @@ def measured_report(
             phase = (report.meta.get(summary.BASIS) or {}).get("interrupted", "the script run")
             return _interrupted(report, phase)
         phase = "the fresh confirmation runs"  # predictions that would warn, timed again with the fix
-        confirm_all(spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None)
+        confirm_all(
+            spec, result, say=(lambda m: say(f"pitstop profile: {m}")) if say else None, budget_s=budget_s
+        )
         phase = None
         report = result.report()
+        report.meta["timings"] = result.data.get("answer_time") or stages(result).to_dict()
         report.findings = annotate_profile(report.findings, spec.command, out_dir)  # what `fix` measured
         if verify_s and result.ok:
             from pitstop.profile.verify import verify
@@ -175,7 +196,9 @@ def measured_report(
             phase = "--verify"
             if say:
                 say(f"pitstop profile --verify: timing the top warning's fix (at most {verify_s:.0f} s)")
+            t0 = time.monotonic()
             verify(report, spec.command, verify_s, out_dir)
+            report.meta["timings"]["verify_s"] = round(time.monotonic() - t0, 2)
             phase = None
     except KeyboardInterrupt:
         phase = phase or "the report"

@@ -21,17 +21,20 @@ the finding is judged by that interval:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pitstop.findings import Severity
+from pitstop.host import cpu
 from pitstop.measure import budget_for_rounds
-from pitstop.profile import malloc_confirm, workers_confirm
+from pitstop.profile import budget, malloc_confirm, workers_confirm
 from pitstop.profile.fresh_runs import WARMUP, Interrupted, Runner, timed
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
+from pitstop.train.host_memory import GLIBC_ENV
 
 # recipes whose probe predictions are timed in fresh runs
 MODEL_PROBES = ("amp", "channels_last", "float32")
@@ -80,51 +83,152 @@ def run_shape(result: RunResult) -> tuple[int, float]:
     return steps, budget_for_rounds(2 * run_s, MIN_ROUNDS, BUDGET_S, BUDGET_CAP_S)
 
 
-def time_model_probe(spec: RunSpec, result: RunResult, name: str, runner: Runner = run) -> dict[str, Any]:
-    """Fresh runs of ``spec``'s script, as it is vs with recipe ``name``'s fix, shaped by ``run_shape``;
-    the record is stored in the probe's record as ``two_process`` and returned."""
+def time_model_probe(
+    spec: RunSpec, result: RunResult, name: str, runner: Runner = run, budget_s: float | None = None
+) -> dict[str, Any]:
+    """Fresh runs of ``spec``'s script, as it is vs with recipe ``name``'s fix, shaped by ``run_shape``
+    (``budget_s``: at most this long instead); the record is stored in the probe's record as
+    ``two_process`` and returned."""
     probe = result.data["probes"][recipe(name).probe]
 
     def fixed(s: RunSpec) -> RunSpec:
         return replace(s, overrides=fix_overrides(name, probe, s.overrides))
 
     steps, budget = run_shape(result)
-    variant = fix_overrides(name, probe).describe()
-    shape = {"variant": variant, "steps": steps, "budget_scaled": budget > BUDGET_S}
+    budget = budget if budget_s is None else min(budget, budget_s)
     try:
         record = timed(
             spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
         )
     except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
-        probe["two_process"] = {**e.record, **shape}
+        probe["two_process"] = {**e.record, **_shape(result, name)}
         raise
-    probe["two_process"] = {**record, **shape}
+    probe["two_process"] = {**record, **_shape(result, name)}
     return probe["two_process"]
 
 
-def confirm_all(spec: RunSpec, result: RunResult, runner: Runner = run, say: Say | None = None) -> list[str]:
-    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran.
-    Ctrl-C or SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds
-    measured before it kept in their finding's record."""
-    ran: list[str] = []
+def _shape(result: RunResult, name: str) -> dict[str, Any]:
+    """What a model probe's fresh-run record says about the runs' shape."""
+    steps, budget = run_shape(result)
+    probe = result.data["probes"][recipe(name).probe]
+    return {
+        "variant": fix_overrides(name, probe).describe(),
+        "steps": steps,
+        "budget_scaled": budget > BUDGET_S,
+    }
+
+
+@dataclass
+class Confirmation:
+    """One fresh-run timing ``confirm_all`` may start: ``run(budget_s)`` times it; ``skipped(record)``
+    stores the record of runs not started where its finding looks."""
+
+    name: str
+    title: str
+    own_budget_s: float
+    steps: int
+    run: Callable[[float | None], Any]
+    skipped: Callable[[dict[str, Any]], None]
+
+
+def confirmations(spec: RunSpec, result: RunResult, runner: Runner = run) -> list[Confirmation]:
+    """The fresh-run timings ``result``'s would-be warnings call for, in the order they run."""
+    out: list[Confirmation] = []
     if not result.ok:
-        return ran
-    if malloc_confirm.worth_confirming(result):
-        if say:
-            say(f"timing the page-fault fix in fresh runs (at most {malloc_confirm.BUDGET_S:.0f} s)")
-        if malloc_confirm.maybe_confirm(spec, result, runner):
-            ran.append("host_memory")
-    if workers_confirm.worth_confirming(result):
-        if say:
-            say(f"timing the DataLoader workers fix in fresh runs (at most {workers_confirm.BUDGET_S:.0f} s)")
-        if workers_confirm.maybe_confirm(spec, result, runner):
-            ran.append("workers")
-    for name in model_probes_to_time(result):
-        if say:
-            steps, budget = run_shape(result)
-            say(
-                f"timing the {recipe(name).title} fix in fresh runs of {steps} steps (at most {budget:.0f} s)"
+        return out
+    probes = result.data.get("probes") or {}
+    if spec.probes and malloc_confirm.worth_confirming(result):
+        hm = probes["host_memory"]
+        out.append(
+            Confirmation(
+                "host_memory",
+                "page-fault",
+                malloc_confirm.BUDGET_S,
+                malloc_confirm.STEPS,
+                lambda b: malloc_confirm.maybe_confirm(spec, result, runner, budget_s=b),
+                lambda rec: hm.update(two_process={**rec, "env": dict(GLIBC_ENV), "variant": "glibc's env"}),
             )
-        time_model_probe(spec, result, name, runner)
-        ran.append(name)
+        )
+    if workers_confirm.worth_confirming(result):
+        from pitstop.profile.rules import suggested_workers
+
+        workers = suggested_workers(cpu.usable_cores(), result.data)
+        out.append(
+            Confirmation(
+                "workers",
+                "DataLoader workers",
+                workers_confirm.BUDGET_S,
+                workers_confirm.STEPS,
+                lambda b: workers_confirm.maybe_confirm(spec, result, runner, budget_s=b),
+                lambda rec: result.data.update({workers_confirm.KEY: {**rec, "num_workers": workers}}),
+            )
+        )
+    for name in model_probes_to_time(result):
+        steps, budget = run_shape(result)
+        probe = probes[recipe(name).probe]
+        out.append(
+            Confirmation(
+                name,
+                recipe(name).title,
+                budget,
+                steps,
+                lambda b, n=name: time_model_probe(spec, result, n, runner, budget_s=b),
+                lambda rec, n=name, p=probe: p.update(two_process={**rec, **_shape(result, n)}),
+            )
+        )
+    return out
+
+
+def confirm_all(
+    spec: RunSpec,
+    result: RunResult,
+    runner: Runner = run,
+    say: Say | None = None,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran.
+    ``budget_s`` (``pitstop.profile.budget``): the seconds the probes and these runs share, split by
+    ``budget.share``; one whose first round does not fit is not run (its record says why). None: each
+    its own budget. The plan and each one's seconds land in ``result.data["answer_time"]``. Ctrl-C or
+    SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds measured
+    before it kept in their finding's record."""
+    todo = confirmations(spec, result, runner)
+    plan = budget.Plan(budget_s, budget.stages(result))
+    rounds = {c.name: budget.round_s(result, c.steps, WARMUP) for c in todo}
+    left = plan.left_s
+    for i, c in enumerate(todo):  # the plan as shares of the budget: each takes at most its share
+        planned = (
+            c.own_budget_s
+            if budget_s is None
+            else budget.share(left, c.own_budget_s, rounds[c.name], len(todo) - i)
+        )
+        plan.planned.append((c.name, planned or 0.0))
+        left -= planned or 0.0
+    spent: dict[str, float] = {}
+    result.data["answer_time"] = {**plan.to_dict(), "confirm_spent_s": spent}
+    if say and budget_s is not None:
+        say(plan.text())
+    ran: list[str] = []
+    start = clock()
+    for i, c in enumerate(todo):
+        if budget_s is None:
+            got: float | None = None
+        else:  # the share again, from what the ones before really took
+            left = plan.left_s - (clock() - start)
+            got = budget.share(left, c.own_budget_s, rounds[c.name], len(todo) - i)
+            if got is None:
+                c.skipped(budget.skip_record(rounds[c.name], left, budget_s))
+                spent[c.name] = 0.0
+                continue
+        if say:
+            say(
+                f"timing the {c.title} fix in fresh runs of {c.steps} steps (at most {got or c.own_budget_s:.0f} s)"
+            )
+        t0 = clock()
+        try:
+            if c.run(got) is not False:
+                ran.append(c.name)
+        finally:
+            spent[c.name] = round(clock() - t0, 2)
     return ran

@@ -9,6 +9,7 @@ probes).
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +128,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         why_not = None
         for fn in ON_PROBES:
             model, why_not = fn(model)
+        t_probes = time.perf_counter()
         try:
             probes = run_probes(
                 model,
@@ -140,5 +142,6 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         if why_not:
             probes.setdefault("skipped", []).append(f"model: {why_not}")
         data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
+        data["probes_s"] = time.perf_counter() - t_probes  # the MFU's matmul peak included
     data.update({"losses": losses, "trace": trace, "probes": probes})
     return data

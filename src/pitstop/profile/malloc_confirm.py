@@ -51,14 +51,16 @@ def two_process(
     return {**timed(spec, glibc, runner, budget_s, clock), "env": dict(GLIBC_ENV), "variant": "glibc's env"}
 
 
-def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run) -> bool:
+def maybe_confirm(
+    spec: RunSpec, result: RunResult, runner: Runner = run, budget_s: float | None = None
+) -> bool:
     """Add the two-process measurement to ``result``'s host-memory probe when its prediction would be
-    a warning; True when it ran."""
+    a warning (``budget_s``: at most this long, default ``BUDGET_S``); True when it ran."""
     if not spec.probes or not result.ok or not worth_confirming(result):
         return False
     probe = result.data["probes"]["host_memory"]
     try:
-        probe["two_process"] = two_process(spec, runner)
+        probe["two_process"] = two_process(spec, runner, BUDGET_S if budget_s is None else budget_s)
     except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
         probe["two_process"] = {**e.record, "env": dict(GLIBC_ENV), "variant": "glibc's env"}
         raise

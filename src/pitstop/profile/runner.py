@@ -111,6 +111,7 @@ def run(
         "out_dir": str(out.resolve()),
         "probes": spec.probes,
         "children": True,  # torch.multiprocessing children measured like ranks (pitstop.profile.children)
+        "launched_at": time.time(),  # the child's start-up is timed from here (pitstop.profile.budget)
     }
     for old in out.glob("rank-*"):  # an earlier run's children
         shutil.rmtree(old, ignore_errors=True)

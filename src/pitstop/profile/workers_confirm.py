@@ -42,7 +42,9 @@ def worth_confirming(result: RunResult, cores: int | None = None) -> bool:
     return any(f.id == recipe("workers").finding and f.severity.rank >= Severity.WARN.rank for f in found)
 
 
-def two_process(spec: RunSpec, workers: int, runner: Runner = run) -> dict[str, Any]:
+def two_process(
+    spec: RunSpec, workers: int, runner: Runner = run, budget_s: float = BUDGET_S
+) -> dict[str, Any]:
     """Fresh runs of ``spec``'s script, as it is vs with ``workers`` persistent DataLoader workers."""
 
     def fixed(s: RunSpec) -> RunSpec:
@@ -53,12 +55,18 @@ def two_process(spec: RunSpec, workers: int, runner: Runner = run) -> dict[str, 
             ),
         )
 
-    return {**timed(spec, fixed, runner, budget_s=BUDGET_S, steps=STEPS), "num_workers": workers}
+    return {**timed(spec, fixed, runner, budget_s=budget_s, steps=STEPS), "num_workers": workers}
 
 
-def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run, cores: int | None = None) -> bool:
+def maybe_confirm(
+    spec: RunSpec,
+    result: RunResult,
+    runner: Runner = run,
+    cores: int | None = None,
+    budget_s: float | None = None,
+) -> bool:
     """Add the fresh-run measurement of the workers fix to ``result`` when the prediction would be a
-    warning; True when it ran."""
+    warning (``budget_s``: at most this long, default ``BUDGET_S``); True when it ran."""
     if not result.ok or not worth_confirming(result, cores):
         return False
     from pitstop.profile.rules import suggested_workers
@@ -66,7 +74,7 @@ def maybe_confirm(spec: RunSpec, result: RunResult, runner: Runner = run, cores:
     n = cores if cores is not None else cpu.usable_cores()
     workers = suggested_workers(n, result.data)
     try:
-        result.data[KEY] = two_process(spec, workers, runner)
+        result.data[KEY] = two_process(spec, workers, runner, BUDGET_S if budget_s is None else budget_s)
     except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
         result.data[KEY] = {**e.record, "num_workers": workers}
         raise

@@ -54,13 +54,15 @@ FIRST_STEPS = 20  # timed steps of the runs before the start-up cost is known (`
 
 def steps_from_run(r: RunResult) -> int | None:
     """Timed steps per run for this script from one baseline run: ``measure.steps_for_startup`` of its
-    start-up (wall time less its steps: import, data, model, and the tail after the last step), its
-    median step and its within-run spread; at most the steps the script ran when it ended early."""
+    start-up (wall time less its steps and probes: import, data, model, and the tail after the last
+    step), its median step and its within-run spread; at most the steps the script ran when it ended
+    early."""
     times = [s.total_s for s in r.steps if not s.eval]
     if not r.ok or len(times) < 3:
         return None
     step = statistics.median(times)
-    startup = r.wall_s - sum(s.total_s for s in [*r.warmup_steps, *r.steps])
+    steps_s = sum(s.total_s for s in [*r.warmup_steps, *r.steps])
+    startup = r.wall_s - steps_s - float(r.data.get("probes_s") or 0.0)  # a profile run's probes too
     m = steps_for_startup(startup, step, step_spread=max(log_spread(times), 0.02))
     ended_early = r.spec is not None and len(r.steps) < r.spec.steps
     return min(m, len(r.steps)) if ended_early else m
@@ -192,7 +194,7 @@ def run_fix(
         if cfg.candidates is None:
             if progress:
                 progress("profiling the script to choose candidates")
-            prof = runner(_spec(command, cfg, Overrides(), probes=True))
+            prof = first = runner(_spec(command, cfg, Overrides(), probes=True))
             if not prof.ok or not prof.steps:
                 result.baseline_error = prof.error or f"the script ended with status {prof.status}"
                 base.errors.append(result.baseline_error)
@@ -223,6 +225,7 @@ def run_fix(
             Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
         ]
         result.candidates = measured
+        _say_estimate(first, len(cands), rounds, progress)
 
         def later_stage_follows() -> bool:
             won = [m for m in measured if m.arm.verdict == HELPED]
@@ -253,6 +256,20 @@ def run_fix(
     except KeyboardInterrupt:
         _judge_interrupted(result, cfg)
     return _finish(result, cfg, rounds.steps)
+
+
+def _say_estimate(
+    r: RunResult, candidates: int, rounds: _Rounds, progress: Callable[[str], None] | None
+) -> None:
+    """``fix_estimate``'s line, from the first run of the script, once the candidates are known."""
+    from pitstop.tune.fix_estimate import estimate
+
+    cfg = rounds.cfg
+    steps = rounds.steps or steps_from_run(r) or FIRST_STEPS
+    elapsed = cfg.budget - rounds.left()
+    est = estimate(r, candidates, cfg.warmup, steps, cfg.min_rounds, cfg.budget, elapsed)
+    if progress and est is not None and candidates:
+        progress(est.text())
 
 
 def _workers_pick(workers: list[Measured], result: FixResult, cfg: FixConfig) -> Measured:
