@@ -20,12 +20,11 @@ from pitstop.measure import (
     decide,
     format_interval,
     interleave,
-    log_spread,
     rotated,
     speedup_interval,
-    steps_for_startup,
     t_quantile,
 )
+from pitstop.measure_plan import log_spread, steps_for_startup
 
 
 def noisy(mean: float, n: int, rng: random.Random, sd: float = 0.02) -> list[float]:

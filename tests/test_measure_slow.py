@@ -17,10 +17,10 @@ from pitstop.measure import (
     Interval,
     Settings,
     against_bar,
-    budget_for_rounds,
     interleave,
 )
 from pitstop.measure_blocks import RUN_SPREAD, within_runs_interval
+from pitstop.measure_plan import budget_for_rounds
 
 
 class Clock:

@@ -24,7 +24,8 @@ from dataclasses import asdict
 from typing import Any
 
 from pitstop.host.cpu import usable_cores
-from pitstop.measure import Progress, Settings, interleave, log_spread, steps_for_startup
+from pitstop.measure import Progress, Settings, interleave
+from pitstop.measure_plan import log_spread, steps_for_startup
 from pitstop.measure_throughput import rejudge_throughput
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.runner import RunResult, RunSpec, run, stop_on_interrupt
@@ -53,7 +54,7 @@ FIRST_STEPS = 20  # timed steps of the runs before the start-up cost is known (`
 
 
 def steps_from_run(r: RunResult) -> int | None:
-    """Timed steps per run for this script from one baseline run: ``measure.steps_for_startup`` of its
+    """Timed steps per run for this script from one baseline run: ``measure_plan.steps_for_startup`` of its
     start-up (wall time less its steps and probes: import, data, model, and the tail after the last
     step), its median step and its within-run spread; at most the steps the script ran when it ended
     early."""
