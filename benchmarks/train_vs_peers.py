@@ -381,6 +381,16 @@ def warmup_lines(workers: dict[str, Worker]) -> list[str]:
                 f"- {name}: warm-up chunk {w.warmup_s:.2f} s (compilation included where on), "
                 f"{steps:.0f} steps' worth at its median step"
             )
+    plain, comp = workers.get("pitstop"), workers.get("pitstop+compile")
+    if plain and comp and plain.chunk_s and comp.chunk_s:
+        saved = statistics.median(plain.chunk_s) - statistics.median(comp.chunk_s)  # seconds a step
+        extra = comp.warmup_s - plain.warmup_s
+        out.append(
+            f"- compile pays for its warm-up after {extra / saved:,.0f} steps ({extra:.1f} s more warm-up, "
+            f"{1000 * saved:.2f} ms less a step)"
+            if saved > 0
+            else "- compile saves nothing a step here: its warm-up never pays"
+        )
     return out
 
 
