@@ -12,7 +12,7 @@ import pytest
 
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.overrides import DATALOADER_KEYS, Overrides
-from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, recipe
+from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
 from pitstop.train.trainer import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
@@ -41,6 +41,14 @@ def test_every_entry_is_complete_and_its_references_exist(r):
             assert callable(_resolve(r.train))
     if r.apply:
         assert callable(_resolve(r.apply))
+    if r.component:  # its parts, and the entry's fields that name them
+        comp = component(r.name)
+        assert comp is not None and r.name == comp.NAME and r.snippet == comp.SNIPPET
+        assert comp.RULE.recipe == r.name and (r.finding, r.probe) == (comp.FINDING, comp.PROBE)
+        assert all(
+            callable(getattr(comp, f))
+            for f in ("applies", "cannot_help", "apply_model", "apply_input", "edit")
+        )
     assert bool(r.bench) == bool(r.bench_knob)
     if r.bench_knob:
         assert r.bench_knob in {f.name for f in dataclasses.fields(BenchConfig)}
@@ -79,10 +87,12 @@ def test_probe_keys_are_results_the_probes_write():
     import pitstop.profile.gpu_probes as gpu_probes
     import pitstop.profile.probes as probes
 
-    # run_probes writes its own keys and, on CUDA, gpu_probes.run's
+    # run_probes writes its own keys and, on CUDA, gpu_probes.run's; a component's probe writes its PROBE
     source = inspect.getsource(probes) + inspect.getsource(gpu_probes)
     for r in RECIPES:
-        if r.probe:
+        if r.probe and r.component:
+            assert r.probe == component(r.name).PROBE and "comp.PROBE" in source, r.probe
+        elif r.probe:
             assert f'"{r.probe}"' in source, r.probe
 
 
@@ -96,12 +106,15 @@ def _profile_source() -> str:
 
 @pytest.mark.parametrize("r", [r for r in RECIPES if r.finding], ids=lambda r: r.name)
 def test_every_finding_id_is_emitted_by_a_profile_rule(r):
-    """A rule names the id as a literal, through its recipe, or through a ProbeRule of the recipe."""
+    """A rule names the id as a literal, through its recipe, or through a ProbeRule of the recipe (a
+    component's ``RULE``, which profile's rules list)."""
     source = _profile_source()
+    comp = component(r.name)
     assert (
         f'id="{r.finding}"' in source
         or f'recipe("{r.name}").finding' in source
         or re.search(rf'ProbeRule\(\s*"{r.name}"', source)
+        or (comp is not None and r.finding == comp.FINDING and f"{r.name}.RULE" in source)
     ), r.finding
 
 

@@ -330,7 +330,10 @@ def test_probes_measure_a_conv_net(tmp_path):
     assert {"base_s", "new_s", "saving_s"} <= set(probes["channels_last"])
     assert probes["optimizer"][0]["type"] == "SGD" and "saving_s" in probes["optimizer"][0]
     f = r.report().by_id("memory_format.channels_last")
-    assert f is not None and (f.severity is Severity.PASS or f.est_saving_s > 0)
+    # measured: faster, ruled out (a pass), or undecided where the interval straddles the bar (a busy machine)
+    assert f is not None and (
+        f.severity is Severity.PASS or (f.est_saving_s or 0) > 0 or f.data.get("verdict") == "undecided"
+    ), f
 
 
 def test_other_processes_cpu_use_is_measured(tmp_path):

@@ -1,8 +1,8 @@
 """One ablation config made runnable: model, optimizer and an endless loader, and ``step()``.
 
-Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer, to_channels_last,
-apply_activation_checkpointing, maybe_compile, scale_loss), one at a time, so a row measures that
-optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
+Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer,
+apply_activation_checkpointing, maybe_compile, scale_loss) or its component (``pitstop.recipes.channels_last``),
+one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ from torch import nn
 
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
+from pitstop.recipes import channels_last
 from pitstop.train import (
     Amp,
     apply_activation_checkpointing,
-    channels_last_input,
     make_grad_scaler,
     make_optimizer,
     maybe_compile,
     scale_loss,
-    to_channels_last,
 )
 
 # Marks each forward pass, so the memory probe can read what is held for backward when forward ends.
@@ -69,7 +68,7 @@ class Session:
         self.checkpointed = checkpoint_blocks(model) if config.checkpoint else []
         model.to(self.device)
         if config.channels_last:
-            to_channels_last(model)
+            channels_last.apply_model(model)
         self.model: nn.Module = model
         self.optimizer = make_optimizer(model, "adamw", lr=1e-3, fused=config.fused)
         self.micro_batch = max(1, workload.batch_size // config.accumulation)
@@ -89,7 +88,7 @@ class Session:
         x = x.to(self.device, non_blocking=self.config.pin_memory)
         y = y.to(self.device, non_blocking=self.config.pin_memory)
         if self.config.channels_last:
-            x = channels_last_input(x)
+            x = channels_last.apply_input(x)
         return x, y
 
     def step(self) -> None:

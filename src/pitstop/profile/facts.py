@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from pitstop.recipes import channels_last
+
 clock = time.perf_counter
 
 
@@ -29,12 +31,7 @@ def model_facts(module: torch.nn.Module) -> dict[str, Any]:
         "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
         "device": str(params[0].device) if params else None,
         "conv2d_layers": len(convs),
-        "channels_last": bool(convs)
-        and all(
-            c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous()
-            for c in convs
-            if c.weight.shape[-1] > 1 or c.weight.shape[-2] > 1
-        ),
+        **channels_last.model_facts(module),
         "compiled": compiled,
         "dataparallel": isinstance(module, torch.nn.DataParallel),
         "ddp": isinstance(module, torch.nn.parallel.DistributedDataParallel),

@@ -30,8 +30,8 @@ from torch.nn.modules import module as _module
 
 from pitstop.profile import direct_forward
 from pitstop.profile.where import user_location
+from pitstop.recipes import channels_last
 from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
-from pitstop.train.memory_format import channels_last_input
 
 if TYPE_CHECKING:
     from pitstop.profile.patches import Patches
@@ -275,7 +275,7 @@ class ModelHooks:
             return
         self.pending_cl.discard(id(module))
         try:
-            module.to(memory_format=torch.channels_last)
+            channels_last.apply_model(module)
         except Exception as e:
             self.inst.override_errors.append(f"channels_last: {type(e).__name__}: {e}")
 
@@ -287,10 +287,10 @@ class ModelHooks:
         ov = self.inst.cfg.overrides
         new = None
         if ov.channels_last:
-            new = channels_last_input(args)
+            new = channels_last.apply_input(args)
             kwargs = call_kwargs()
             for k, v in list(kwargs.items()):
-                kwargs[k] = channels_last_input(v)
+                kwargs[k] = channels_last.apply_input(v)
         if ov.autocast:
             ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
             ctx.__enter__()
@@ -361,8 +361,5 @@ def forward_facts(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[s
         "autocast_dtype": str(torch.get_autocast_dtype(dev)).replace("torch.", "") if autocast else None,
         "input_shapes": [list(t.shape) for t in inputs[:4]],
         "input_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in inputs}),
-        "input_channels_last": any(
-            t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
-            for t in inputs
-        ),
+        "input_channels_last": channels_last.input_in_use(inputs),
     }

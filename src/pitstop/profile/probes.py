@@ -1,7 +1,8 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, float64 vs float32 (``probe_float64``), NCHW vs channels_last, cudnn.benchmark off vs on,
+vs autocast, float64 vs float32 (``probe_float64``), as it ran vs each component's change (NCHW vs
+channels_last: ``pitstop.recipes.channels_last``), cudnn.benchmark off vs on,
 the optimizer's step as it ran vs foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
 rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
 (``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,22 +37,13 @@ from pitstop.profile.probe_kit import (
     sync,
     timed,
 )
+from pitstop.recipes import components
+from pitstop.recipes.component import Component
 from pitstop.train import optim
-from pitstop.train.memory_format import channels_last_input
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together (more for slow passes: ``PASSES_IN_BUDGET``)
 PASSES_IN_BUDGET = 24  # the model probes time about this many passes at their sequential first look
-
-
-def _model_channels_last(model: torch.nn.Module) -> torch.nn.Module:
-    """4-D floating parameters and buffers to channels_last; the rest as they are (``Module.to`` would
-    also try 5-D ones, which channels_last cannot hold)."""
-    with torch.no_grad():
-        for t in [*model.parameters(), *model.buffers()]:
-            if t.dim() == 4 and t.is_floating_point():
-                t.data = t.data.contiguous(memory_format=torch.channels_last)
-    return model
 
 
 def all_probes_budget(pass_s: float | None) -> float:
@@ -162,25 +155,9 @@ def _model_probes(
 
         out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
 
-    # memory format: conv nets fed NCHW
-    if (
-        facts.get("conv2d_layers")
-        and not facts.get("channels_last")
-        and facts.get("param_bytes", 0) * 2 > MAX_COPY_BYTES
-    ):
-        out.setdefault("skipped", []).append("channels_last: model too large to copy for the probe")
-    elif facts.get("conv2d_layers") and not facts.get("channels_last"):
-        cl_args = channels_last_input(args)
-        cl_kwargs = channels_last_input(kwargs)
-        cl_model = _model_channels_last(copy.deepcopy(model))
-
-        def cl() -> None:
-            with autocast_of_script():
-                fwd_bwd(cl_model, cl_args, cl_kwargs)
-
-        t = timed({"nchw": base, "channels_last": cl}, dev)
-        out["channels_last"] = saving(t, "nchw", "channels_last")
-        del cl_model
+    for comp in components():  # channels_last, ...: the model as it ran vs a changed copy
+        if comp.applies(facts):
+            _component_probe(comp, model, inputs, facts, base, out)
 
     if dev == "cuda" and facts.get("conv2d_layers") and not torch.backends.cudnn.benchmark:
 
@@ -195,6 +172,32 @@ def _model_probes(
     if dev == "cuda":  # fp16+GradScaler, TF32, pinned/non_blocking copies (pitstop.profile.gpu_probes)
         out.update(gpu_probes.run(model, args, kwargs, facts, base))
     return out
+
+
+def _component_probe(
+    comp: Component,
+    model: torch.nn.Module,
+    inputs: tuple[tuple[Any, ...], dict[str, Any]],
+    facts: dict[str, Any],
+    base: Callable[[], None],
+    out: dict[str, Any],
+) -> None:
+    """``comp``'s probe (``pitstop.recipes.component``): ``base`` (the model as it ran) against a copy
+    changed by ``comp.apply_model`` and fed ``comp.apply_input``, under the script's autocast; its result
+    in ``out[comp.PROBE]``, or a ``skipped`` line when the model is too large to copy."""
+    if facts.get("param_bytes", 0) * 2 > MAX_COPY_BYTES:
+        out.setdefault("skipped", []).append(f"{comp.NAME}: model too large to copy for the probe")
+        return
+    dev = next(model.parameters()).device.type
+    args, kwargs = comp.apply_input(inputs[0]), comp.apply_input(inputs[1])
+    changed_model = comp.apply_model(copy.deepcopy(model))
+
+    def changed() -> None:
+        with as_script(dev, facts):
+            fwd_bwd(changed_model, args, kwargs)
+
+    t = timed({comp.ARMS[0]: base, comp.ARMS[1]: changed}, dev)
+    out[comp.PROBE] = saving(t, *comp.ARMS)
 
 
 def _slow_amp(dtype: str, dev: str, fp32_pass_s: float) -> str | None:

@@ -4,7 +4,7 @@ of the step the problem lives in)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
@@ -12,6 +12,7 @@ from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.measure import NO_GAIN, UNDECIDED, against_bar
 from pitstop.profile.timeline import PART_LABELS
 from pitstop.recipes import fix_kinds, recipe
+from pitstop.recipes.component import ProbeRule  # a component's rule is one (served here to the rules)
 from pitstop.units import duration
 
 if TYPE_CHECKING:
@@ -152,24 +153,6 @@ def ci_text(probe: dict[str, Any]) -> str:
         budget = f" of {probe['budget_s']:.0f} s" if probe.get("budget_s") else ""
         return f"no interval: too few probe rounds fitted the probe's budget{budget}"
     return f"95% CI {ms(lo)}\u2013{ms(hi)}"
-
-
-@dataclass(frozen=True)
-class ProbeRule:
-    """The finding for one recipe whose ``probe`` times the change on the script's model after the run.
-
-    Texts are ``str.format`` templates over ``{base}`` and ``{new}`` (the probe's medians, formatted),
-    the probe's own keys and the fields the caller passes. ``pass_title`` None: no pass finding, only
-    the undecided one, when the change did not measure faster.
-    """
-
-    recipe: str
-    title: str
-    evidence: str
-    fix: str
-    pass_title: str | None = None
-    pass_evidence: str = ""
-    at_model: bool = False  # the finding points at the model's first forward call
 
 
 def probe_finding(

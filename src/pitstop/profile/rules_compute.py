@@ -1,6 +1,6 @@
-"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last,
-cudnn.benchmark, foreach optimizers, keeping freed host memory mapped) and the setup facts (compile,
-DataParallel, GPU use). Pure functions from measurements to Findings."""
+"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last (its
+component's rule), cudnn.benchmark, foreach optimizers, keeping freed host memory mapped) and the setup
+facts (compile, DataParallel, GPU use). Pure functions from measurements to Findings."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pitstop.profile.rulekit import (
     undecided,
 )
 from pitstop.profile.timeline import Breakdown
-from pitstop.recipes import recipe
+from pitstop.recipes import channels_last, recipe
 from pitstop.train.host_memory import GLIBC_ENV
 
 PROBE_RULES = (
@@ -41,16 +41,7 @@ PROBE_RULES = (
         pass_evidence="forward+backward: fp32 {base}, {dtype} {new}",
         at_model=True,
     ),
-    ProbeRule(
-        "channels_last",
-        title="The conv net runs in NCHW; channels_last is faster here",
-        evidence="forward+backward on the script's last batch: NCHW {base}, channels_last {new} (medians, "
-        "measured after the run); {conv2d_layers} Conv2d layers",
-        fix="Convert the model and its image batches to channels_last once.",
-        pass_title="channels_last measured to save under {bar} of the step for this model",
-        pass_evidence="NCHW {base}, channels_last {new}",
-        at_model=True,
-    ),
+    channels_last.RULE,
     ProbeRule(
         "cudnn_benchmark",
         title="cudnn.benchmark is off for a conv net with fixed input shapes",

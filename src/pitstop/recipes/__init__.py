@@ -1,5 +1,7 @@
 """The registry of optimizations: one ``Recipe`` per optimization (finding id, Overrides field, snippet,
-train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``."""
+train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``. An
+optimization that is one component (``pitstop.recipes.component``) has its own module here
+(``channels_last``), which its entry names."""
 
 from pitstop.recipes.registry import (
     BY_FINDING,
@@ -9,6 +11,8 @@ from pitstop.recipes.registry import (
     bench_title,
     by_finding,
     by_name,
+    component,
+    components,
     finding_kinds,
     fix_kinds,
     recipe,
@@ -22,6 +26,8 @@ __all__ = [
     "bench_title",
     "by_finding",
     "by_name",
+    "component",
+    "components",
     "finding_kinds",
     "fix_kinds",
     "recipe",

@@ -8,7 +8,14 @@ module imports neither torch nor the packages that read it.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from pitstop.recipes import channels_last
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import Component
 
 DATALOADER_PATCH = "pitstop.tune.patch.dataloader_patch"
 
@@ -27,6 +34,8 @@ class Recipe:
     bench_knob: the ``BenchConfig`` field those rows set.
     probe:    key of ``pitstop.profile.probes.run_probes``' result that measures it in the user's process.
     apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
+    component: dotted name of the module that holds the whole optimization (``pitstop.recipes.component``:
+              its model/input change, probe, rule, snippet and edit); the fields above then name its parts.
     fix:      whether ``pitstop fix`` times it as a candidate (it needs an ``override``).
     untimed:  its info finding means "the profile could not time this; ``pitstop fix`` measures it".
     site:     where its code change goes: "model" (after the model is built), "optimizer" (its
@@ -46,6 +55,7 @@ class Recipe:
     fix: bool = True
     untimed: bool = False
     site: str | None = None
+    component: str | None = None
 
     def code(self, **fields: object) -> str:
         """The snippet with its fields filled in."""
@@ -110,17 +120,18 @@ RECIPES: tuple[Recipe, ...] = (
         site="model",
     ),
     Recipe(
+        channels_last.NAME,
         "channels_last",
-        "channels_last",
-        "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)",
-        finding="memory_format.channels_last",
+        channels_last.SNIPPET,
+        finding=channels_last.FINDING,
         override="channels_last",
         train="TrainConfig.channels_last",
         bench=(("channels_last", "channels_last"),),
         bench_knob="channels_last",
-        probe="channels_last",
-        apply="pitstop.tune.apply.apply_channels_last",
+        probe=channels_last.PROBE,
+        apply="pitstop.tune.apply.apply_component",
         site="model",
+        component=channels_last.__name__,
     ),
     Recipe(
         "foreach",
@@ -263,3 +274,14 @@ def bench_title(row: str) -> str:
             if name == row:
                 return title
     raise KeyError(f"no recipe has a bench row {row!r}")
+
+
+def component(name: str) -> Component | None:
+    """The component module of the entry called ``name`` (``pitstop.recipes.component``), if it has one."""
+    r = by_name(name)
+    return cast("Component", importlib.import_module(r.component)) if r and r.component else None
+
+
+def components() -> list[Component]:
+    """Every entry's component, in registry order."""
+    return [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]

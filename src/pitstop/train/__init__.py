@@ -8,7 +8,8 @@ Common case::
 Each recipe also works in a hand-written loop: ``Amp`` (autocast + scaler + clipping), ``accumulate``
 and ``sync_context`` (gradient accumulation with DDP ``no_sync``), ``no_sync_every`` (the same for an
 unchanged loop), ``apply_activation_checkpointing``,
-``to_channels_last``/``channels_last_input``, ``maybe_compile``, ``make_optimizer`` (fused),
+``to_channels_last``/``channels_last_input`` (the channels_last component's, ``pitstop.recipes.channels_last``),
+``maybe_compile``, ``make_optimizer`` (fused),
 ``one_cycle``/``cyclic``, ``DevicePrefetcher``, ``init_distributed``/``wrap_ddp``/``wrap_fsdp``,
 ``save_checkpoint``/``load_checkpoint`` (atomic, exact resume), ``RunningMean`` (no per-step syncs).
 Names load on first use (PEP 562), so ``from pitstop.train import keep_host_memory`` at the top of a
@@ -22,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     # ruff: noqa: F401
+    from pitstop.recipes.channels_last import apply_input as channels_last_input
+    from pitstop.recipes.channels_last import apply_model as to_channels_last
+    from pitstop.recipes.channels_last import has_conv2d
     from pitstop.train.accumulation import (
         accumulate,
         no_sync_every,
@@ -58,7 +62,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     )
     from pitstop.train.host_memory import HostMemory, keep_host_memory
     from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
-    from pitstop.train.memory_format import channels_last_input, has_conv2d, to_channels_last
     from pitstop.train.metrics import RunningMean, batch_size
     from pitstop.train.optim import make_optimizer, param_groups
     from pitstop.train.prefetch import DevicePrefetcher, move_to
@@ -103,9 +106,9 @@ _WHERE = {
     "keep_host_memory": "pitstop.train.host_memory",
     "TensorMemoryTracker": "pitstop.train.memory",
     "peak_memory_bytes": "pitstop.train.memory",
-    "channels_last_input": "pitstop.train.memory_format",
-    "has_conv2d": "pitstop.train.memory_format",
-    "to_channels_last": "pitstop.train.memory_format",
+    "channels_last_input": "pitstop.recipes.channels_last",
+    "has_conv2d": "pitstop.recipes.channels_last",
+    "to_channels_last": "pitstop.recipes.channels_last",
     "RunningMean": "pitstop.train.metrics",
     "batch_size": "pitstop.train.metrics",
     "make_optimizer": "pitstop.train.optim",
@@ -122,13 +125,15 @@ _WHERE = {
     "evaluate": "pitstop.train.trainer",
     "fit": "pitstop.train.trainer",
 }
+# public names that their module calls otherwise: the channels_last component's parts
+_RENAMED = {"channels_last_input": "apply_input", "to_channels_last": "apply_model"}
 __all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
+    value = getattr(importlib.import_module(_WHERE[name]), _RENAMED.get(name, name))
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

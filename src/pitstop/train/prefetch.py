@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from pitstop.train.memory_format import channels_last_input
+from pitstop.recipes import channels_last
 
 
 def move_to(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -69,7 +69,7 @@ class DevicePrefetcher:
         return len(self.loader)  # type: ignore[arg-type]
 
     def _prepare(self, batch: Any) -> Any:
-        return channels_last_input(batch) if self.channels_last else batch
+        return channels_last.apply_input(batch) if self.channels_last else batch
 
     def __iter__(self) -> Iterator[Any]:
         if not self._cuda:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pitstop.recipes import channels_last
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
 from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
 from pitstop.train.amp import Amp
@@ -40,7 +41,6 @@ from pitstop.train.distributed import (
     wrap_fsdp,
 )
 from pitstop.train.host_memory import keep_host_memory
-from pitstop.train.memory_format import has_conv2d, to_channels_last
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher, move_to
@@ -141,9 +141,9 @@ def prepare_model(
     # auto: conv nets on CUDA (NHWC tensor-core kernels) and on CPU (oneDNN's native layout). On CPU it
     # pays once freed memory stays mapped (keep_host_memory): without that, the extra NHWC copies add
     # page faults that eat the gain (benchmarks/results/train_vs_peers.md).
-    cl = has_conv2d(model) if cfg.channels_last == "auto" else bool(cfg.channels_last)
+    cl = channels_last.has_conv2d(model) if cfg.channels_last == "auto" else bool(cfg.channels_last)
     if cl:
-        to_channels_last(model)
+        channels_last.apply_model(model)
     applied["channels_last"] = cl
     if cfg.activation_checkpointing:
         applied["activation_checkpointing"] = apply_activation_checkpointing(

@@ -7,9 +7,9 @@ byte:
 
 - DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.tune.patch``);
 - foreach / fused: ``foreach=True`` / ``fused=True`` on the optimizer's constructor call;
-- channels_last: ``model = model.to(memory_format=torch.channels_last)`` after the line that assigns
-  the model, and the same for the forward's first input after the line that moves it with ``.to(...)``
-  (before the forward's statement when no such line exists);
+- a component's edit (channels_last: ``pitstop.recipes.channels_last.edit``) through ``ModelEditor``:
+  ``model = ...`` after the line that assigns the model, and ``x = ...`` for the forward's first input
+  after the line that moves it with ``.to(...)`` (before the forward's statement when no such line exists);
 - compile: ``model = torch.compile(model)`` after the line that assigns the model;
 - autocast: the statements from the forward up to the ``.backward()`` call wrapped in
   ``with torch.autocast(...)`` (forward and loss, not the backward);
@@ -35,7 +35,7 @@ from pitstop.host.precision import device_type
 from pitstop.measure_throughput import arm_windows, pooled, window
 from pitstop.profile.command import launcher_for
 from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
-from pitstop.recipes import by_name, recipe
+from pitstop.recipes import by_name, component, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
 from pitstop.tune.fix import FixConfig, FixResult, loader_of
 from pitstop.tune.fix_dist import job_runner, worker_script
@@ -145,22 +145,37 @@ def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str
     return name
 
 
-def edit_channels_last(fe: FileEdits, where: int) -> None:
-    _model_line(fe, where, lambda n: f"{n}.to(memory_format=torch.channels_last)", "channels_last")
-    tree = fe.tree()
-    call = _forward_call(tree, where)
-    arg = call.args[0] if call else None
-    if not isinstance(arg, ast.Name):
-        raise Unplaced("channels_last: the model's first input is not a plain variable")
-    conv = f"{arg.id} = {arg.id}.to(memory_format=torch.channels_last)"
-    moved = _last_assignment(tree, arg.id, where, moves=True)
-    if moved is not None:
-        _after(fe, moved, conv)
-    else:
-        hit = _innermost(tree, where)
-        assert hit is not None
-        fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + conv]))
-    need_torch(fe)
+@dataclass
+class ModelEditor:
+    """A component's ``fix --apply`` edit (``pitstop.recipes.component.ScriptEditor``) on one file, at the
+    model's forward call on line ``where``; ``kind`` names the fix in ``Unplaced``'s message."""
+
+    fe: FileEdits
+    where: int
+    kind: str
+
+    def reassign_model(self, value: Callable[[str], str]) -> str:
+        return _model_line(self.fe, self.where, value, self.kind)
+
+    def reassign_input(self, value: Callable[[str], str]) -> str:
+        fe, where = self.fe, self.where
+        tree = fe.tree()
+        call = _forward_call(tree, where)
+        arg = call.args[0] if call else None
+        if not isinstance(arg, ast.Name):
+            raise Unplaced(f"{self.kind}: the model's first input is not a plain variable")
+        line = f"{arg.id} = {value(arg.id)}"
+        moved = _last_assignment(tree, arg.id, where, moves=True)
+        if moved is not None:
+            _after(fe, moved, line)
+        else:
+            hit = _innermost(tree, where)
+            assert hit is not None
+            fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + line]))
+        return arg.id
+
+    def need_torch(self) -> None:
+        need_torch(self.fe)
 
 
 def edit_compile(fe: FileEdits, where: int) -> None:
@@ -350,10 +365,14 @@ def apply_optimizer_impl(site: Site) -> None:
     fe.changes["optimizer"] = {impl: True}
 
 
-def apply_channels_last(site: Site) -> None:
-    fe, line = site.file_at(site.model_at, "channels_last")
-    edit_channels_last(fe, line)
-    fe.changes["channels_last"] = True
+def apply_component(site: Site) -> None:
+    """The edit of the kind's component (``pitstop.recipes.component``), at the model's first forward."""
+    comp = component(site.kind)
+    if comp is None:
+        raise Unplaced(f"{site.kind}: no component holds its edit")
+    fe, line = site.file_at(site.model_at, site.kind)
+    comp.edit(ModelEditor(fe, line, site.kind))
+    fe.changes[site.kind] = True
 
 
 def apply_compile(site: Site) -> None:

@@ -23,7 +23,7 @@ from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rulekit import WARN_SHARE
-from pitstop.recipes import by_finding, finding_kinds, fix_kinds, recipe
+from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.candidate import Candidate
@@ -152,17 +152,11 @@ def _amp(s: _Script, kind: str, why: str) -> Built:
     return [Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why)]
 
 
-def _channels_last(s: _Script, kind: str, why: str) -> Built:
-    known = [md for md in s.models if "conv2d_layers" in md and "input_shapes" in md]
-    no_4d = bool(known) and not any(
-        md["conv2d_layers"] or any(len(sh) == 4 for sh in md["input_shapes"] or []) for md in known
-    )
-    why_not = (
-        "the model has no Conv2d layer and no 4-D input, so channels_last has nothing to change"
-        if no_4d
-        else None
-    )
-    return [Candidate("channels_last", kind, Overrides(channels_last=True), why, why_not)]
+def _component(s: _Script, kind: str, why: str) -> Built:
+    """A component's switch (``pitstop.recipes.component``), with why it cannot help, if it says so."""
+    r, comp = recipe(kind), component(kind)
+    why_not = comp.cannot_help(s.models) if comp else None
+    return [Candidate(kind, kind, Overrides.setting(r.override, True), why, why_not)]
 
 
 def _foreach(s: _Script, kind: str, why: str) -> Built:
@@ -203,7 +197,7 @@ BUILDERS = {
     "workers": _workers,
     "persistent_workers": _persistent_workers,
     "amp": _amp,
-    "channels_last": _channels_last,
+    **{r.name: _component for r in RECIPES if r.component and r.override},
     "foreach": _foreach,
     "cudnn_benchmark": _cudnn_benchmark,
     "host_memory": _host_memory,

@@ -1,0 +1,136 @@
+"""channels_last (NHWC) for conv nets, as one component (``pitstop.recipes.component``): all that pitstop
+knows and does about it.
+
+oneDNN on CPU and cuDNN tensor cores run NHWC convolutions faster. Both the model and its 4-D inputs must
+be converted; a mismatch makes every conv convert on the fly. Which command calls which part:
+
+- ``pitstop.train`` (``TrainConfig.channels_last``, ``DevicePrefetcher``) and ``pitstop bench``:
+  ``has_conv2d``, ``apply_model``, ``apply_input``;
+- ``pitstop profile --override channels_last`` (and ``pitstop fix``'s runs): ``apply_model`` on each model
+  the hooks find, ``apply_input`` at each top-level forward; its facts: ``model_facts``, ``input_in_use``;
+- profile's exit probe: ``applies``, then ``apply_model`` on a copy fed ``apply_input``, timed against the
+  model as it ran (``ARMS``); ``RULE`` makes the finding;
+- ``pitstop fix``: ``cannot_help``; ``fix --apply``: ``edit``; a finding's code: ``SNIPPET``.
+
+torch is imported inside the functions that touch tensors: the registry, which the CLI reads without
+torch, takes its entry's texts from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pitstop.recipes.component import ProbeRule, ScriptEditor
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "channels_last"
+FINDING = "memory_format.channels_last"
+PROBE = "channels_last"
+ARMS = ("nchw", "channels_last")
+SNIPPET = "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)"
+CONVERT = "{0}.to(memory_format=torch.channels_last)"  # what fix --apply assigns to the model and input
+
+RULE = ProbeRule(
+    NAME,
+    title="The conv net runs in NCHW; channels_last is faster here",
+    evidence="forward+backward on the script's last batch: NCHW {base}, channels_last {new} (medians, "
+    "measured after the run); {conv2d_layers} Conv2d layers",
+    fix="Convert the model and its image batches to channels_last once.",
+    pass_title="channels_last measured to save under {bar} of the step for this model",
+    pass_evidence="NCHW {base}, channels_last {new}",
+    at_model=True,
+)
+
+
+def _convs() -> tuple[type, ...]:
+    import torch
+
+    return (torch.nn.Conv2d, torch.nn.ConvTranspose2d)
+
+
+def has_conv2d(model: torch.nn.Module) -> bool:
+    """Whether the model has a 2-D (transposed) convolution, the layers NHWC speeds up."""
+    convs = _convs()
+    return any(isinstance(m, convs) for m in model.modules())
+
+
+def apply_model(model: torch.nn.Module) -> torch.nn.Module:
+    """4-D floating parameters and buffers to channels_last, in place; the rest as they are
+    (``Module.to(memory_format=...)`` would also try 5-D ones, which channels_last cannot hold), lazy
+    ones too (they have no shape before their first forward). The parameters stay the same objects, so
+    an optimizer built before still holds them."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if not is_lazy(t) and t.dim() == 4 and t.is_floating_point():
+                t.data = t.data.contiguous(memory_format=torch.channels_last)
+    return model
+
+
+def apply_input(batch: Any) -> Any:
+    """Every 4-D floating tensor in ``batch`` (tensor, tuple, named tuple, list or dict) in channels_last."""
+    import torch
+
+    def convert(b: Any) -> Any:
+        if isinstance(b, torch.Tensor):
+            if b.dim() == 4 and b.is_floating_point():
+                return b.contiguous(memory_format=torch.channels_last)
+            return b
+        if isinstance(b, list | tuple):
+            out = [convert(x) for x in b]
+            return type(b)(*out) if hasattr(b, "_fields") else type(b)(out)
+        if isinstance(b, dict):
+            return {k: convert(v) for k, v in b.items()}
+        return b
+
+    return convert(batch)
+
+
+def _is_nhwc(t: torch.Tensor) -> bool:
+    import torch
+
+    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def model_facts(model: torch.nn.Module) -> dict[str, Any]:
+    """``channels_last``: the model has Conv2d layers and every one whose kernel is larger than 1x1
+    holds its weight in channels_last (a 1x1 weight is contiguous in both formats)."""
+    import torch
+
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    big = [c for c in convs if c.weight.shape[-1] > 1 or c.weight.shape[-2] > 1]
+    return {NAME: bool(convs) and all(_is_nhwc(c.weight) for c in big)}
+
+
+def input_in_use(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether a forward's inputs include a 4-D tensor in channels_last."""
+    return any(t.dim() == 4 and _is_nhwc(t) for t in tensors)
+
+
+def applies(facts: Mapping[str, Any]) -> bool:
+    """A conv net still in NCHW: the probe has something to change."""
+    return bool(facts.get("conv2d_layers")) and not facts.get(NAME)
+
+
+def cannot_help(models: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the change has nothing to act on: every recorded model has no Conv2d layer and no 4-D input.
+    None where nothing was recorded (the fix run still measures it)."""
+    known = [md for md in models if "conv2d_layers" in md and "input_shapes" in md]
+    if known and not any(
+        md["conv2d_layers"] or any(len(sh) == 4 for sh in md["input_shapes"] or []) for md in known
+    ):
+        return "the model has no Conv2d layer and no 4-D input, so channels_last has nothing to change"
+    return None
+
+
+def edit(editor: ScriptEditor) -> None:
+    """The model converted after the line that assigns it, and its first input after the line that
+    moves it with ``.to(...)`` (else before the forward's statement)."""
+    editor.reassign_model(CONVERT.format)
+    editor.reassign_input(CONVERT.format)
+    editor.need_torch()
