@@ -185,7 +185,7 @@ def main() -> int:
         "",
         f"- date: {start:%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
-        "- command: `.venv/bin/python benchmarks/profile_step_instructions.py`",
+        f"- command: `{' '.join(['.venv/bin/python benchmarks/profile_step_instructions.py', *sys.argv[1:]])}`",
         "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model (item_sync: the "
         "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`), user-space "
         f"instructions of all threads over the steps after {WARM} (past pitstop's warm-up), divided by the steps; "
