@@ -109,6 +109,46 @@ def test_autocast_wraps_forward_and_loss_but_not_backward(script):
     )
 
 
+def test_float32_converts_the_model_and_the_batch(script):
+    orig, new = only_patch(result_for(script, ("float32", {"float32": True})))
+    lines = new.splitlines()
+    assert lines[lines.index("    model = model.float()") - 1] == "    model = Net().to(device)"
+    x = lines.index("        data = data.float()")
+    assert lines[x - 1] == "        data, target = data.to(device), target.to(device)"
+    assert len(added(orig, new)) == 2
+
+
+def float64_result(tmp_path: Path) -> FixResult:
+    p = tmp_path / "f64.py"
+    shutil.copy(EXAMPLE.with_name("float64_model.py"), p)
+    text = p.read_text()
+    r = FixResult(command=[sys.executable, str(p)], baseline=Measured("baseline", "baseline", {}))
+    r.config = {"models": [{"first_location": f"{p}:{line_of(text, 'loss_fn(model(')}"}], "device": "cpu"}
+    r.candidates.append(Measured("float32", "float32", {"float32": True}))
+    r.chosen.append("float32")
+    return r
+
+
+def test_float32_converts_an_indexed_dataset_once_not_each_batch(tmp_path):
+    orig, new = only_patch(float64_result(tmp_path))
+    lines = new.splitlines()
+    assert lines[lines.index("    x_all = x_all.float()") - 1].startswith("    x_all = torch.from_numpy(")
+    assert lines[lines.index("    model = model.float()") - 1] == "    ).double()"
+    assert len(added(orig, new)) == 2
+
+
+@pytest.mark.slow
+def test_the_float32_patched_example_still_trains(tmp_path):
+    """float32 model and data, float64 targets: the loss promotes, and the script runs to its end."""
+    r = float64_result(tmp_path)
+    patches = plan(r).patches
+    apply_all(patches)
+    out = subprocess.run(
+        [sys.executable, str(patches[0].path), "--steps", "3"], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_foreach_on_the_optimizer_constructor(script):
     orig, new = only_patch(result_for(script, ("foreach", {"optimizer_impl": "foreach"})))
     assert [ln.strip() for ln in added(orig, new)] == [
@@ -197,6 +237,7 @@ KINDS = [
     ("foreach", {"optimizer_impl": "foreach"}, "foreach=True"),
     ("compile", {"compile": True}, "torch.compile("),
     ("cudnn_benchmark", {"cudnn_benchmark": True}, "cudnn.benchmark = True"),
+    ("float32", {"float32": True}, "model = model.float()"),
 ]
 
 

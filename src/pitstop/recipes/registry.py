@@ -117,6 +117,7 @@ RECIPES: tuple[Recipe, ...] = (
         override="float32",
         train="pitstop.train.float32.float32_model",
         probe="float32",
+        apply="pitstop.tune.apply.apply_float32",
         site="model",
     ),
     Recipe(

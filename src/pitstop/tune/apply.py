@@ -375,6 +375,27 @@ def apply_component(site: Site) -> None:
     fe.changes[site.kind] = True
 
 
+def apply_float32(site: Site) -> None:
+    """float32 for a float64 model: the model converted after the line that assigns it; its first input
+    after the line that moves it (else before the forward), or, where the forward indexes a tensor
+    (``model(x_all[idx])``), that tensor once after the line that makes it. float64 targets and losses
+    then compute in float64 by type promotion, as before."""
+    fe, line = site.file_at(site.model_at, "float32")
+    editor = ModelEditor(fe, line, "float32")
+    editor.reassign_model("{}.float()".format)
+    call = _forward_call(fe.tree(), line)
+    arg = call.args[0] if call else None
+    if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
+        name = arg.value.id
+        made = _last_assignment(fe.tree(), name, line)
+        if made is None or made.lineno >= line:
+            raise Unplaced(f"float32: no line making {name} before the forward at line {line}")
+        _after(fe, made, f"{name} = {name}.float()")
+    else:
+        editor.reassign_input("{}.float()".format)
+    fe.changes["float32"] = True
+
+
 def apply_compile(site: Site) -> None:
     fe, line = site.file_at(site.model_at, "compile")
     edit_compile(fe, line)
