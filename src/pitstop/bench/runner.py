@@ -125,15 +125,71 @@ def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[
     return [effective(c, device, cuda) for c in configs]
 
 
+@dataclass
+class _Run:
+    """State that crosses run_bench's stages: the plan, the live rows and the held compile worker."""
+
+    opts: BenchOptions
+    progress: ProgressSink
+    t_start: float
+    deadline: float
+    threads: int
+    spec: WorkloadSpec
+    workload: Workload
+    own_data: str | None  # the image folder this run made (removed at the end)
+    res: BenchResult
+    other: OtherCpu
+    configs: list[BenchConfig]
+    cuda: bool
+    bf16_ok: bool
+    inproc: list[BenchConfig]
+    isolated: list[BenchConfig]
+    ddp_n: int
+    extras_spec: dict[str, Any]
+    lives: list[Any] = field(default_factory=list)
+    compiler: Any = None  # the held torch.compile worker (subproc.WorkerHandle)
+    compile_result: Any = None  # its WorkerResult once it has ended
+
+    @property
+    def device(self) -> str:
+        return self.res.device
+
+
 def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> BenchResult:
+    from pitstop.bench.measure_configs import close_all
+
+    run = _plan(opts, progress or NoProgress())
+    try:
+        _setup(run)
+        _warm_up(run)
+        _ablate(run)
+    except KeyboardInterrupt:
+        run.res.interrupted = True
+    finally:
+        close_all(run.lives)
+    _collect_rows(run)
+    try:
+        if run.res.interrupted:
+            raise KeyboardInterrupt
+        _run_extras(run)
+    except KeyboardInterrupt:
+        run.res.interrupted = True
+    finally:
+        if run.compiler is not None:
+            run.compiler.kill()
+            run.compiler.finish(0)
+        if run.own_data:
+            shutil.rmtree(run.own_data, ignore_errors=True)
+    _finish(run)
+    return run.res
+
+
+def _plan(opts: BenchOptions, progress: ProgressSink) -> _Run:
+    """Resolve the device and threads, build the workload (with an image folder of its own when none was
+    given), select the configs and tell ``progress`` how many units the run has."""
     import torch
 
-    from pitstop.bench.measure import flops_per_sample
-    from pitstop.bench.measure_configs import calibrate, close_all, interleave, new_row, warm_up
-
-    progress = progress or NoProgress()
     t_start = time.monotonic()
-    deadline = t_start + opts.budget_s
     device = bench_device(opts.device)
     threads = opts.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -157,9 +213,6 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
     progress.set_total(
         4 + len(inproc) * (1 + opts.repeats) + sched_units + (2 if ddp_n else 0) + (1 if isolated else 0)
     )
-    lives: list[Any] = []
-    compiler: Any = None  # the held torch.compile worker (subproc.WorkerHandle)
-    compile_result: Any = None  # its WorkerResult once it has ended
     extras_spec = {
         "workload": spec.to_dict(),
         "device": device,
@@ -167,101 +220,145 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         "repeats": opts.repeats,
         "seed": opts.seed,
     }
+    return _Run(
+        opts=opts,
+        progress=progress,
+        t_start=t_start,
+        deadline=t_start + opts.budget_s,
+        threads=threads,
+        spec=spec,
+        workload=workload,
+        own_data=own_data,
+        res=res,
+        other=other,
+        configs=configs,
+        cuda=cuda,
+        bf16_ok=bf16_ok,
+        inproc=inproc,
+        isolated=isolated,
+        ddp_n=ddp_n,
+        extras_spec=extras_spec,
+    )
+
+
+def _setup(run: _Run) -> None:
+    """Write the image data, count the model's FLOPs per sample (a model that cannot train on the data
+    ends the bench with a ValueError) and measure the matmul peaks."""
+    from pitstop.bench.measure import flops_per_sample
+
+    res, workload, progress = run.res, run.workload, run.progress
+    t = time.monotonic()
+    if workload.image_input:
+        p = workload.params
+        make_image_folder(
+            run.spec.data_dir or "", p["images"], p["classes"], image_side(workload), seed=run.opts.seed
+        )
+    progress.advance("data")
     try:
-        t = time.monotonic()
-        if workload.image_input:
-            p = workload.params
-            make_image_folder(
-                spec.data_dir or "", p["images"], p["classes"], image_side(workload), seed=opts.seed
-            )
-        progress.advance("data")
-        try:
-            res.flops_per_sample = flops_per_sample(workload, device)
-        except Exception as e:  # the model cannot train on this data at all: nothing to benchmark
-            if own_data:
-                shutil.rmtree(own_data, ignore_errors=True)
-            if isinstance(e, FactoryError):
-                raise
-            raise ValueError(
-                f"the model failed one forward/backward on the {workload.spec.name} data "
-                f"({workload.describe()}): {type(e).__name__}: {e}"
-            ) from e
-        progress.advance("FLOPs")
-        peaks = measure_peaks(device, peaks_budget(opts.budget_s))
-        res.peaks = {dt: p.flops_per_s for dt, p in peaks.items()}
-        res.notes += peak_notes(peaks, device)
-        progress.advance("matmul peak")
-        res.phases_s["setup"] = time.monotonic() - t
+        res.flops_per_sample = flops_per_sample(workload, run.device)
+    except Exception as e:  # the model cannot train on this data at all: nothing to benchmark
+        if run.own_data:
+            shutil.rmtree(run.own_data, ignore_errors=True)
+        if isinstance(e, FactoryError):
+            raise
+        raise ValueError(
+            f"the model failed one forward/backward on the {workload.spec.name} data "
+            f"({workload.describe()}): {type(e).__name__}: {e}"
+        ) from e
+    progress.advance("FLOPs")
+    peaks = measure_peaks(run.device, peaks_budget(run.opts.budget_s))
+    res.peaks = {dt: p.flops_per_s for dt, p in peaks.items()}
+    res.notes += peak_notes(peaks, run.device)
+    progress.advance("matmul peak")
+    res.phases_s["setup"] = time.monotonic() - t
 
-        # torch.compile compiles in its own process while this one warms up (warm-up is not timed).
-        if isolated:
-            from pitstop.bench.subproc import WorkerHandle
 
-            iso = [COMPILE_REF, *isolated]
-            compiler = WorkerHandle(
-                dict(extras_spec, threads=threads, configs=[c.to_dict() for c in iso], hold=True)
-            )
-        t = time.monotonic()
-        lives = warm_up(
-            workload,
-            inproc,
-            device,
-            opts.warmup,
-            threads,
-            opts.seed,
-            progress=progress.advance,
-            deadline=t_start + WARMUP_SHARE * opts.budget_s,
-            skip_if=slow_dtype_check(res.peaks, device, opts.warmup, opts.repeats, deadline, len(inproc)),
+def _warm_up(run: _Run) -> None:
+    """Start the torch.compile worker, warm up the in-process configs meanwhile (warm-up is not timed),
+    drop rows too slow for the budget, then give the worker until its share of the budget to be ready."""
+    from pitstop.bench.measure_configs import warm_up
+
+    opts, res = run.opts, run.res
+    if run.isolated:
+        from pitstop.bench.subproc import WorkerHandle
+
+        iso = [COMPILE_REF, *run.isolated]
+        run.compiler = WorkerHandle(
+            dict(run.extras_spec, threads=run.threads, configs=[c.to_dict() for c in iso], hold=True)
         )
-        res.phases_s["warm-up"] = time.monotonic() - t
-        drop_slow_rows(lives, res.peaks, opts.repeats, deadline)
-        worker_step_s = 0.0
-        if compiler is not None:
-            t = time.monotonic()
-            ready_by = t_start + COMPILE_READY_SHARE * opts.budget_s
-            if not compiler.wait_until(
-                lambda h: h.phase() == "ready", ready_by
-            ):  # still compiling: end it now so it cannot disturb the timed blocks
-                compile_result = compiler.finish(0)
-                compiler = None
-            res.phases_s["compile wait"] = time.monotonic() - t
-
-        # Scale steps so the interleaved blocks (here and in the compile worker) fit what is left.
-        if not opts.steps:
-            calibrate(
-                lives, threads, progress=progress.advance, deadline=t_start + CALIBRATE_SHARE * opts.budget_s
-            )
-        if compiler is not None:  # its configs cost about a baseline step each (compiled ones less)
-            base_live = next((lv for lv in lives if lv.config.name == "baseline" and lv.session), None)
-            worker_step_s = (1 + len(isolated)) * (base_live.estimate_s if base_live else 0.0)
-        left = deadline - time.monotonic()
-        per_step = sum(lv.estimate_s for lv in lives if lv.session is not None) + worker_step_s or 1e-3
-        share = _ablation_budget(left, opts, ddp_n)
-        # Each block also runs one untimed re-warm step (Session.block).
-        steps = opts.steps or int(
-            max(1, min(opts.max_steps, share / (opts.repeats * per_step) - TIMER_WARMUP))
-        )
-        res.steps = steps
+    t = time.monotonic()
+    run.lives = warm_up(
+        run.workload,
+        run.inproc,
+        run.device,
+        opts.warmup,
+        run.threads,
+        opts.seed,
+        progress=run.progress.advance,
+        deadline=run.t_start + WARMUP_SHARE * opts.budget_s,
+        skip_if=slow_dtype_check(
+            res.peaks, run.device, opts.warmup, opts.repeats, run.deadline, len(run.inproc)
+        ),
+    )
+    res.phases_s["warm-up"] = time.monotonic() - t
+    drop_slow_rows(run.lives, res.peaks, opts.repeats, run.deadline)
+    if run.compiler is not None:
         t = time.monotonic()
-        res.repeats_done = interleave(
+        ready_by = run.t_start + COMPILE_READY_SHARE * opts.budget_s
+        if not run.compiler.wait_until(
+            lambda h: h.phase() == "ready", ready_by
+        ):  # still compiling: end it now so it cannot disturb the timed blocks
+            run.compile_result = run.compiler.finish(0)
+            run.compiler = None
+        res.phases_s["compile wait"] = time.monotonic() - t
+
+
+def _ablate(run: _Run) -> None:
+    """Scale the steps so the interleaved blocks (here and in the compile worker) fit what is left of the
+    budget, then run the interleaved ablation."""
+    from pitstop.bench.measure_configs import calibrate, interleave
+
+    opts, lives = run.opts, run.lives
+    worker_step_s = 0.0
+    if not opts.steps:
+        calibrate(
             lives,
-            steps,
-            opts.repeats,
-            threads,
-            progress=progress.advance,
-            deadline=min(deadline, time.monotonic() + 1.5 * share),
+            run.threads,
+            progress=run.progress.advance,
+            deadline=run.t_start + CALIBRATE_SHARE * opts.budget_s,
         )
-        res.phases_s["ablation"] = time.monotonic() - t
-    except KeyboardInterrupt:
-        res.interrupted = True
-    finally:
-        close_all(lives)
+    if run.compiler is not None:  # its configs cost about a baseline step each (compiled ones less)
+        base_live = next((lv for lv in lives if lv.config.name == "baseline" and lv.session), None)
+        worker_step_s = (1 + len(run.isolated)) * (base_live.estimate_s if base_live else 0.0)
+    left = run.deadline - time.monotonic()
+    per_step = sum(lv.estimate_s for lv in lives if lv.session is not None) + worker_step_s or 1e-3
+    share = _ablation_budget(left, opts, run.ddp_n)
+    # Each block also runs one untimed re-warm step (Session.block).
+    steps = opts.steps or int(max(1, min(opts.max_steps, share / (opts.repeats * per_step) - TIMER_WARMUP)))
+    run.res.steps = steps
+    t = time.monotonic()
+    run.res.repeats_done = interleave(
+        lives,
+        steps,
+        opts.repeats,
+        run.threads,
+        progress=run.progress.advance,
+        deadline=min(run.deadline, time.monotonic() + 1.5 * share),
+    )
+    run.res.phases_s["ablation"] = time.monotonic() - t
 
-    res.rows = [lv.row for lv in lives]
+
+def _collect_rows(run: _Run) -> None:
+    """The in-process rows as measured, a skipped row for each config this machine cannot run, and every
+    row's reference set to the measured baseline."""
+    from pitstop.bench.measure_configs import new_row
+
+    res = run.res
+    res.rows = [lv.row for lv in run.lives]
     if res.interrupted:  # interleave() did not return: count the repeats from what was kept
         res.repeats_done = min((len(r.block_step_s) for r in res.rows if r.block_step_s), default=0)
-    for c in configs:
-        reason = why_not(c, device, cuda, bf16_ok)
+    for c in run.configs:
+        reason = why_not(c, run.device, run.cuda, run.bf16_ok)
         if reason:
             r = new_row(c)
             r.status, r.reason = SKIPPED, reason
@@ -271,52 +368,57 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
         if base is not None and r is not base and base.status == MEASURED:
             set_ref(r, base)
 
+
+def _run_extras(run: _Run) -> None:
+    """The rows after the ablation, while the budget lasts: the schedule comparison, the DDP launches, then
+    the held torch.compile worker's timed blocks."""
+    opts, res, progress, deadline = run.opts, run.res, run.progress, run.deadline
+    base = res.row("baseline")
     baseline_step = _median(base.block_step_s) if base and base.block_step_s else None
-    extras_spec["steps"] = max(2, res.steps or 2)
-    try:
-        if res.interrupted:
-            raise KeyboardInterrupt
-        if opts.schedules and time.monotonic() < deadline:
-            t = time.monotonic()
-            res.schedules = compare_schedules(
-                seeds=opts.schedule_seeds, progress=progress.advance, deadline=deadline
-            )
-            res.rows.append(schedule_row(res.schedules))
-            res.phases_s["schedules"] = time.monotonic() - t
-        if not ddp_n and opts.ddp_procs is None:
-            res.rows.append(ddp_unavailable(device))
-        if ddp_n and deadline - time.monotonic() > DDP_MIN_S:  # else its rows say the budget ran out
-            t = time.monotonic()
-            left = deadline - time.monotonic()
-            budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if compiler is not None else left
-            res.rows += ddp_rows(extras_spec, ddp_n, threads, device, budget, baseline_step, progress)
-            res.phases_s["ddp"] = time.monotonic() - t
-        if compiler is not None:
-            t = time.monotonic()
-            if compiler.phase() == "ready":
-                compiler.go(res.steps or 1)
-                compile_result = compiler.finish(deadline - time.monotonic() - 2)
-            else:
-                compile_result = compiler.finish(0)
-            compiler = None
-            res.phases_s["compile"] = time.monotonic() - t
-        if compile_result is not None:
-            res.rows += isolated_rows(compile_result, isolated, time.monotonic() - t_start)
-            progress.advance("torch.compile")
-    except KeyboardInterrupt:
-        res.interrupted = True
-    finally:
-        if compiler is not None:
-            compiler.kill()
-            compiler.finish(0)
-        if own_data:
-            shutil.rmtree(own_data, ignore_errors=True)
+    run.extras_spec["steps"] = max(2, res.steps or 2)
+    if opts.schedules and time.monotonic() < deadline:
+        t = time.monotonic()
+        res.schedules = compare_schedules(
+            seeds=opts.schedule_seeds, progress=progress.advance, deadline=deadline
+        )
+        res.rows.append(schedule_row(res.schedules))
+        res.phases_s["schedules"] = time.monotonic() - t
+    if not run.ddp_n and opts.ddp_procs is None:
+        res.rows.append(ddp_unavailable(run.device))
+    if run.ddp_n and deadline - time.monotonic() > DDP_MIN_S:  # else its rows say the budget ran out
+        t = time.monotonic()
+        left = deadline - time.monotonic()
+        budget = min(left, max(DDP_RESERVE_S, 0.5 * left)) if run.compiler is not None else left
+        res.rows += ddp_rows(
+            run.extras_spec, run.ddp_n, run.threads, run.device, budget, baseline_step, progress
+        )
+        res.phases_s["ddp"] = time.monotonic() - t
+    if run.compiler is not None:
+        t = time.monotonic()
+        if run.compiler.phase() == "ready":
+            run.compiler.go(res.steps or 1)
+            run.compile_result = run.compiler.finish(deadline - time.monotonic() - 2)
+        else:
+            run.compile_result = run.compiler.finish(0)
+        run.compiler = None
+        res.phases_s["compile"] = time.monotonic() - t
+    if run.compile_result is not None:
+        res.rows += isolated_rows(run.compile_result, run.isolated, time.monotonic() - run.t_start)
+        progress.advance("torch.compile")
+
+
+def _finish(run: _Run) -> None:
+    """A skipped row for each planned row that did not run, the rows in ablation order with their derived
+    numbers, and the run's load and competing-CPU notes."""
+    from pitstop.bench.measure_configs import new_row
+
+    opts, res = run.opts, run.res
     done = {r.name for r in res.rows}
-    planned = list(configs)
+    planned = list(run.configs)
     if opts.schedules:
         planned.append(BenchConfig("onecycle", "OneCycle vs StepLR", claim=CLAIMS["onecycle"]))
-    if ddp_n:
-        planned.append(BenchConfig("ddp", f"DDP {ddp_n} processes", claim=CLAIMS["ddp"]))
+    if run.ddp_n:
+        planned.append(BenchConfig("ddp", f"DDP {run.ddp_n} processes", claim=CLAIMS["ddp"]))
     for c in planned:
         if c.name not in done:
             r = new_row(c)
@@ -325,21 +427,20 @@ def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> Bench
                 "interrupted before it ran" if res.interrupted else "the --budget ran out before it ran"
             )
             res.rows.append(r)
-    order = {c.name: float(i) for i, c in enumerate(configs)}
+    order = {c.name: float(i) for i, c in enumerate(run.configs)}
     order[COMPILE_REF.name] = order.get("compile", len(order)) - 0.5  # the compile rows' own baseline
     res.rows.sort(key=lambda r: order.get(r.name, len(order)))
     for r in res.rows:
         derive(r, res.flops_per_sample, res.peaks)
-    res.phases_s["total"] = time.monotonic() - t_start
+    res.phases_s["total"] = time.monotonic() - run.t_start
     if (load := load_average()) is not None:
         res.load_avg["end"] = round(load, 2)
-    res.other_cpu_share = round(other.share(), 3)
+    res.other_cpu_share = round(run.other.share(), 3)
     if res.other_cpu_share > OTHER_CPU_NOTE:
         res.notes.append(
             f"other processes used {res.other_cpu_share:.0%} of the machine's CPU time during the run: "
             "absolute numbers are low and noisy (ratios are interleaved)"
         )
-    return res
 
 
 def _median(xs: list[float]) -> float:
