@@ -14,6 +14,7 @@ from pitstop.doctor.storage_devices import (
     NETWORK_FS,
     PARALLEL_FS,
     VIRTUAL_DISKS,
+    Mount,
     block_device,
     find_mount,
     parse_mountinfo,
@@ -68,7 +69,6 @@ def check_device(
     """Filesystem type (network, overlay, tmpfs) and the block device behind the path (HDD, NVMe ...)."""
     text = mountinfo if mountinfo is not None else (read_text("/proc/self/mountinfo") or "")
     m = find_mount(path, parse_mountinfo(text))
-    out: list[Finding] = []
     if m is None:
         return [
             Finding(
@@ -79,49 +79,51 @@ def check_device(
                 {"path": str(path)},
             )
         ]
+    return [filesystem_finding(path, m), device_finding(m, sys_root)]
+
+
+def filesystem_finding(path: str | os.PathLike[str], m: Mount) -> Finding:
+    """What the filesystem type of ``path``'s mount means for reading training data from it."""
     fs = m.fstype
     fdata = {"fstype": fs, "mount_point": m.mount_point, "source": m.source, "dev": m.dev}
     fev = f"{path} is on {m.mount_point} ({fs}, source {m.source}, device {m.dev})"
     if fs in NETWORK_FS:
-        out.append(
-            Finding(
-                "storage.filesystem",
-                Severity.WARN,
-                f"Training data on network storage ({fs})",
-                fev,
-                fdata,
-                fix="Copy the dataset to local SSD/NVMe before training (or use a streaming format with large "
-                "sequential reads and more DataLoader workers).",
-            )
+        return Finding(
+            "storage.filesystem",
+            Severity.WARN,
+            f"Training data on network storage ({fs})",
+            fev,
+            fdata,
+            fix="Copy the dataset to local SSD/NVMe before training (or use a streaming format with large "
+            "sequential reads and more DataLoader workers).",
         )
     elif fs in PARALLEL_FS:
-        out.append(
-            Finding(
-                "storage.filesystem",
-                Severity.INFO,
-                f"Training data on a parallel filesystem ({fs})",
-                fev,
-                fdata,
-                fix="Fast for large sequential files, slow for many small ones: pack samples into shards "
-                "(WebDataset/tar, or a few large files).",
-            )
+        return Finding(
+            "storage.filesystem",
+            Severity.INFO,
+            f"Training data on a parallel filesystem ({fs})",
+            fev,
+            fdata,
+            fix="Fast for large sequential files, slow for many small ones: pack samples into shards "
+            "(WebDataset/tar, or a few large files).",
         )
     elif fs == "overlay":
-        out.append(
-            Finding(
-                "storage.filesystem",
-                Severity.INFO,
-                "Data path on the container's overlay filesystem",
-                fev,
-                fdata,
-                fix="Mount the dataset as a volume (docker -v /data:/data) so reads go straight to the disk.",
-            )
+        return Finding(
+            "storage.filesystem",
+            Severity.INFO,
+            "Data path on the container's overlay filesystem",
+            fev,
+            fdata,
+            fix="Mount the dataset as a volume (docker -v /data:/data) so reads go straight to the disk.",
         )
     elif fs in MEMORY_FS:
-        out.append(Finding("storage.filesystem", Severity.PASS, f"Data path in memory ({fs})", fev, fdata))
+        return Finding("storage.filesystem", Severity.PASS, f"Data path in memory ({fs})", fev, fdata)
     else:
-        out.append(Finding("storage.filesystem", Severity.PASS, f"Local filesystem ({fs})", fev, fdata))
+        return Finding("storage.filesystem", Severity.PASS, f"Local filesystem ({fs})", fev, fdata)
 
+
+def device_finding(m: Mount, sys_root: str | os.PathLike[str] = "/sys") -> Finding:
+    """The kind of block device behind the mount (virtual disk, HDD, network block device, SSD ...)."""
     dev = block_device(m.dev, sys_root) if not m.dev.startswith("0:") else None
     if dev is None:
         why = (
@@ -129,16 +131,13 @@ def check_device(
             if m.dev.startswith("0:")
             else f"{sys_root}/dev/block/{m.dev} not found"
         )
-        out.append(
-            Finding(
-                "storage.device",
-                Severity.INFO,
-                "Block device behind the data path unknown",
-                f"device {m.dev} of {m.mount_point}: {why}",
-                {"dev": m.dev},
-            )
+        return Finding(
+            "storage.device",
+            Severity.INFO,
+            "Block device behind the data path unknown",
+            f"device {m.dev} of {m.mount_point}: {why}",
+            {"dev": m.dev},
         )
-        return out
     ddata = {
         "name": dev.name,
         "kind": dev.kind,
@@ -151,39 +150,33 @@ def check_device(
     )
     if dev.kind in VIRTUAL_DISKS:
         # The hypervisor sets the rotational flag (virtio-blk often says 1): the host's storage is unknown.
-        out.append(
-            Finding(
-                "storage.device",
-                Severity.INFO,
-                f"Data on a virtual disk ({dev.name}, {dev.kind})",
-                dev_ev + "; the rotational flag of a virtual disk says nothing about the host's storage",
-                ddata,
-                fix="Judge it by the measured read speed (storage.read_speed); ask the provider for local NVMe "
-                "if that is low.",
-            )
+        return Finding(
+            "storage.device",
+            Severity.INFO,
+            f"Data on a virtual disk ({dev.name}, {dev.kind})",
+            dev_ev + "; the rotational flag of a virtual disk says nothing about the host's storage",
+            ddata,
+            fix="Judge it by the measured read speed (storage.read_speed); ask the provider for local NVMe "
+            "if that is low.",
         )
     elif dev.rotational:
-        out.append(
-            Finding(
-                "storage.device",
-                Severity.WARN,
-                f"Training data on a spinning disk ({dev.name})",
-                dev_ev,
-                ddata,
-                fix="Move the dataset to SSD/NVMe, or cache it in RAM (/dev/shm) if it fits; random reads on an HDD "
-                "starve the DataLoader.",
-            )
+        return Finding(
+            "storage.device",
+            Severity.WARN,
+            f"Training data on a spinning disk ({dev.name})",
+            dev_ev,
+            ddata,
+            fix="Move the dataset to SSD/NVMe, or cache it in RAM (/dev/shm) if it fits; random reads on an HDD "
+            "starve the DataLoader.",
         )
     elif dev.kind == "network-block":
-        out.append(
-            Finding(
-                "storage.device",
-                Severity.WARN,
-                f"Training data on a network block device ({dev.name})",
-                dev_ev,
-                ddata,
-                fix="Copy the dataset to local SSD/NVMe before training.",
-            )
+        return Finding(
+            "storage.device",
+            Severity.WARN,
+            f"Training data on a network block device ({dev.name})",
+            dev_ev,
+            ddata,
+            fix="Copy the dataset to local SSD/NVMe before training.",
         )
     else:
         label = {
@@ -192,8 +185,7 @@ def check_device(
             "virtio": "virtual disk (virtio)",
             "zram": "compressed RAM",
         }.get(dev.kind, dev.kind)
-        out.append(Finding("storage.device", Severity.PASS, f"Data on {label} ({dev.name})", dev_ev, ddata))
-    return out
+        return Finding("storage.device", Severity.PASS, f"Data on {label} ({dev.name})", dev_ev, ddata)
 
 
 READ_METHODS = {
