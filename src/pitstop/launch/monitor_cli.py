@@ -11,6 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from rich.console import Console
@@ -69,112 +70,58 @@ def _waited(child: subprocess.Popen[bytes], timeout: float) -> bool:
         return False
 
 
+@dataclass
+class _Session:
+    """What a monitor run holds open: the CSV log, the command's output log, NVML, the followed command
+    and the reader of its output."""
+
+    use_live: bool
+    json_stdout: bool
+    csvlog: CsvLog | None = None
+    log_fh: IO[bytes] | None = None
+    nv: Any = None
+    gpu_note: str | None = None
+    child: subprocess.Popen[bytes] | None = None
+    output: _Output | None = None
+
+    def close(self, interrupted: bool) -> None:
+        """Stop the followed command (see ``_stop``), then close what is open."""
+        if self.child is not None:
+            _stop(self.child, signalled=interrupted)
+        if self.output:
+            self.output.join()
+        if self.csvlog:
+            self.csvlog.close()
+        if self.log_fh:
+            self.log_fh.close()
+        if self.nv:
+            self.nv.__exit__(None, None, None)
+
+
 def run_monitor(
     args: argparse.Namespace, command: Sequence[str], nvml_lib: Any | None = None, live: bool | None = None
 ) -> int:
     """The command; ``nvml_lib`` (a fake pynvml) and ``live`` are for tests."""
     if args.plot:
-        from pitstop.launch.monitor_plot import PlotError, plot_csv
-        from pitstop.plotting import unavailable
-
-        if missing := unavailable("--plot"):
-            return usage_error(missing)
-        try:
-            out = plot_csv(args.plot, args.out)
-        except PlotError as e:
-            return usage_error(str(e))
-        Console(stderr=True).print(f"plot: {out}")
-        return 0
+        return _plot(args)
     if args.interval <= 0:
         return usage_error("--interval must be positive")
     if args.duration is not None and args.duration <= 0:
         return usage_error("--duration must be positive")
-    json_stdout = getattr(args, "json", None) == "-"
-    use_live = (
-        live if live is not None else not (args.no_live or args.quiet or json_stdout) and sys.stdout.isatty()
-    )
-    csvlog = None
-    if args.csv:
-        try:
-            csvlog = CsvLog(args.csv)
-        except OSError as e:
-            return usage_error(f"cannot write {args.csv}: {e}")
-    log_fh = None
-    if args.command_log:
-        try:
-            log_fh = open(args.command_log, "wb")  # noqa: SIM115
-        except OSError as e:
-            return usage_error(f"cannot write {args.command_log}: {e}")
-    nv, gpu_note = open_nvml(nvml_lib)
-    child: subprocess.Popen[bytes] | None = None
-    output: _Output | None = None
-    if command:
-        pipe = use_live or log_fh is not None
-        try:
-            child = subprocess.Popen(
-                list(command),
-                stdout=subprocess.PIPE if pipe else (sys.stderr if json_stdout else None),
-                stderr=subprocess.STDOUT if pipe else None,
-            )
-        except OSError as e:
-            if nv:
-                nv.__exit__(None, None, None)
-            if csvlog:
-                csvlog.close()
-            if log_fh:
-                log_fh.close()
-            return usage_error(f"cannot start {command[0]!r}: {e}")
-        if pipe:
-            assert child.stdout is not None
-            echo = None if use_live else (sys.stderr.buffer if json_stdout else sys.stdout.buffer)
-            output = _Output(child.stdout, log_fh, echo)
-    sampler = Sampler(nv, child.pid if child else None)
+    session = _open(args, command, nvml_lib, live)
+    if isinstance(session, str):
+        return usage_error(session)
+    child = session.child
+    sampler = Sampler(session.nv, child.pid if child else None)
     rule = LowUtilRule(args.low_util, args.window)
     summary = RunSummary()
-    title = f"pitstop monitor — every {args.interval:g} s" + (
-        f" — following: {' '.join(command)}" if command else ""
-    )
     interrupted = False
-    live_cm = (
-        Live(console=Console(), auto_refresh=False, transient=False) if use_live else contextlib.nullcontext()
-    )
-    deadline = time.monotonic()
     try:
-        with live_cm as lv:
-            while True:
-                # next sample one interval on; if sampling fell behind, do not try to catch up
-                deadline = max(deadline + args.interval, time.monotonic())
-                remaining = deadline - time.monotonic()
-                if child is not None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        child.wait(timeout=max(0.0, remaining))
-                elif remaining > 0:
-                    time.sleep(remaining)  # pacing between samples
-                s = sampler.sample()
-                summary.update(s)
-                rule.update(s)
-                if csvlog:
-                    csvlog.write(s)
-                if lv is not None:
-                    tail = list(output.tail) if output else []
-                    lv.update(render(s, title, rule.active(), args.low_util, gpu_note, tail), refresh=True)
-                if child is not None and child.poll() is not None:
-                    break
-                if args.duration is not None and s.t >= args.duration:
-                    break
+        _sample(args, command, session, sampler, rule, summary)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if child is not None:
-            _stop(child, signalled=interrupted)
-        if output:
-            output.join()
-        if csvlog:
-            csvlog.close()
-        if log_fh:
-            log_fh.close()
-        if nv:
-            nv.__exit__(None, None, None)
+        session.close(interrupted)
     report = Report(
         tool="monitor",
         meta={
@@ -185,7 +132,7 @@ def run_monitor(
         },
         sections={"summary": summary.to_dict()},
     )
-    report.add(*_findings(rule, summary, command, gpu_note, sampler.nvml_error, child, args))
+    report.add(*_findings(rule, summary, command, session.gpu_note, sampler.nvml_error, child, args))
     code = finish(report, args)
     if interrupted:
         return code
@@ -193,6 +140,107 @@ def run_monitor(
         rc = child.returncode
         return 128 - rc if rc < 0 else rc
     return code
+
+
+def _plot(args: argparse.Namespace) -> int:
+    """``--plot``: draw a CSV log written by an earlier run; nothing is sampled."""
+    from pitstop.launch.monitor_plot import PlotError, plot_csv
+    from pitstop.plotting import unavailable
+
+    if missing := unavailable("--plot"):
+        return usage_error(missing)
+    try:
+        out = plot_csv(args.plot, args.out)
+    except PlotError as e:
+        return usage_error(str(e))
+    Console(stderr=True).print(f"plot: {out}")
+    return 0
+
+
+def _open(
+    args: argparse.Namespace, command: Sequence[str], nvml_lib: Any | None, live: bool | None
+) -> _Session | str:
+    """Open the logs and NVML and start the followed command (its output piped when there is a live
+    screen or a command log); the usage error's message if a log cannot be written or the command
+    cannot start (then nothing is left open)."""
+    json_stdout = getattr(args, "json", None) == "-"
+    use_live = (
+        live if live is not None else not (args.no_live or args.quiet or json_stdout) and sys.stdout.isatty()
+    )
+    session = _Session(use_live, json_stdout)
+    if args.csv:
+        try:
+            session.csvlog = CsvLog(args.csv)
+        except OSError as e:
+            return f"cannot write {args.csv}: {e}"
+    if args.command_log:
+        try:
+            session.log_fh = open(args.command_log, "wb")  # noqa: SIM115
+        except OSError as e:
+            return f"cannot write {args.command_log}: {e}"
+    session.nv, session.gpu_note = open_nvml(nvml_lib)
+    if command:
+        pipe = use_live or session.log_fh is not None
+        try:
+            session.child = subprocess.Popen(
+                list(command),
+                stdout=subprocess.PIPE if pipe else (sys.stderr if json_stdout else None),
+                stderr=subprocess.STDOUT if pipe else None,
+            )
+        except OSError as e:
+            session.close(interrupted=False)
+            return f"cannot start {command[0]!r}: {e}"
+        if pipe:
+            assert session.child.stdout is not None
+            echo = None if use_live else (sys.stderr.buffer if json_stdout else sys.stdout.buffer)
+            session.output = _Output(session.child.stdout, session.log_fh, echo)
+    return session
+
+
+def _sample(
+    args: argparse.Namespace,
+    command: Sequence[str],
+    session: _Session,
+    sampler: Sampler,
+    rule: LowUtilRule,
+    summary: RunSummary,
+) -> None:
+    """Sample every ``--interval`` into the summary, the rule and the CSV log, redrawing the live screen,
+    until the followed command exits or ``--duration`` is reached."""
+    title = f"pitstop monitor — every {args.interval:g} s" + (
+        f" — following: {' '.join(command)}" if command else ""
+    )
+    child, output = session.child, session.output
+    live_cm = (
+        Live(console=Console(), auto_refresh=False, transient=False)
+        if session.use_live
+        else contextlib.nullcontext()
+    )
+    deadline = time.monotonic()
+    with live_cm as lv:
+        while True:
+            # next sample one interval on; if sampling fell behind, do not try to catch up
+            deadline = max(deadline + args.interval, time.monotonic())
+            remaining = deadline - time.monotonic()
+            if child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=max(0.0, remaining))
+            elif remaining > 0:
+                time.sleep(remaining)  # pacing between samples
+            s = sampler.sample()
+            summary.update(s)
+            rule.update(s)
+            if session.csvlog:
+                session.csvlog.write(s)
+            if lv is not None:
+                tail = list(output.tail) if output else []
+                lv.update(
+                    render(s, title, rule.active(), args.low_util, session.gpu_note, tail), refresh=True
+                )
+            if child is not None and child.poll() is not None:
+                break
+            if args.duration is not None and s.t >= args.duration:
+                break
 
 
 def _findings(
