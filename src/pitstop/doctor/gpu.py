@@ -197,61 +197,57 @@ def check_settings(inv: GpuInventory) -> list[Finding]:
     """Persistence mode, ECC, clocks and power limit: what NVML reports per GPU."""
     if not inv.gpus:
         return []
-    out: list[Finding] = []
+    return [_persistence_finding(inv), _ecc_finding(inv), *_power_limit_findings(inv), _clocks_finding(inv)]
+
+
+def _persistence_finding(inv: GpuInventory) -> Finding:
+    """Persistence mode per GPU: off means every new process pays the driver start-up."""
     off = [g.index for g in inv.gpus if g.persistence_mode is False]
     known = [g for g in inv.gpus if g.persistence_mode is not None]
     pm_ev = (
         ", ".join(f"GPU {g.index}: {'on' if g.persistence_mode else 'off'}" for g in known) or "not reported"
     )
-    out.append(
-        Finding(
-            "gpu.persistence",
-            Severity.WARN if off else (Severity.PASS if known else Severity.INFO),
-            "Persistence mode off: each new process pays the driver start-up"
-            if off
-            else ("Persistence mode on" if known else "Persistence mode not reported by NVML"),
-            f"NVML persistence mode: {pm_ev}",
-            {"off": off, "reported": len(known)},
-            fix="Turn it on so the driver stays loaded between runs (or run nvidia-persistenced)."
-            if off
-            else "",
-            fix_code="sudo nvidia-smi -pm 1" if off else None,
-        )
+    return Finding(
+        "gpu.persistence",
+        Severity.WARN if off else (Severity.PASS if known else Severity.INFO),
+        "Persistence mode off: each new process pays the driver start-up"
+        if off
+        else ("Persistence mode on" if known else "Persistence mode not reported by NVML"),
+        f"NVML persistence mode: {pm_ev}",
+        {"off": off, "reported": len(known)},
+        fix="Turn it on so the driver stays loaded between runs (or run nvidia-persistenced)." if off else "",
+        fix_code="sudo nvidia-smi -pm 1" if off else None,
     )
+
+
+def _ecc_finding(inv: GpuInventory) -> Finding:
+    """ECC mode per GPU, where NVML reports it."""
     ecc = ", ".join(
         f"GPU {g.index}: {'on' if g.ecc_enabled else 'off'}" for g in inv.gpus if g.ecc_enabled is not None
     )
-    out.append(
-        Finding(
-            "gpu.ecc",
-            Severity.INFO,
-            "ECC memory " + ("reported" if ecc else "not supported on this GPU"),
-            f"NVML ECC mode: {ecc or 'not supported'}",
-            {"ecc": {g.index: g.ecc_enabled for g in inv.gpus}},
-            fix="Keep ECC on for long training runs: it costs a few % of memory and bandwidth on GDDR GPUs "
-            "(none on HBM) and prevents silent corruption."
-            if ecc
-            else "",
-        )
+    return Finding(
+        "gpu.ecc",
+        Severity.INFO,
+        "ECC memory " + ("reported" if ecc else "not supported on this GPU"),
+        f"NVML ECC mode: {ecc or 'not supported'}",
+        {"ecc": {g.index: g.ecc_enabled for g in inv.gpus}},
+        fix="Keep ECC on for long training runs: it costs a few % of memory and bandwidth on GDDR GPUs "
+        "(none on HBM) and prevents silent corruption."
+        if ecc
+        else "",
     )
-    clocks = "; ".join(
-        f"GPU {g.index}: max SM {g.sm_clock_max_mhz or '?'} MHz, max memory {g.mem_clock_max_mhz or '?'} MHz, "
-        f"power limit {f'{g.power_limit_w:.0f} W' if g.power_limit_w is not None else '?'}"
-        for g in inv.gpus
-    )
-    now = "; ".join(
-        f"GPU {s.index}: SM {s.sm_clock_mhz or '?'} MHz, {s.temperature_c if s.temperature_c is not None else '?'} C, "
-        f"{f'{s.power_w:.0f} W' if s.power_w is not None else '? W'}, clock limited by: "
-        f"{', '.join(s.clock_reasons) or 'nothing' if s.clock_reasons is not None else 'not reported'}"
-        for s in inv.samples
-    )
+
+
+def _power_limit_findings(inv: GpuInventory) -> list[Finding]:
+    """A power limit set below the board default (a warning), else the limits at their defaults (none
+    where NVML reports no default)."""
     capped = {
         g.index: (g.power_limit_w, g.power_limit_default_w)
         for g in inv.gpus
         if g.power_limit_w and g.power_limit_default_w and g.power_limit_w < 0.95 * g.power_limit_default_w
     }
     if capped:
-        out.append(
+        return [
             Finding(
                 "gpu.power_limit",
                 Severity.WARN,
@@ -265,9 +261,9 @@ def check_settings(inv: GpuInventory) -> list[Finding]:
                     f"sudo nvidia-smi -i {i} -pl {dflt:.0f}" for i, (_, dflt) in capped.items()
                 ),
             )
-        )
-    elif any(g.power_limit_default_w for g in inv.gpus):
-        out.append(
+        ]
+    if any(g.power_limit_default_w for g in inv.gpus):
+        return [
             Finding(
                 "gpu.power_limit",
                 Severity.PASS,
@@ -279,7 +275,24 @@ def check_settings(inv: GpuInventory) -> list[Finding]:
                 ),
                 {"limits": {g.index: [g.power_limit_w, g.power_limit_default_w] for g in inv.gpus}},
             )
-        )
+        ]
+    return []
+
+
+def _clocks_finding(inv: GpuInventory) -> Finding:
+    """Max and current clocks, temperature and power per GPU; a warning when a thermal or power slowdown
+    holds the clocks down."""
+    clocks = "; ".join(
+        f"GPU {g.index}: max SM {g.sm_clock_max_mhz or '?'} MHz, max memory {g.mem_clock_max_mhz or '?'} MHz, "
+        f"power limit {f'{g.power_limit_w:.0f} W' if g.power_limit_w is not None else '?'}"
+        for g in inv.gpus
+    )
+    now = "; ".join(
+        f"GPU {s.index}: SM {s.sm_clock_mhz or '?'} MHz, {s.temperature_c if s.temperature_c is not None else '?'} C, "
+        f"{f'{s.power_w:.0f} W' if s.power_w is not None else '? W'}, clock limited by: "
+        f"{', '.join(s.clock_reasons) or 'nothing' if s.clock_reasons is not None else 'not reported'}"
+        for s in inv.samples
+    )
     # Slowdowns that mean hardware trouble (cooling, power delivery), not a busy or idle GPU.
     held = {s.index: sorted(set(s.clock_reasons or []) & HW_SLOWDOWNS) for s in inv.samples}
     held = {i: r for i, r in held.items() if r}
@@ -290,31 +303,25 @@ def check_settings(inv: GpuInventory) -> list[Finding]:
         "slowdown": held,
     }
     if held:
-        out.append(
-            Finding(
-                "gpu.clocks",
-                Severity.WARN,
-                "GPU clocks held down by a thermal or power slowdown",
-                f"{clocks}. Now: {now}",
-                data,
-                fix="Check cooling (fans, airflow, inlet temperature) and power cabling/PSU; nvidia-smi -q -d "
-                "PERFORMANCE shows the active slowdowns. Every step runs slower until this clears.",
-                fix_code="nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER",
-            )
+        return Finding(
+            "gpu.clocks",
+            Severity.WARN,
+            "GPU clocks held down by a thermal or power slowdown",
+            f"{clocks}. Now: {now}",
+            data,
+            fix="Check cooling (fans, airflow, inlet temperature) and power cabling/PSU; nvidia-smi -q -d "
+            "PERFORMANCE shows the active slowdowns. Every step runs slower until this clears.",
+            fix_code="nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER",
         )
-    else:
-        out.append(
-            Finding(
-                "gpu.clocks",
-                Severity.INFO,
-                "GPU clocks and power limit",
-                f"{clocks}. Now (idle or under someone's load): {now}",
-                data,
-                fix="Watch these under load with `pitstop monitor`: clocks far below max while busy mean power or "
-                "thermal throttling.",
-            )
-        )
-    return out
+    return Finding(
+        "gpu.clocks",
+        Severity.INFO,
+        "GPU clocks and power limit",
+        f"{clocks}. Now (idle or under someone's load): {now}",
+        data,
+        fix="Watch these under load with `pitstop monitor`: clocks far below max while busy mean power or "
+        "thermal throttling.",
+    )
 
 
 def check_pcie(inv: GpuInventory) -> list[Finding]:
