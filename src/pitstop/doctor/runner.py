@@ -70,74 +70,111 @@ def _guard(area: str, name: str, fn: Callable[[], list[Finding]]) -> list[Findin
         ]
 
 
-def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInventory) -> list[Probe]:
-    env = opts.env
-    sys_root, proc = opts.sys_root, opts.proc_root
-    cpuinfo = str(Path(proc, "cpuinfo"))
-    cache: dict[str, Any] = {}  # lazily read facts several probes share
+@dataclass
+class _Facts:
+    """Facts several probes share, each read when a probe first needs it."""
 
-    def topo():
-        if "t" not in cache:
-            cache["t"] = read_topology(
+    opts: DoctorOptions
+    data: str | os.PathLike[str]  # the data path (resolved when it is readable)
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cpuinfo(self) -> str:
+        return str(Path(self.opts.proc_root, "cpuinfo"))
+
+    def topology(self) -> Any:
+        if "t" not in self._cache:
+            sys_root = self.opts.sys_root
+            self._cache["t"] = read_topology(
                 Path(sys_root, "devices/system/cpu"), Path(sys_root, "devices/system/node")
             )
-        return cache["t"]
+        return self._cache["t"]
 
-    def flags():
-        return cpu_flags(cpuinfo)
+    def flags(self) -> Any:
+        return cpu_flags(self.cpuinfo)
 
-    def usable() -> int:
-        model = cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup")))
-        return int(model[0].data["usable_cores"])
+    def cpu_model(self) -> list[Finding]:
+        return cpu.check_model(
+            self.topology(), self.cpuinfo, cgroup_root=str(Path(self.opts.sys_root, "fs/cgroup"))
+        )
 
-    def walked() -> storage_read.Scan:  # one bounded walk of the data path, shared by the storage probes
-        if "scan" not in cache:
-            cache["scan"] = storage_read.scan(Path(data))
-        return cache["scan"]
+    def usable(self) -> int:
+        return int(self.cpu_model()[0].data["usable_cores"])
 
-    meminfo = lambda: read_meminfo(Path(proc, "meminfo"))  # noqa: E731
+    def walked(self) -> storage_read.Scan:  # one bounded walk of the data path, shared by the storage probes
+        if "scan" not in self._cache:
+            self._cache["scan"] = storage_read.scan(Path(self.data))
+        return self._cache["scan"]
+
+    def meminfo(self) -> Any:
+        return read_meminfo(Path(self.opts.proc_root, "meminfo"))
+
+
+def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInventory) -> list[Probe]:
+    """Every probe that applies, in report order: GPU, CPU, memory, storage, system, then the checks of
+    the torch build (CUDA, CPU libraries and threads) and of the Python environment."""
     path_ok = Path(opts.data_path).exists() and os.access(opts.data_path, os.R_OK)
-    data = Path(opts.data_path).resolve() if path_ok else opts.data_path
-    probes: list[Probe] = [
+    facts = _Facts(opts, Path(opts.data_path).resolve() if path_ok else opts.data_path)
+    return [
+        *_gpu_probes(build, inv),
+        *_host_probes(opts, build, facts),
+        *_storage_probes(opts, facts, path_ok),
+        *_system_probes(opts),
+        *_build_probes(opts, build, inv, facts),
+    ]
+
+
+def _gpu_probes(build: TorchBuild | None, inv: gpu.GpuInventory) -> list[Probe]:
+    return [
         ("gpu", "presence", lambda: gpu.check_presence(inv, build)),
         ("gpu", "driver", lambda: gpu.check_nvml(inv)),
         ("gpu", "model", lambda: gpu.check_models(inv)),
         ("gpu", "settings", lambda: gpu.check_settings(inv)),
         ("gpu", "pcie", lambda: gpu.check_pcie(inv)),
         ("gpu", "busy", lambda: gpu.check_busy(inv)),
-        (
-            "cpu",
-            "model",
-            lambda: cpu.check_model(topo(), cpuinfo, cgroup_root=str(Path(sys_root, "fs/cgroup"))),
-        ),
-        ("cpu", "isa", lambda: cpu.check_isa(flags(), build) if build else []),
+    ]
+
+
+def _host_probes(opts: DoctorOptions, build: TorchBuild | None, facts: _Facts) -> list[Probe]:
+    """The CPU and memory probes."""
+    sys_root, proc = opts.sys_root, opts.proc_root
+    return [
+        ("cpu", "model", facts.cpu_model),
+        ("cpu", "isa", lambda: cpu.check_isa(facts.flags(), build) if build else []),
         (
             "cpu",
             "bf16",
-            lambda: cpu.check_bf16(flags(), low_precision() if build and proc == "/proc" else None),
+            lambda: cpu.check_bf16(facts.flags(), low_precision() if build and proc == "/proc" else None),
         ),
         ("cpu", "governor", lambda: cpu.check_governor(Path(sys_root, "devices/system/cpu"))),
-        ("cpu", "numa", lambda: cpu.check_numa(topo())),
+        ("cpu", "numa", lambda: cpu.check_numa(facts.topology())),
         (
             "memory",
             "ram",
-            lambda: memory.check_ram(meminfo(), cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
+            lambda: memory.check_ram(facts.meminfo(), cgroup_memory_limit(Path(sys_root, "fs/cgroup"))),
         ),
-        ("memory", "swap", lambda: memory.check_swap(meminfo(), read_text(Path(proc, "swaps")))),
+        ("memory", "swap", lambda: memory.check_swap(facts.meminfo(), read_text(Path(proc, "swaps")))),
         ("memory", "thp", lambda: memory.check_thp(sys_root)),
         ("memory", "shm", lambda: memory.check_shm(Path(opts.root, "dev/shm"))),
         ("memory", "memlock", lambda: memory.check_memlock(sys_root=sys_root)),
-        ("storage", "path", lambda: storage.check_path(data)),
     ]
+
+
+def _storage_probes(opts: DoctorOptions, facts: _Facts, path_ok: bool) -> list[Probe]:
+    """The data path's check; its device, free space, files and read speed only where it is readable."""
+    data, proc = facts.data, opts.proc_root
+    probes: list[Probe] = [("storage", "path", lambda: storage.check_path(data))]
     if path_ok:
         probes += [
             (
                 "storage",
                 "device",
-                lambda: storage.check_device(data, read_text(Path(proc, "self/mountinfo")) or "", sys_root),
+                lambda: storage.check_device(
+                    data, read_text(Path(proc, "self/mountinfo")) or "", opts.sys_root
+                ),
             ),
             ("storage", "free_space", lambda: storage.check_free_space(data)),
-            ("storage", "small_files", lambda: storage.check_small_files(data, walked=walked())),
+            ("storage", "small_files", lambda: storage.check_small_files(data, walked=facts.walked())),
             (
                 "storage",
                 "read_speed",
@@ -146,46 +183,58 @@ def build_probes(opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInve
                     allow_write=opts.allow_write,
                     max_seconds=opts.read_seconds,
                     max_bytes=opts.read_bytes,
-                    walked=walked(),
+                    walked=facts.walked(),
                 ),
             ),
         ]
-    probes += [
+    return probes
+
+
+def _system_probes(opts: DoctorOptions) -> list[Probe]:
+    """Limits, network buffers, NCCL, kernel, container and privileges; the CUDA environment variables."""
+    env, proc = opts.env, opts.proc_root
+    return [
         ("system", "fd_limits", lambda: sysprobe.check_fd_limits(proc_sys=Path(proc, "sys"))),
         ("system", "net_buffers", lambda: sysprobe.check_net_buffers(Path(proc, "sys"))),
-        ("system", "nccl_env", lambda: sysprobe.check_nccl_env(env, Path(sys_root, "class/net"))),
+        ("system", "nccl_env", lambda: sysprobe.check_nccl_env(env, Path(opts.sys_root, "class/net"))),
         ("system", "kernel", lambda: sysprobe.check_kernel()),
         ("system", "container", lambda: sysprobe.check_container(opts.root, env)),
         ("system", "privileges", lambda: sysprobe.check_privileges()),
         ("cuda", "env", lambda: cuda.check_env(env)),
     ]
-    if build is not None:
-        py = python_env.read_python()
-        probes += [
-            ("cuda", "build", lambda: cuda.check_build(inv, build)),
-            ("cuda", "driver_compat", lambda: cuda.check_driver_compat(inv, build)),
-            ("cuda", "visible", lambda: cuda.check_cuda_usable(inv, build, env)),
-            ("cuda", "arch", lambda: cuda.check_arch(build)),
-            ("cuda", "cudnn_nccl", lambda: cuda.check_cudnn_nccl(inv, build)),
-            ("cuda", "hints", lambda: cuda.check_precision_hints(inv, build)),
-            ("cpu", "libraries", lambda: cpu.check_libraries(build)),
-            (
-                "cpu",
-                "threads",
-                lambda: cpu.check_threads(build, topo(), usable(), env, opts.load or measure_competition()),
+
+
+def _build_probes(
+    opts: DoctorOptions, build: TorchBuild | None, inv: gpu.GpuInventory, facts: _Facts
+) -> list[Probe]:
+    """The Python probes, and with a torch build its CUDA, CPU library and thread probes."""
+    env = opts.env
+    py = python_env.read_python()
+    if build is None:
+        return [
+            ("python", "version", lambda: python_env.check_version(py)),
+            ("python", "environment", lambda: python_env.check_environment(py, env)),
+        ]
+    return [
+        ("cuda", "build", lambda: cuda.check_build(inv, build)),
+        ("cuda", "driver_compat", lambda: cuda.check_driver_compat(inv, build)),
+        ("cuda", "visible", lambda: cuda.check_cuda_usable(inv, build, env)),
+        ("cuda", "arch", lambda: cuda.check_arch(build)),
+        ("cuda", "cudnn_nccl", lambda: cuda.check_cudnn_nccl(inv, build)),
+        ("cuda", "hints", lambda: cuda.check_precision_hints(inv, build)),
+        ("cpu", "libraries", lambda: cpu.check_libraries(build)),
+        (
+            "cpu",
+            "threads",
+            lambda: cpu.check_threads(
+                build, facts.topology(), facts.usable(), env, opts.load or measure_competition()
             ),
-            ("python", "version", lambda: python_env.check_version(py)),
-            ("python", "environment", lambda: python_env.check_environment(py, env)),
-            ("python", "torchvision", lambda: python_env.check_torchvision(build)),
-            ("python", "debug", lambda: python_env.check_debug(py, build, env)),
-        ]
-    else:
-        py = python_env.read_python()
-        probes += [
-            ("python", "version", lambda: python_env.check_version(py)),
-            ("python", "environment", lambda: python_env.check_environment(py, env)),
-        ]
-    return probes
+        ),
+        ("python", "version", lambda: python_env.check_version(py)),
+        ("python", "environment", lambda: python_env.check_environment(py, env)),
+        ("python", "torchvision", lambda: python_env.check_torchvision(build)),
+        ("python", "debug", lambda: python_env.check_debug(py, build, env)),
+    ]
 
 
 def run_doctor(
