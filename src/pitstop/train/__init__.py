@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
         wrap_ddp,
         wrap_fsdp,
     )
+    from pitstop.train.evaluation import evaluate
     from pitstop.train.host_memory import HostMemory, keep_host_memory
     from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
     from pitstop.train.metrics import RunningMean, batch_size
@@ -67,7 +68,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from pitstop.train.prefetch import DevicePrefetcher, move_to
     from pitstop.train.progress import TrainProgress, nvtx_range
     from pitstop.train.schedules import cyclic, one_cycle, total_steps
-    from pitstop.train.trainer import FitResult, TrainConfig, evaluate, fit
+    from pitstop.train.trainer import FitResult, TrainConfig, fit
 
 # public name -> the module that defines it
 _WHERE = {
@@ -122,7 +123,7 @@ _WHERE = {
     "total_steps": "pitstop.train.schedules",
     "FitResult": "pitstop.train.trainer",
     "TrainConfig": "pitstop.train.trainer",
-    "evaluate": "pitstop.train.trainer",
+    "evaluate": "pitstop.train.evaluation",
     "fit": "pitstop.train.trainer",
 }
 # public names that their module calls otherwise: the channels_last component's parts

@@ -7,9 +7,8 @@ and returns what it measured. Every recipe is also usable alone from ``pitstop.t
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,15 +39,14 @@ from pitstop.train.distributed import (
     wrap_ddp,
     wrap_fsdp,
 )
+from pitstop.train.evaluation import ComputeLoss, LossFn, default_compute_loss, evaluate
 from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
-from pitstop.train.prefetch import DevicePrefetcher, move_to
+from pitstop.train.prefetch import DevicePrefetcher
 from pitstop.train.progress import TrainProgress, nvtx_range
 from pitstop.train.schedules import cyclic, one_cycle, total_steps
 
-LossFn = Callable[[Any, Any], torch.Tensor]  # (output, target) -> loss
-ComputeLoss = Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, batch) -> loss
 OptimizerLike = torch.optim.Optimizer | Callable[[torch.nn.Module], torch.optim.Optimizer] | None
 
 
@@ -117,21 +115,6 @@ class FitResult:
         return asdict(self)
 
 
-def default_compute_loss(loss_fn: LossFn | None) -> ComputeLoss:
-    """``(x, y)`` batches: ``loss_fn(model(x), y)``; dict batches: ``model(**batch)`` returning a loss."""
-
-    def compute(model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        if isinstance(batch, dict):
-            out = model(**batch)
-            return out if loss_fn is None else loss_fn(out, batch)
-        if isinstance(batch, (list, tuple)) and len(batch) == 2 and loss_fn is not None:
-            x, y = batch
-            return loss_fn(model(x), y)
-        raise TypeError("fit: give loss_fn for (input, target) batches, or compute_loss(model, batch)")
-
-    return compute
-
-
 def prepare_model(
     model: torch.nn.Module, cfg: TrainConfig, env: DistEnv, amp: Amp
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -193,6 +176,43 @@ def _gather_rng(env: DistEnv) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class _Loop:
+    """What ``fit``'s stages share: the prepared model and its helpers, and the counts the loop advances."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    amp: Amp
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    compute: ComputeLoss
+    loader: DevicePrefetcher
+    n_batches: int | None
+    applied: dict[str, Any]
+    ckpt: Path | None
+    state: TrainState  # the checkpoint resumed from (a fresh one otherwise)
+    resumed: int | None
+    planned: int | None
+    on_log: Callable[[dict[str, float]], None] | None
+    loss_avg: RunningMean
+    params: list[torch.nn.Parameter]
+    step_lr: float
+    step: int = 0
+    samples: int = 0
+    epoch: int = 0
+    consumed: int = 0  # batches of this epoch trained on
+    epoch_rng: list[dict[str, Any]] | None = None  # every rank's RNG state at the epoch's start
+    done: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
+    val_history: list[dict[str, float]] = field(default_factory=list)
+    prog: Any = None  # the TrainProgress while the loop runs
+
+    @property
+    def nvtx(self) -> bool:
+        return self.cfg.nvtx and self.env.device.type == "cuda"
+
+
 def fit(
     model: torch.nn.Module,
     optimizer: OptimizerLike,
@@ -215,7 +235,47 @@ def fit(
     Ctrl-C stops training and returns what was measured (``interrupted=True``); the last periodic
     checkpoint remains the resume point.
     """
-    cfg = config or TrainConfig()
+    compute = compute_loss or default_compute_loss(loss_fn)
+    lp = _prepare(model, optimizer, train_loader, config or TrainConfig(), compute, scheduler, on_log)
+    lp.model.train()
+    t0 = time.perf_counter()
+    interrupted = False
+    with TrainProgress(lp.planned, enabled=lp.cfg.progress and lp.env.is_main) as lp.prog:
+        lp.prog.advance(lp.step)
+        try:
+            _train(lp, val_loader, loss_fn, compute_loss)
+        except KeyboardInterrupt:  # stop cleanly: keep what was measured; resume from the last checkpoint
+            interrupted = True
+        if lp.ckpt is not None and not interrupted:  # mid-step state is not a resume point
+            _save(lp)
+            if lp.env.is_distributed:
+                barrier()  # no rank returns before the final checkpoint is on disk
+    elapsed = time.perf_counter() - t0
+    return FitResult(
+        steps=lp.step,
+        epochs_completed=lp.epoch,
+        samples=lp.samples,
+        elapsed_s=elapsed,
+        samples_per_s=lp.samples / elapsed if elapsed > 0 else 0.0,
+        history=lp.history,
+        val=lp.val_history,
+        applied=lp.applied,
+        resumed_from_step=lp.resumed,
+        interrupted=interrupted,
+    )
+
+
+def _prepare(
+    model: torch.nn.Module,
+    optimizer: OptimizerLike,
+    train_loader: Iterable[Any],
+    cfg: TrainConfig,
+    compute: ComputeLoss,
+    scheduler: Any,
+    on_log: Callable[[dict[str, float]], None] | None,
+) -> _Loop:
+    """Join the process group (unless ``distributed='none'``), prepare the model, build the optimizer,
+    the prefetching loader and the configured schedule, and resume from the checkpoint if there is one."""
     if cfg.accum_steps < 1:
         raise ValueError("accum_steps must be >= 1")
     if cfg.seed is not None:
@@ -232,7 +292,6 @@ def fit(
     elif not isinstance(optimizer, torch.optim.Optimizer):
         optimizer = optimizer(unwrap(model))
     applied["optimizer"] = type(optimizer).__name__ + (" fused" if optimizer.defaults.get("fused") else "")
-    compute = compute_loss or default_compute_loss(loss_fn)
     loader = DevicePrefetcher(train_loader, env.device, channels_last=applied["channels_last"])
     try:
         n_batches: int | None = len(loader)
@@ -250,123 +309,138 @@ def fit(
     if ckpt is not None and cfg.resume and ckpt.exists():
         state = load_checkpoint(ckpt, unwrap(model), optimizer, scheduler, amp.scaler, env.device)
         resumed = state.step
-
     planned = total_steps(n_batches, cfg.epochs, cfg.accum_steps) if n_batches else None
     if cfg.max_steps is not None:
         planned = min(planned, cfg.max_steps) if planned else cfg.max_steps
-    nvtx = cfg.nvtx and env.device.type == "cuda"
-    loss_avg = RunningMean(env.device)
-    history: list[dict[str, float]] = []
-    val_history: list[dict[str, float]] = []
-    step, samples, epoch = state.step, 0, state.epoch
-    params = list(unwrap(model).parameters())
-
-    def pick(states: list[dict[str, Any]]) -> dict[str, Any]:
-        return states[min(env.rank, len(states) - 1)]
-
-    def save(epoch_rng: list[dict[str, Any]] | None, ep: int, consumed: int) -> None:
-        if n_batches is not None and consumed >= n_batches:  # a finished epoch resumes at the next one
-            ep, consumed, epoch_rng = ep + 1, 0, None
-        st = TrainState(step, ep, consumed, epoch_rng, _gather_rng(env))
-        plain = unwrap(model)
-        if env.is_main or is_fsdp(plain):  # FSDP gathers the full state collectively; rank 0 writes
-            save_checkpoint(ckpt, plain, optimizer, scheduler, amp.scaler, st, write=env.is_main)  # type: ignore[arg-type]
-
-    def log(ep: int) -> None:
-        loss = loss_avg.read()
-        lr = float(step_lr)
-        rate = prog.log(loss, lr)
-        row = {"step": step, "epoch": ep, "loss": loss, "lr": lr, "samples_per_s": rate}
-        history.append(row)
-        if on_log is not None and env.is_main:
-            on_log(row)
-
-    model.train()
-    t0 = time.perf_counter()
-    done = planned is not None and step >= planned
-    consumed = state.batches_in_epoch
-    epoch_rng: list[dict[str, Any]] | None = None
-    first = True
-    interrupted = False
-    step_lr = optimizer.param_groups[0]["lr"]
-    with TrainProgress(planned, enabled=cfg.progress and env.is_main) as prog:
-        prog.advance(step)
-        try:
-            while epoch < cfg.epochs and not done:
-                resuming = first and resumed is not None
-                first = False
-                skip = state.batches_in_epoch if resuming else 0
-                if resuming and skip and state.epoch_rng:
-                    # Replay the epoch's start so the loader draws the same shuffle, skip what was trained on,
-                    # then continue from the RNG state at the moment of saving.
-                    restore_rng_state(pick(state.epoch_rng))
-                elif resuming and state.rng:
-                    restore_rng_state(pick(state.rng))
-                epoch_rng = _gather_rng(env) if ckpt is not None else None
-                set_epoch(loader, epoch)
-                data = iter(loader)
-                for _ in range(skip):
-                    next(data)
-                if resuming and skip and state.rng:
-                    restore_rng_state(pick(state.rng))
-                consumed = skip
-                step_samples = 0
-                for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
-                    consumed += 1
-                    with sync_context(model, last):
-                        with nvtx_range("forward", nvtx), amp.autocast():
-                            loss = compute(model, batch)
-                        with nvtx_range("backward", nvtx):
-                            amp.backward(scale_loss(loss, cfg.accum_steps))
-                    n = batch_size(batch)
-                    step_samples += n
-                    loss_avg.update(loss, n)
-                    if not last:
-                        continue
-                    step_lr = optimizer.param_groups[0]["lr"]  # the LR this step used, for the log
-                    with nvtx_range("optimizer", nvtx):
-                        amp.step(optimizer, cfg.clip_grad_norm, params)
-                        if scheduler is not None:
-                            scheduler.step()
-                    step += 1
-                    samples += step_samples
-                    prog.advance(1, step_samples)
-                    step_samples = 0
-                    if step % cfg.log_every == 0:
-                        log(epoch)
-                    if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                        save(epoch_rng, epoch, consumed)
-                    if cfg.max_steps is not None and step >= cfg.max_steps:
-                        done = True
-                        break
-                if loss_avg.count:
-                    log(epoch)
-                if n_batches is None or consumed >= n_batches:
-                    epoch, consumed = epoch + 1, 0
-                if val_loader is not None:  # every rank: FSDP needs all of them, DDP averages their shares
-                    val = evaluate(
-                        model, val_loader, loss_fn, compute_loss, amp, env.device, env.is_distributed
-                    )
-                    val_history.append({"epoch": epoch, **val})
-        except KeyboardInterrupt:  # stop cleanly: keep what was measured; resume from the last checkpoint
-            interrupted = True
-        if ckpt is not None and not interrupted:  # mid-step state is not a resume point
-            save(epoch_rng, epoch, consumed)
-            if env.is_distributed:
-                barrier()  # no rank returns before the final checkpoint is on disk
-    elapsed = time.perf_counter() - t0
-    return FitResult(
-        steps=step,
-        epochs_completed=epoch,
-        samples=samples,
-        elapsed_s=elapsed,
-        samples_per_s=samples / elapsed if elapsed > 0 else 0.0,
-        history=history,
-        val=val_history,
+    return _Loop(
+        cfg=cfg,
+        env=env,
+        amp=amp,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        compute=compute,
+        loader=loader,
+        n_batches=n_batches,
         applied=applied,
-        resumed_from_step=resumed,
-        interrupted=interrupted,
+        ckpt=ckpt,
+        state=state,
+        resumed=resumed,
+        planned=planned,
+        on_log=on_log,
+        loss_avg=RunningMean(env.device),
+        params=list(unwrap(model).parameters()),
+        step_lr=optimizer.param_groups[0]["lr"],
+        step=state.step,
+        epoch=state.epoch,
+        consumed=state.batches_in_epoch,
+        done=planned is not None and state.step >= planned,
     )
+
+
+def _train(
+    lp: _Loop, val_loader: Iterable[Any] | None, loss_fn: LossFn | None, compute_loss: ComputeLoss | None
+) -> None:
+    """The epochs, until ``cfg.epochs`` or ``cfg.max_steps``: train, log, then evaluate on ``val_loader``."""
+    first = True
+    while lp.epoch < lp.cfg.epochs and not lp.done:
+        data = _start_epoch(lp, resuming=first and lp.resumed is not None)
+        first = False
+        _train_epoch(lp, data)
+        if lp.loss_avg.count:
+            _log(lp)
+        if lp.n_batches is None or lp.consumed >= lp.n_batches:
+            lp.epoch, lp.consumed = lp.epoch + 1, 0
+        if val_loader is not None:  # every rank: FSDP needs all of them, DDP averages their shares
+            env = lp.env
+            val = evaluate(
+                lp.model, val_loader, loss_fn, compute_loss, lp.amp, env.device, env.is_distributed
+            )
+            lp.val_history.append({"epoch": lp.epoch, **val})
+
+
+def _start_epoch(lp: _Loop, resuming: bool) -> Iterator[Any]:
+    """The epoch's batch iterator; on resume, past the batches already trained on, with the RNG state of
+    the moment the checkpoint was saved."""
+    state = lp.state
+    skip = state.batches_in_epoch if resuming else 0
+    if resuming and skip and state.epoch_rng:
+        # Replay the epoch's start so the loader draws the same shuffle, skip what was trained on,
+        # then continue from the RNG state at the moment of saving.
+        restore_rng_state(_pick(state.epoch_rng, lp.env))
+    elif resuming and state.rng:
+        restore_rng_state(_pick(state.rng, lp.env))
+    lp.epoch_rng = _gather_rng(lp.env) if lp.ckpt is not None else None
+    set_epoch(lp.loader, lp.epoch)
+    data = iter(lp.loader)
+    for _ in range(skip):
+        next(data)
+    if resuming and skip and state.rng:
+        restore_rng_state(_pick(state.rng, lp.env))
+    lp.consumed = skip
+    return data
+
+
+def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
+    """Forward, backward and (every ``accum_steps`` batches) an optimizer step over ``data``, logging and
+    checkpointing on their step counts; stops at ``cfg.max_steps`` (``lp.done``)."""
+    cfg, amp, model, nvtx = lp.cfg, lp.amp, lp.model, lp.nvtx
+    step_samples = 0
+    for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
+        lp.consumed += 1
+        with sync_context(model, last):
+            with nvtx_range("forward", nvtx), amp.autocast():
+                loss = lp.compute(model, batch)
+            with nvtx_range("backward", nvtx):
+                amp.backward(scale_loss(loss, cfg.accum_steps))
+        n = batch_size(batch)
+        step_samples += n
+        lp.loss_avg.update(loss, n)
+        if not last:
+            continue
+        lp.step_lr = lp.optimizer.param_groups[0]["lr"]  # the LR this step used, for the log
+        with nvtx_range("optimizer", nvtx):
+            amp.step(lp.optimizer, cfg.clip_grad_norm, lp.params)
+            if lp.scheduler is not None:
+                lp.scheduler.step()
+        lp.step += 1
+        lp.samples += step_samples
+        lp.prog.advance(1, step_samples)
+        step_samples = 0
+        if lp.step % cfg.log_every == 0:
+            _log(lp)
+        if lp.ckpt is not None and cfg.checkpoint_every and lp.step % cfg.checkpoint_every == 0:
+            _save(lp)
+        if cfg.max_steps is not None and lp.step >= cfg.max_steps:
+            lp.done = True
+            break
+
+
+def _pick(states: list[dict[str, Any]], env: DistEnv) -> dict[str, Any]:
+    """This rank's RNG state (the last one where fewer ranks saved)."""
+    return states[min(env.rank, len(states) - 1)]
+
+
+def _save(lp: _Loop) -> None:
+    """Checkpoint the current step; a finished epoch resumes at the start of the next one."""
+    ep, consumed, epoch_rng = lp.epoch, lp.consumed, lp.epoch_rng
+    if lp.n_batches is not None and consumed >= lp.n_batches:
+        ep, consumed, epoch_rng = ep + 1, 0, None
+    st = TrainState(lp.step, ep, consumed, epoch_rng, _gather_rng(lp.env))
+    plain = unwrap(lp.model)
+    if lp.env.is_main or is_fsdp(plain):  # FSDP gathers the full state collectively; rank 0 writes
+        save_checkpoint(lp.ckpt, plain, lp.optimizer, lp.scheduler, lp.amp.scaler, st, write=lp.env.is_main)  # type: ignore[arg-type]
+
+
+def _log(lp: _Loop) -> None:
+    """Read the running loss (a host sync), append a history row and pass it to ``on_log`` on rank 0."""
+    loss = lp.loss_avg.read()
+    lr = float(lp.step_lr)
+    rate = lp.prog.log(loss, lr)
+    row = {"step": lp.step, "epoch": lp.epoch, "loss": loss, "lr": lr, "samples_per_s": rate}
+    lp.history.append(row)
+    if lp.on_log is not None and lp.env.is_main:
+        lp.on_log(row)
 
 
 def _timed(it: Iterable[Any], nvtx: bool) -> Iterable[Any]:
@@ -379,57 +453,3 @@ def _timed(it: Iterable[Any], nvtx: bool) -> Iterable[Any]:
             except StopIteration:
                 return
         yield batch
-
-
-@torch.no_grad()
-def evaluate(
-    model: torch.nn.Module,
-    loader: Iterable[Any],
-    loss_fn: LossFn | None = None,
-    compute_loss: ComputeLoss | None = None,
-    amp: Amp | None = None,
-    device: torch.device | str = "cpu",
-    all_ranks: bool = False,
-) -> dict[str, float]:
-    """Mean loss over ``loader`` and, for ``(x, y)`` batches with class logits, accuracy. One sync at the end.
-
-    ``(x, y)`` batches with ``loss_fn``: ``loss_fn(model(x), y)``; otherwise ``compute_loss(model, batch)``.
-    ``all_ranks``: every rank evaluates its share (e.g. a DistributedSampler) and the totals are summed
-    over ranks, so all ranks return the same numbers.
-    """
-    if loss_fn is None and compute_loss is None:
-        raise ValueError("evaluate needs loss_fn or compute_loss")
-    was_training = model.training
-    model.eval()
-    dev = torch.device(device)
-    ctx = amp.autocast if amp is not None else contextlib.nullcontext
-    # [loss sum, samples, correct, classified samples], on the device until the end.
-    totals = torch.zeros(4, dtype=torch.float64, device=dev)
-    for batch in loader:
-        batch = move_to(batch, dev)
-        n = batch_size(batch)
-        with ctx():
-            if loss_fn is not None and isinstance(batch, (list, tuple)) and len(batch) == 2:
-                x, y = batch
-                out = model(x)
-                value = loss_fn(out, y)
-                if (
-                    isinstance(out, torch.Tensor)
-                    and out.dim() == 2
-                    and y.dim() == 1
-                    and not y.is_floating_point()
-                ):
-                    totals[2] += (out.argmax(1) == y).sum()
-                    totals[3] += n
-            else:
-                value = (compute_loss or default_compute_loss(loss_fn))(model, batch)
-        totals[0] += value.detach().double() * n
-        totals[1] += n
-    model.train(was_training)
-    if all_ranks and dist.is_initialized():
-        dist.all_reduce(totals)
-    loss_sum, count, correct, n_cls = totals.tolist()
-    res = {"loss": loss_sum / count if count else float("nan")}
-    if n_cls:
-        res["accuracy"] = correct / n_cls
-    return res
