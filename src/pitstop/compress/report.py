@@ -94,12 +94,7 @@ def compress_report(
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(ALL_METHODS)}")
     model = model.cpu().eval()
-    first = next(iter(eval_loader), None)
-    if first is None:
-        raise ValueError("the eval data is empty")
-    x, _ = split_batch(first)
-    if opts.batch_n is not None:
-        x = take_rows(x, opts.batch_n)
+    x = _latency_batch(eval_loader, opts)
     threads = opts.threads or torch.get_num_threads()
     calib = (
         calib_loader
@@ -128,30 +123,7 @@ def compress_report(
             if progress:
                 progress(method, i, total)
             built.append(_build(method, model, eval_loader, train_loader, calib, student, opts))
-        live = {b.row.method: b.run for b in built if b.run is not None}
-        if live:
-
-            def on_round(r: int) -> None:
-                if progress:
-                    progress(f"latency round {r}", len(plan) + r, total)
-
-            if progress:
-                progress("latency", len(plan), total)
-            b1 = interleaved_latency(live, take_rows(x, 1), opts.latency_rounds, threads, opts.min_run_time)
-            bn = interleaved_latency(live, x, opts.latency_rounds, threads, opts.min_run_time, on_round)
-            for b in built:
-                if b.row.method in live:
-                    name = b.row.method
-                    b.row.latency_b1_s, b.row.latency_bn_s = b1[name].median_s, bn[name].median_s
-                    b.row.batch_n = bn[name].batch
-                    b.row.extra["latency_runs"] = {"batch_1": b1[name].runs, "batch_n": bn[name].runs}
-                    b.row.extra["latency_iqr_s"] = {"batch_1": b1[name].iqr_s, "batch_n": bn[name].iqr_s}
-                    b.row.extra["latency_min_s"] = {"batch_1": b1[name].min_s, "batch_n": bn[name].min_s}
-                    b.row.extra["latency_interval"] = {
-                        k: lat[name].interval.to_dict()
-                        for k, lat in (("batch_1", b1), ("batch_n", bn))
-                        if lat[name].interval is not None
-                    }
+        _measure_latency(built, x, opts, threads, progress, len(plan), total)
         if progress:
             progress("done", total, total)
     except KeyboardInterrupt:
@@ -161,6 +133,55 @@ def compress_report(
     report.sections["compress"] = {"rows": [r.to_dict() for r in rows]}
     report.add(*findings_from_rows(rows, opts))
     return report
+
+
+def _latency_batch(eval_loader: Iterable[Any], opts: ReportOptions) -> Any:
+    """The inputs of the eval data's first batch (its first ``opts.batch_n`` rows), timed as batch n."""
+    first = next(iter(eval_loader), None)
+    if first is None:
+        raise ValueError("the eval data is empty")
+    x, _ = split_batch(first)
+    if opts.batch_n is not None:
+        x = take_rows(x, opts.batch_n)
+    return x
+
+
+def _measure_latency(
+    built: list[_Built],
+    x: Any,
+    opts: ReportOptions,
+    threads: int,
+    progress: Progress | None,
+    done: int,
+    total: int,
+) -> None:
+    """Time every built model that runs, round-robin at batch 1 and batch n, into its row (median, runs,
+    IQR, min and interval); ``done`` is the progress count before the rounds."""
+    live = {b.row.method: b.run for b in built if b.run is not None}
+    if not live:
+        return
+
+    def on_round(r: int) -> None:
+        if progress:
+            progress(f"latency round {r}", done + r, total)
+
+    if progress:
+        progress("latency", done, total)
+    b1 = interleaved_latency(live, take_rows(x, 1), opts.latency_rounds, threads, opts.min_run_time)
+    bn = interleaved_latency(live, x, opts.latency_rounds, threads, opts.min_run_time, on_round)
+    for b in built:
+        if b.row.method in live:
+            name = b.row.method
+            b.row.latency_b1_s, b.row.latency_bn_s = b1[name].median_s, bn[name].median_s
+            b.row.batch_n = bn[name].batch
+            b.row.extra["latency_runs"] = {"batch_1": b1[name].runs, "batch_n": bn[name].runs}
+            b.row.extra["latency_iqr_s"] = {"batch_1": b1[name].iqr_s, "batch_n": bn[name].iqr_s}
+            b.row.extra["latency_min_s"] = {"batch_1": b1[name].min_s, "batch_n": bn[name].min_s}
+            b.row.extra["latency_interval"] = {
+                k: lat[name].interval.to_dict()
+                for k, lat in (("batch_1", b1), ("batch_n", bn))
+                if lat[name].interval is not None
+            }
 
 
 def _build(
