@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pitstop.cliopts import add_options, opt, options_from
 from pitstop.cliutil import add_output_args, comma_list, finish, progress_bar, shows_tables, usage_error
+
+if TYPE_CHECKING:
+    from pitstop.bench.runner import BenchOptions, BenchResult
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -68,70 +72,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         budget = parse_budget(o.budget)
     except ValueError as e:
         return usage_error(str(e))
-    for flag in ("repeats", "warmup", "steps", "threads", "batch_size"):
-        v = getattr(o, flag)
-        if v is not None and v < 1:
-            return usage_error(f"--{flag.replace('_', '-')} must be at least 1")
-    if o.workers < 1:
-        return usage_error("--workers must be at least 1")
-
-    import torch
+    if problem := _usage_problem(o):
+        return usage_error(problem)
     from rich.console import Console
 
-    from pitstop.bench.configs import CLAIMS
     from pitstop.bench.results import html_blocks, markdown, print_table, to_report, write_png
-    from pitstop.bench.runner import BenchOptions, run_bench
     from pitstop.factory import FactoryError
-    from pitstop.plotting import unavailable
 
-    if o.png and (missing := unavailable("--png")):
-        return usage_error(missing)
-    known = set(CLAIMS) | {"baseline", "all_compiled"}
-    unknown = [n for n in comma_list(o.only) + comma_list(o.skip) if n not in known]
-    if unknown:
-        return usage_error(f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
-    if o.device == "cuda" and not torch.cuda.is_available():
-        return usage_error("--device cuda: torch sees no CUDA device here")
-    opts = BenchOptions(
-        workload=o.workload,
-        size=o.size,
-        model=o.model,
-        batch_size=o.batch_size,
-        budget_s=budget,
-        repeats=o.repeats,
-        warmup=o.warmup,
-        steps=o.steps,
-        device=o.device,
-        workers=o.workers,
-        threads=o.threads,
-        only=comma_list(o.only),
-        skip=comma_list(o.skip),
-        peers=not o.no_peers,
-        compile=not o.no_compile,
-        ddp_procs=o.ddp,
-        schedules=not o.no_schedules,
-        data_dir=o.data_dir,
-    )
     err = Console(stderr=True)
-    with progress_bar("[bold]bench[/bold]", not args.quiet) as bar:
-        task = bar.add_task("setup", total=None)
-
-        class Sink:
-            def set_total(self, total: int) -> None:
-                bar.update(task, total=total)
-
-            def advance(self, description: str) -> None:
-                bar.update(task, advance=1, description=description)
-
-        try:
-            result = run_bench(opts, Sink())
-        except FactoryError as e:
-            return usage_error(f"--model: {e}")
-        except (ValueError, TypeError) as e:
-            return usage_error(str(e))
-        except OSError as e:  # e.g. no space for the generated images
-            err.print(f"pitstop bench: {e}")
-            return 1
+    try:
+        result = _run(_bench_options(o, budget), quiet=args.quiet)
+    except FactoryError as e:
+        return usage_error(f"--model: {e}")
+    except (ValueError, TypeError) as e:
+        return usage_error(str(e))
+    except OSError as e:  # e.g. no space for the generated images
+        err.print(f"pitstop bench: {e}")
+        return 1
     report = to_report(result)
     if o.png:
         write_png(result, o.png)
@@ -146,3 +103,72 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for note in result.notes:
             err.print(f"note: {note}")
     return finish(report, args, html_blocks(result))  # bench's report meta carries 'interrupted'
+
+
+def _usage_problem(o: BenchArgs) -> str | None:
+    """The usage error in the arguments (other than --budget), if any: counts under 1, --png without
+    matplotlib, unknown config names, --device cuda without CUDA."""
+    for flag in ("repeats", "warmup", "steps", "threads", "batch_size"):
+        v = getattr(o, flag)
+        if v is not None and v < 1:
+            return f"--{flag.replace('_', '-')} must be at least 1"
+    if o.workers < 1:
+        return "--workers must be at least 1"
+
+    import torch
+
+    from pitstop.bench.configs import CLAIMS
+    from pitstop.plotting import unavailable
+
+    if o.png and (missing := unavailable("--png")):
+        return missing
+    known = set(CLAIMS) | {"baseline", "all_compiled"}
+    unknown = [n for n in comma_list(o.only) + comma_list(o.skip) if n not in known]
+    if unknown:
+        return f"unknown config(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}"
+    if o.device == "cuda" and not torch.cuda.is_available():
+        return "--device cuda: torch sees no CUDA device here"
+    return None
+
+
+def _bench_options(o: BenchArgs, budget_s: float) -> BenchOptions:
+    """The runner's options from the command line's."""
+    from pitstop.bench.runner import BenchOptions
+
+    return BenchOptions(
+        workload=o.workload,
+        size=o.size,
+        model=o.model,
+        batch_size=o.batch_size,
+        budget_s=budget_s,
+        repeats=o.repeats,
+        warmup=o.warmup,
+        steps=o.steps,
+        device=o.device,
+        workers=o.workers,
+        threads=o.threads,
+        only=comma_list(o.only),
+        skip=comma_list(o.skip),
+        peers=not o.no_peers,
+        compile=not o.no_compile,
+        ddp_procs=o.ddp,
+        schedules=not o.no_schedules,
+        data_dir=o.data_dir,
+    )
+
+
+def _run(opts: BenchOptions, quiet: bool) -> BenchResult:
+    """``run_bench`` behind a progress bar (none with ``quiet``)."""
+    from pitstop.bench.runner import run_bench
+
+    with progress_bar("[bold]bench[/bold]", not quiet) as bar:
+        task = bar.add_task("setup", total=None)
+
+        class Sink:
+            def set_total(self, total: int) -> None:
+                bar.update(task, total=total)
+
+            def advance(self, description: str) -> None:
+                bar.update(task, advance=1, description=description)
+
+        return run_bench(opts, Sink())
