@@ -261,7 +261,25 @@ def _torchrun_plan(
     )
     if note:
         notes.append(note)
-    run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    run, host, port = _rendezvous(opts)
+    env = dict(common)
+    if host is not None:
+        env.update(_interface_env(opts, host, port, environ, net, notes))
+    env["PITSTOP_RANK_CPUS"] = slots_to_env(slots)
+    env["PITSTOP_BIND"] = "0" if binder == "none" else "1"
+    env.update(opts.env)
+    if binder in ("numactl", "taskset"):
+        notes.append(
+            "each rank binds itself with sched_setaffinity (numactl/taskset cannot wrap torchrun's workers)"
+        )
+    argv = [*run, "-m", BOOTSTRAP, *target]
+    return LaunchPlan([Proc("torchrun", argv, env)], slots, notes, alloc)
+
+
+def _rendezvous(opts: LaunchOptions) -> tuple[list[str], str | None, int]:
+    """The torchrun command up to the script, the master's host (None for a local rendezvous) and port:
+    c10d rendezvous with ``--rdzv-endpoint``, a static master with ``--master-addr``, else standalone."""
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(opts.nproc_per_node or 1)]
     host: str | None = None
     port = opts.master_port
     if opts.rdzv_endpoint:
@@ -280,33 +298,37 @@ def _torchrun_plan(
         run += ["--standalone"]  # local rendezvous on a free port
     else:
         raise LaunchError("--nnodes > 1 needs --master-addr (and --master-port) or --rdzv-endpoint")
-    env = dict(common)
-    if host is not None:
-        addrs, stats = net if net is not None else (None, None)
-        route = route_to_master(host, port, addrs, stats)
-        if route.loopback and opts.nnodes > 1:
-            raise LaunchError(f"master {host} is a loopback address but --nnodes is {opts.nnodes}")
-        for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            if var in environ or var in opts.env:
-                given = opts.env.get(var, environ.get(var, ""))
-                if missing := check_ifname(given, addrs):
-                    raise LaunchError(f"{var}={given}: no interface {', '.join(missing)} on this machine")
-                notes.append(f"keeping {var}={given} (the route to {host} is via {route.interface})")
-            elif not route.loopback:
-                env[var] = route.interface
-        if not route.loopback:
-            notes.append(
-                f"master {host} ({route.master_ip}) is reached via {route.interface} ({route.source_ip})"
-            )
-    env["PITSTOP_RANK_CPUS"] = slots_to_env(slots)
-    env["PITSTOP_BIND"] = "0" if binder == "none" else "1"
-    env.update(opts.env)
-    if binder in ("numactl", "taskset"):
+    return run, host, port
+
+
+def _interface_env(
+    opts: LaunchOptions,
+    host: str,
+    port: int,
+    environ: Mapping[str, str],
+    net: tuple[Mapping, Mapping] | None,
+    notes: list[str],
+) -> dict[str, str]:
+    """NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME set to the interface of the route to the master, unless
+    given (then checked to exist); a loopback master with several nodes is an error."""
+    env: dict[str, str] = {}
+    addrs, stats = net if net is not None else (None, None)
+    route = route_to_master(host, port, addrs, stats)
+    if route.loopback and opts.nnodes > 1:
+        raise LaunchError(f"master {host} is a loopback address but --nnodes is {opts.nnodes}")
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        if var in environ or var in opts.env:
+            given = opts.env.get(var, environ.get(var, ""))
+            if missing := check_ifname(given, addrs):
+                raise LaunchError(f"{var}={given}: no interface {', '.join(missing)} on this machine")
+            notes.append(f"keeping {var}={given} (the route to {host} is via {route.interface})")
+        elif not route.loopback:
+            env[var] = route.interface
+    if not route.loopback:
         notes.append(
-            "each rank binds itself with sched_setaffinity (numactl/taskset cannot wrap torchrun's workers)"
+            f"master {host} ({route.master_ip}) is reached via {route.interface} ({route.source_ip})"
         )
-    argv = [*run, "-m", BOOTSTRAP, *target]
-    return LaunchPlan([Proc("torchrun", argv, env)], slots, notes, alloc)
+    return env
 
 
 def describe(plan: LaunchPlan) -> str:
