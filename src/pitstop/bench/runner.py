@@ -156,6 +156,9 @@ class _Run:
 
 
 def run_bench(opts: BenchOptions, progress: ProgressSink | None = None) -> BenchResult:
+    """Run the bench within ``opts.budget_s``: setup, warm-up, the interleaved ablation, then the schedule,
+    DDP and torch.compile rows. Ctrl-C keeps what was measured (``interrupted``); rows that did not run
+    are SKIPPED with the reason."""
     from pitstop.bench.measure_configs import close_all
 
     run = _plan(opts, progress or NoProgress())
