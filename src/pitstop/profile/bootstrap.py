@@ -17,6 +17,7 @@ import runpy
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +50,47 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(130)
 
 
+@dataclass
+class _Fate:
+    """How the script ended: the record's status, error and traceback, and the exit code."""
+
+    status: str = "completed"
+    error: str | None = None
+    tb: str | None = None
+    code: int = 0
+
+
 def _main(cfg: dict[str, Any], out_dir: Path) -> int:
-    from pitstop.profile.gpu_memory import save_oom_snapshot
-    from pitstop.profile.hooks import Instrumentation, StopProfiling, write_json_atomic
+    from pitstop.profile.hooks import Instrumentation
     from pitstop.profile.watchdog import Watchdog
 
     inst = Instrumentation(make_config(cfg, out_dir))
     inst.flush_path = out_dir / MEASUREMENTS
     # launch to the instrumentation's clock origin (python, torch and pitstop imports): part of start-up
     launch_s = max(0.0, time.time() - cfg["launched_at"]) if cfg.get("launched_at") else None
+    _set_script_argv(cfg["kind"], cfg["target"], list(cfg["args"]))
+    watchdog = Watchdog(inst).start()  # stacks of a hang / slow step, before the script is stopped
+    fate = _run_script(inst, cfg, watchdog, out_dir)
+    for fn in ON_DONE:
+        fn(fate.status)
+    watchdog.stop()
+    _quiet_sigchld()
+    _write_record(inst, _final_record(inst, fate, launch_s))
+    if fate.status in (
+        "completed",
+        "exited",
+    ):  # the script ended by itself: its exit handlers run, as in Python
+        _run_exit_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    # os._exit: the script was stopped mid-loop; its leftover threads and atexit handlers must not hang us.
+    # DataLoader workers were shut down in finalize, the parent reaps anything else in our process group.
+    os._exit(fate.code if 0 <= fate.code <= 255 else 1)
 
-    kind, target, args = cfg["kind"], cfg["target"], list(cfg["args"])
+
+def _set_script_argv(kind: str, target: str, args: list[str]) -> None:
+    """``sys.argv`` and ``sys.path[0]`` as if the script (or module) had been run directly."""
     if kind == "module":
         sys.argv = [target, *args]  # run_module(alter_sys=True) replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()
@@ -67,8 +98,12 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
         sys.argv = [target, *args]
         sys.path[0] = os.path.dirname(os.path.abspath(target))
 
-    status, error, tb, code = "completed", None, None, 0
-    watchdog = Watchdog(inst).start()  # stacks of a hang / slow step, before the script is stopped
+
+def _run_script(inst: Any, cfg: dict[str, Any], watchdog: Any, out_dir: Path) -> _Fate:
+    """Install the hooks and run the script as ``__main__``; how it ended, whatever it raised."""
+    from pitstop.profile.hooks import StopProfiling
+
+    kind, target = cfg["kind"], cfg["target"]
     try:
         try:
             inst.install()
@@ -87,62 +122,82 @@ def _main(cfg: dict[str, Any], out_dir: Path) -> int:
             for fn in ON_END:
                 fn()
     except StopProfiling:
-        status = "stopped"
+        return _Fate("stopped")
     except SystemExit as e:
         if e.code in (0, None):
-            status = "completed"
-        else:
-            status, code = "exited", e.code if isinstance(e.code, int) else 1
-            error = f"the script exited with status {e.code}"
+            return _Fate()
+        return _Fate(
+            "exited",
+            f"the script exited with status {e.code}",
+            None,
+            e.code if isinstance(e.code, int) else 1,
+        )
     except KeyboardInterrupt:
-        status, code, error = "interrupted", 130, "interrupted (SIGINT / Ctrl-C)"
+        return _Fate("interrupted", "interrupted (SIGINT / Ctrl-C)", None, 130)
     except BaseException as e:
         watchdog.note_error()
-        status, code = "error", 1
-        error = f"{type(e).__name__}: {e}"
-        try:
-            _quiet_sigchld()
-            error, tb = describe_error(e)
-        except BaseException as late:  # e.g. torch's worker-death handler firing while we report
-            _quiet_sigchld()
-            with contextlib.suppress(Exception):
-                error, tb = describe_error(e)  # again, with that handler gone: the user's file:line
-            error = f"{error}; then {type(late).__name__}: {late}"
-        inst.oom = save_oom_snapshot(e, out_dir)  # CUDA OOM: allocator snapshot next to the report
-        # a worker that died mid-batch breaks the pipe the script reads first: give it time to be reaped
-        dead = _dead_workers(inst, 1.0 if isinstance(e, ConnectionError | EOFError) else 0.0)
-        if dead and "DataLoader worker" not in error:
-            error = f"{error}; {dead}"
-        e.__traceback__ = None
-    for fn in ON_DONE:
-        fn(status)
-    watchdog.stop()
-    _quiet_sigchld()
+        return _script_error(inst, e, out_dir)
+    return _Fate()
+
+
+def _script_error(inst: Any, e: BaseException, out_dir: Path) -> _Fate:
+    """The fate of a script that raised: the user's file:line and traceback, a CUDA OOM's allocator
+    snapshot, and the DataLoader workers that died with it."""
+    from pitstop.profile.gpu_memory import save_oom_snapshot
+
+    error, tb = f"{type(e).__name__}: {e}", None
     try:
-        data = finalize(inst, status)
+        _quiet_sigchld()
+        error, tb = describe_error(e)
+    except BaseException as late:  # e.g. torch's worker-death handler firing while we report
+        _quiet_sigchld()
+        with contextlib.suppress(Exception):
+            error, tb = describe_error(e)  # again, with that handler gone: the user's file:line
+        error = f"{error}; then {type(late).__name__}: {late}"
+    inst.oom = save_oom_snapshot(e, out_dir)  # CUDA OOM: allocator snapshot next to the report
+    # a worker that died mid-batch breaks the pipe the script reads first: give it time to be reaped
+    dead = _dead_workers(inst, 1.0 if isinstance(e, ConnectionError | EOFError) else 0.0)
+    if dead and "DataLoader worker" not in error:
+        error = f"{error}; {dead}"
+    e.__traceback__ = None
+    return _Fate("error", error, tb, 1)
+
+
+def _final_record(inst: Any, fate: _Fate, launch_s: float | None) -> dict[str, Any]:
+    """The final measurements with the script's fate; the ``ON_FINISH`` hooks add theirs. A failure
+    while finishing is noted in ``finalize_error``, never loses what was measured."""
+    try:
+        data = finalize(inst, fate.status)
     except BaseException as e:  # never lose the measurements over a failure while finishing
-        data = inst.snapshot(status, final=False)
+        data = inst.snapshot(fate.status, final=False)
         data["finalize_error"] = f"{type(e).__name__}: {e}"
-    data.update({"status": status, "error": error, "traceback": tb, "exit_code": code, "launch_s": launch_s})
+    data.update(
+        {
+            "status": fate.status,
+            "error": fate.error,
+            "traceback": fate.tb,
+            "exit_code": fate.code,
+            "launch_s": launch_s,
+        }
+    )
     for fn in ON_FINISH:
         try:
             fn(inst, data)
         except BaseException as e:
             data["finalize_error"] = f"{type(e).__name__}: {e}"
+    return data
+
+
+def _write_record(inst: Any, data: dict[str, Any]) -> None:
+    """Write the final record, trying again when a late signal handler raises mid-write."""
+    from pitstop.profile.hooks import write_json_atomic
+
     for _ in range(3):  # a late signal handler raising mid-write must not lose the record
         try:
             write_json_atomic(inst.flush_path, data)
             break
         except BaseException:
             continue
-    if status in ("completed", "exited"):  # the script ended by itself: its exit handlers run, as in Python
-        _run_exit_handlers()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    # os._exit: the script was stopped mid-loop; its leftover threads and atexit handlers must not hang us.
-    # DataLoader workers were shut down in finalize, the parent reaps anything else in our process group.
-    os._exit(code if 0 <= code <= 255 else 1)
 
 
 def _run_exit_handlers() -> None:

@@ -100,55 +100,9 @@ def collect_ranks(
             ranks[r] = res
     states = {r: st for r, st in read_states(out).items() if include is None or r in ranks}
     for r, res in ranks.items():
-        st = states.get(r) or {}
-        if res.status != "killed" or res.data.get("remote_missing"):  # (that record says why itself)
-            continue
-        if (
-            st.get("remote") and not (dirs[r] / MEASUREMENTS).exists()
-        ):  # only its state was copied here (pitstop.profile.rank_share)
-            res.error = (
-                f"no record of rank {r} (on {st.get('host') or 'another node'}) reached this node: this node's "
-                f"local rank 0, which copies them here, ended first; last seen at step {st.get('step', 0)}, "
-                "and its own node's report has what it measured"
-            )
-            continue
-        # no final record: the launcher's exit status is not this rank's
-        last = st.get("collective_step")
-        res.error = (
-            "ended abruptly (os._exit, a signal or a crash in native code)"
-            + (f" after reaching its collectives of step {last}" if last is not None else "")
-            + "; measurements up to its last periodic record"
-        )
-    failed = {r: res for r, res in ranks.items() if not res.ok}
+        _explain_killed(r, res, states.get(r) or {}, dirs[r])
     first = ranks.get(0) or next(iter(ranks.values()), None)
-    if not ranks:
-        final, error = (
-            status or "killed",
-            f"{launcher} ended (exit status {returncode}) before any rank was measured",
-        )
-    elif status == "interrupted":
-        final, error = status, "interrupted (Ctrl-C): every rank stopped"
-    elif status in ("hung", "timeout"):
-        final = status
-        error = (f"stopped: {hang}" if status == "hung" else f"timed out after {spec.timeout:g} s") + (
-            f"; ranks at the stop: {hang}" if status == "timeout" and hang else ""
-        )
-    elif failed:
-        worst = _first_failure(failed, states)
-        final = ranks[worst].status
-        order = [worst] + [r for r in sorted(failed) if r != worst]
-        error = "; ".join(f"rank {r}: {quote(failed[r].error)}" for r in order if failed[r].error)
-        # a rank's final record holds where it was when it failed; its state file may be a later tick
-        last = {r: ((res.data.get("distributed") or {}).get("state") or {}) for r, res in ranks.items()}
-        waits = [
-            desc
-            for r in sorted(set(states) | set(last))
-            if r != worst and (desc := _where(r, last.get(r) or {}) or _where(r, states.get(r) or {}))
-        ]
-        if waits:
-            error += "; meanwhile " + "; ".join(waits)
-    else:
-        final, error = first.status if first else "completed", None
+    final, error = _launch_outcome(spec, ranks, states, first, returncode, status, hang, launcher)
     base = first or RunResult(returncode, error, [], [], {}, None, wall)
     local = ((base.data.get("distributed") or {}).get("local_world_size")) or len(ranks)
     base.config["local_world_size"] = local  # fix splits the cores between a node's ranks
@@ -172,6 +126,74 @@ def collect_ranks(
         launcher=launcher,
         hang=hang,
     )
+
+
+def _explain_killed(r: int, res: RunResult, st: dict[str, Any], rank_dir: Path) -> None:
+    """A rank with no final record gets its own error (the launcher's exit status is not this rank's):
+    its record stayed on another node, or it ended abruptly; other ranks are left as they are."""
+    if res.status != "killed" or res.data.get("remote_missing"):  # (that record says why itself)
+        return
+    if st.get("remote") and not (rank_dir / MEASUREMENTS).exists():
+        # only its state was copied here (pitstop.profile.rank_share)
+        res.error = (
+            f"no record of rank {r} (on {st.get('host') or 'another node'}) reached this node: this node's "
+            f"local rank 0, which copies them here, ended first; last seen at step {st.get('step', 0)}, "
+            "and its own node's report has what it measured"
+        )
+        return
+    last = st.get("collective_step")
+    res.error = (
+        "ended abruptly (os._exit, a signal or a crash in native code)"
+        + (f" after reaching its collectives of step {last}" if last is not None else "")
+        + "; measurements up to its last periodic record"
+    )
+
+
+def _launch_outcome(
+    spec: RunSpec,
+    ranks: dict[int, RunResult],
+    states: dict[int, dict[str, Any]],
+    first: RunResult | None,
+    returncode: int,
+    status: str | None,
+    hang: str | None,
+    launcher: str,
+) -> tuple[str, str | None]:
+    """The launch's status and error: no rank measured, stopped (Ctrl-C, hang, timeout), a rank
+    failed, or the first rank's own status."""
+    failed = {r: res for r, res in ranks.items() if not res.ok}
+    if not ranks:
+        return status or "killed", f"{launcher} ended (exit status {returncode}) before any rank was measured"
+    if status == "interrupted":
+        return status, "interrupted (Ctrl-C): every rank stopped"
+    if status in ("hung", "timeout"):
+        error = (f"stopped: {hang}" if status == "hung" else f"timed out after {spec.timeout:g} s") + (
+            f"; ranks at the stop: {hang}" if status == "timeout" and hang else ""
+        )
+        return status, error
+    if failed:
+        return _failure_outcome(ranks, failed, states)
+    return (first.status if first else "completed"), None
+
+
+def _failure_outcome(
+    ranks: dict[int, RunResult], failed: dict[int, RunResult], states: dict[int, dict[str, Any]]
+) -> tuple[str, str]:
+    """The first rank to fail sets the status; the error quotes every failed rank, that one first,
+    then where the other ranks were waiting meanwhile."""
+    worst = _first_failure(failed, states)
+    order = [worst] + [r for r in sorted(failed) if r != worst]
+    error = "; ".join(f"rank {r}: {quote(failed[r].error)}" for r in order if failed[r].error)
+    # a rank's final record holds where it was when it failed; its state file may be a later tick
+    last = {r: ((res.data.get("distributed") or {}).get("state") or {}) for r, res in ranks.items()}
+    waits = [
+        desc
+        for r in sorted(set(states) | set(last))
+        if r != worst and (desc := _where(r, last.get(r) or {}) or _where(r, states.get(r) or {}))
+    ]
+    if waits:
+        error += "; meanwhile " + "; ".join(waits)
+    return ranks[worst].status, error
 
 
 def ddp_facts(ranks: dict[int, RunResult]) -> dict[str, Any]:

@@ -58,21 +58,8 @@ def run_ranks(
     """Run the launcher with every worker instrumented; never raises for the script's failures."""
     start = time.perf_counter()
     out = Path(tempfile.mkdtemp(prefix="pitstop-ranks-")) if out_dir is None else Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
-    cfg["timeout"] = spec.timeout
-    cfg["probes"] = spec.probes
-    cfg["overrides"] = spec.overrides.to_dict()
-    cfg["out_dir"] = str(out.resolve())
-    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
-    env = {**os.environ, **spec.env}
-    src = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), src, env.get("PYTHONPATH")) if p)
-    env[rw.ENV_CONFIG] = str((out / CONFIG).resolve())
-    env[rw.ENV_PARENT] = str(os.getpid())
-    env.pop(rw.ENV_RANK_PID, None)
-    if launcher == "srun":  # the command is the rank itself, not a launcher of ranks
-        env[rw.ENV_SELF_RANK] = "1"
+    _write_config(spec, out)
+    env = _launch_env(out, launcher, spec.env)
     files = []
     stdout: Any = sys.stderr.fileno() if spec.stdout_to_stderr else None
     stderr: Any = None
@@ -91,29 +78,9 @@ def run_ranks(
             fh.close()
         return RanksResult(2, f"could not start {launcher}: {e}", [], [], {}, None, 0.0, "not_started",
                            command=list(spec.command), spec=spec, launcher=launcher)  # fmt: skip
-    hang: str | None = None
-    total = spec.warmup + spec.steps
-    seen = -1
-
-    def tick() -> str | None:
-        nonlocal seen, hang
-        states = read_states(out)
-        if progress is not None and states:
-            done = min(s.get("step", 0) for s in states.values())
-            if done != seen:
-                seen = done
-                progress(done, total)
-        hang = stuck(states)
-        return "hung" if hang is not None else None
-
-    def stop(status: str) -> None:
-        nonlocal hang
-        if status == "timeout":
-            hang = waiting(read_states(out))
-        stop_group(proc, grace_s(status))
-
+    watch = _Watch(out, proc, progress, spec.warmup + spec.steps)
     try:
-        status = supervise(proc, tick, spec.timeout, stop, TICK_S)
+        status = supervise(proc, watch.tick, spec.timeout, watch.stop, TICK_S)
     finally:
         for fh in files:
             fh.close()
@@ -122,12 +89,71 @@ def run_ranks(
         with contextlib.suppress(Exception):
             proc.wait(timeout=5)
     rc = proc.returncode if proc.returncode is not None else -9
-    result = collect_ranks(spec, out, rc, status, hang, launcher, time.perf_counter() - start)
+    result = collect_ranks(spec, out, rc, status, watch.hang, launcher, time.perf_counter() - start)
     note_other_cpu(result, other, proc.pid)  # the launcher's session holds every rank
     if out_dir is None and not spec.trace:
         shutil.rmtree(out, ignore_errors=True)
         result.out_dir = None
     return result
+
+
+def _write_config(spec: RunSpec, out: Path) -> None:
+    """The run's settings, in ``CONFIG``, for every rank's worker hook."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"steps": spec.steps, "warmup": spec.warmup, "full": spec.full, "trace": spec.trace}
+    cfg["timeout"] = spec.timeout
+    cfg["probes"] = spec.probes
+    cfg["overrides"] = spec.overrides.to_dict()
+    cfg["out_dir"] = str(out.resolve())
+    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+
+
+def _launch_env(out: Path, launcher: str, extra: dict[str, str]) -> dict[str, str]:
+    """The launcher's environment: ours plus ``extra``, the rank hook and this pitstop first on
+    PYTHONPATH, and the variables that lead each worker to the run's config and to this parent."""
+    env = {**os.environ, **extra}
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), src, env.get("PYTHONPATH")) if p)
+    env[rw.ENV_CONFIG] = str((out / CONFIG).resolve())
+    env[rw.ENV_PARENT] = str(os.getpid())
+    env.pop(rw.ENV_RANK_PID, None)
+    if launcher == "srun":  # the command is the rank itself, not a launcher of ranks
+        env[rw.ENV_SELF_RANK] = "1"
+    return env
+
+
+class _Watch:
+    """``supervise``'s tick and stop for a launch: progress from the slowest rank's step, a hang called
+    by ``stuck``, and on a timeout where the ranks were waiting; ``hang`` says it for the result."""
+
+    def __init__(
+        self,
+        out: Path,
+        proc: subprocess.Popen[bytes],
+        progress: Callable[[int, int], None] | None,
+        total: int,
+    ) -> None:
+        self.out = out
+        self.proc = proc
+        self.progress = progress
+        self.total = total
+        self.seen = -1
+        self.hang: str | None = None
+
+    def tick(self) -> str | None:
+        states = read_states(self.out)
+        if self.progress is not None and states:
+            done = min(s.get("step", 0) for s in states.values())
+            if done != self.seen:
+                self.seen = done
+                self.progress(done, self.total)
+        self.hang = stuck(states)
+        return "hung" if self.hang is not None else None
+
+    def stop(self, status: str) -> None:
+        if status == "timeout":
+            self.hang = waiting(read_states(self.out))
+        stop_group(self.proc, grace_s(status))
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace: float = GRACE_S) -> None:

@@ -85,18 +85,47 @@ def run(
     except CommandError as e:
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
     launcher = launcher_for(kind, target, args)
-    from pitstop.profile import children_report
-
     if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
         from pitstop.profile.ranks import run_ranks
 
         return run_ranks(spec, kind, target, args, launcher, out_dir, progress)
     temp = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="pitstop-profile-")) if out_dir is None else Path(out_dir)
+    _write_config(spec, out, kind, target, args)
+    stdout, stderr = _child_streams(spec, out)
+    other = CpuOutsideSession()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
+            cwd=spec.cwd,
+            env=_child_env(spec),
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # our own process group: Ctrl-C and kills reach the whole tree
+        )
+    except OSError as e:
+        return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
+    tick = _ProgressTick(out, progress, spec.warmup + spec.steps)
+    try:
+        status_override = supervise(proc, tick, spec.timeout, lambda reason: _stop(proc, out, reason))
+    finally:
+        for fh in (stdout, stderr):
+            if fh is not None and not isinstance(fh, int):
+                fh.close()
+        _reap_group(proc)
+    returncode = proc.returncode if proc.returncode is not None else -9
+    result = read_measurements(
+        spec, out / MEASUREMENTS, returncode, status_override, time.perf_counter() - start
+    )
+    return _finish(spec, result, out, other, proc.pid, temp)
+
+
+def _write_config(spec: RunSpec, out: Path, kind: str, target: str, args: list[str]) -> None:
+    """Make the run folder ready for a fresh child: no earlier measurements or children, and the
+    ``CONFIG`` the bootstrap reads."""
     out.mkdir(parents=True, exist_ok=True)
-    measurements = out / MEASUREMENTS
     with contextlib.suppress(FileNotFoundError):
-        measurements.unlink()
+        (out / MEASUREMENTS).unlink()
     cfg = {
         "kind": kind,
         "target": target,
@@ -116,56 +145,66 @@ def run(
     for old in out.glob("rank-*"):  # an earlier run's children
         shutil.rmtree(old, ignore_errors=True)
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+
+
+def _child_env(spec: RunSpec) -> dict[str, str]:
+    """The child's environment: ours plus ``spec.env``, with this pitstop first on PYTHONPATH."""
     env = {**os.environ, **spec.env}
     # the child must import this pitstop, whatever the script's directory holds
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _child_streams(spec: RunSpec, out: Path) -> tuple[Any, Any]:
+    """The child's stdout and stderr: inherited (None), our stderr's descriptor, or files in the run
+    folder when quiet (the caller closes them)."""
     stdout: Any = None
     stderr: Any = None
     if spec.stdout_to_stderr:
         stdout = sys.stderr.fileno()
     if spec.quiet:
-        stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed below
+        stdout = open(out / "stdout.txt", "wb")  # noqa: SIM115 - closed by run
         stderr = open(out / "stderr.txt", "wb")  # noqa: SIM115
-    other = CpuOutsideSession()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pitstop.profile.bootstrap", str(out / CONFIG)],
-            cwd=spec.cwd,
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,  # our own process group: Ctrl-C and kills reach the whole tree
-        )
-    except OSError as e:
-        return _empty(spec, f"could not start the script: {e}", "not_started", 2, time.perf_counter() - start)
-    total_steps = spec.warmup + spec.steps
-    seen: Any = None
+    return stdout, stderr
 
-    def tick() -> None:
-        nonlocal seen
-        if progress is not None:
-            kids = children_report.steps_so_far(out)  # training in children: the slowest child's steps
-            with contextlib.suppress(OSError):
-                now = kids if kids is not None else measurements.stat().st_mtime
-                if now != seen:
-                    seen = now
-                    progress(kids if kids is not None else _steps_so_far(measurements), total_steps)
 
-    try:
-        status_override = supervise(proc, tick, spec.timeout, lambda reason: _stop(proc, out, reason))
-    finally:
-        for fh in (stdout, stderr):
-            if fh is not None and not isinstance(fh, int):
-                fh.close()
-        _reap_group(proc)
-    returncode = proc.returncode if proc.returncode is not None else -9
-    result = read_measurements(spec, measurements, returncode, status_override, time.perf_counter() - start)
+class _ProgressTick:
+    """``supervise``'s tick: calls ``progress`` when the child's periodic record (or, training in
+    children, the slowest child's step count) has changed since the last call."""
+
+    def __init__(self, out: Path, progress: Callable[[int, int], None] | None, total_steps: int) -> None:
+        self.out = out
+        self.progress = progress
+        self.total_steps = total_steps
+        self.seen: Any = None
+
+    def __call__(self) -> None:
+        from pitstop.profile import children_report
+
+        if self.progress is None:
+            return
+        measurements = self.out / MEASUREMENTS
+        kids = children_report.steps_so_far(self.out)  # training in children: the slowest child's steps
+        with contextlib.suppress(OSError):
+            now = kids if kids is not None else measurements.stat().st_mtime
+            if now != self.seen:
+                self.seen = now
+                self.progress(kids if kids is not None else _steps_so_far(measurements), self.total_steps)
+
+
+def _finish(
+    spec: RunSpec, result: RunResult, out: Path, other: CpuOutsideSession, pid: int, temp: bool
+) -> RunResult:
+    """The measured result completed: a killed quiet run's stderr tail, the CPU load outside the
+    child's session, its children's measurements; a temporary run folder removed unless traced."""
+    from pitstop.profile import children_report
+
     if spec.quiet and result.status == "killed" and not result.data:
         tail = _tail(out / "stderr.txt")
         if tail:
             result.error = f"{result.error}; its stderr ends with:\n{tail}"
-    note_other_cpu(result, other, proc.pid)  # its own session: start_new_session
+    note_other_cpu(result, other, pid)  # its own session: start_new_session
     result = children_report.collect(spec, result, out)
     result.out_dir = None if temp and not spec.trace else out
     if temp and not spec.trace:
@@ -222,5 +261,3 @@ def _empty(spec: RunSpec, error: str, status: str, code: int, wall: float) -> Ru
         command=list(spec.command),
         spec=spec,
     )
-
-

@@ -389,6 +389,31 @@ def cmd_fix(args: argparse.Namespace) -> int:
     cmd = command_after_dashes(args)
     if not cmd:
         return usage_error("give the script to fix after --, e.g. pitstop fix -- python train.py")
+    try:
+        cfg = _fix_config(o)
+    except ValueError as e:
+        return usage_error(str(e))
+    from pitstop.tune.fix import fix_report, run_fix
+    from pitstop.tune.fix_progress import fix_progress
+
+    with fix_progress(cfg.budget, not args.quiet) as update:
+        result = run_fix(cmd, cfg, progress=update)
+    from pitstop.tune.verdict_cache import record
+
+    record(result, o.out_dir)  # a later profile of this script shows what its fixes measured
+    report, blocks = fix_report(result, {"command": " ".join(cmd)})
+    _print_verdicts(args, result)
+    code = finish(report, args, blocks)  # the diff is in the report, once (fix.summary's code)
+    if o.apply and (stop := _apply_fix(o, result, cfg, code)) is not None:
+        return stop
+    if result.baseline_error and not result.baseline_steps:
+        return 1
+    return code
+
+
+def _fix_config(o: Any) -> Any:
+    """The ``FixConfig`` from fix's options (``FixArgs``); ValueError with the usage message when an
+    option is out of range, a candidate is unknown or the profile runner cannot be imported."""
     if (
         (o.steps is not None and o.steps <= 0)
         or o.warmup < 0
@@ -397,20 +422,17 @@ def cmd_fix(args: argparse.Namespace) -> int:
         or o.min_gain < 0
         or o.loss_rtol <= 0
     ):
-        return usage_error(
+        raise ValueError(
             "need --steps > 0, --warmup >= 0, --budget > 0, 2 <= --min-rounds <= --max-rounds, "
             "--min-gain >= 0, --loss-rtol > 0"
         )
     try:
-        from pitstop.tune.fix import FixConfig, parse_candidates, run_fix
+        from pitstop.tune.fix import FixConfig, parse_candidates
     except ImportError as e:
-        return usage_error(f"pitstop fix needs the profile runner, which is not available: {e}")
-    try:
-        names = parse_candidates(o.candidates)
-        skip = parse_candidates(o.skip) or () if o.skip.strip() else ()
-    except ValueError as e:
-        return usage_error(str(e))
-    cfg = FixConfig(
+        raise ValueError(f"pitstop fix needs the profile runner, which is not available: {e}") from e
+    names = parse_candidates(o.candidates)
+    skip = parse_candidates(o.skip) or () if o.skip.strip() else ()
+    return FixConfig(
         steps=o.steps,
         warmup=o.warmup,
         budget=o.budget,
@@ -422,15 +444,10 @@ def cmd_fix(args: argparse.Namespace) -> int:
         loss_rtol=o.loss_rtol,
         timeout=o.timeout,
     )
-    from pitstop.tune.fix import fix_report
-    from pitstop.tune.fix_progress import fix_progress
 
-    with fix_progress(cfg.budget, not args.quiet) as update:
-        result = run_fix(cmd, cfg, progress=update)
-    from pitstop.tune.verdict_cache import record
 
-    record(result, o.out_dir)  # a later profile of this script shows what its fixes measured
-    report, blocks = fix_report(result, {"command": " ".join(cmd)})
+def _print_verdicts(args: argparse.Namespace, result: Any) -> None:
+    """The verdicts table: the baseline, every candidate and the combination, one row each."""
     rows = [
         [m.name, m.verdict, m.interval.text() if m.interval else "", m.throughput, m.median, m.reason]
         for m in [result.baseline, *result.candidates, *([result.combined] if result.combined else [])]
@@ -448,28 +465,31 @@ def cmd_fix(args: argparse.Namespace) -> int:
         ],
         rows,
     )
-    code = finish(report, args, blocks)  # the diff is in the report, once (fix.summary's code)
-    if o.apply:
-        from pitstop.tune.apply import apply_all, verify
 
-        if not result.patches:
-            print("pitstop fix: nothing to apply (no fix with a code location helped)", file=sys.stderr)
-        else:
-            if not o.yes:
-                if not sys.stdin.isatty():
-                    return usage_error("--apply needs confirmation; pass --yes to apply without asking")
-                names = ", ".join(str(p.path) for p in result.patches)
-                answer = input(f"Apply this change to {names} (a backup is kept)? [y/N] ")
-                if answer.strip().lower() not in ("y", "yes"):
-                    print("not applied", file=sys.stderr)
-                    return code
-            try:
-                backups = apply_all(result.patches)
-            except (OSError, ValueError) as e:
-                return usage_error(f"could not apply: {e}")
-            for p, backup in zip(result.patches, backups, strict=True):
-                print(f"applied to {p.path}; backup at {backup}", file=sys.stderr)
-            print(f"pitstop fix: {verify(result, cfg).text}", file=sys.stderr)
-    if result.baseline_error and not result.baseline_steps:
-        return 1
-    return code
+
+def _apply_fix(o: Any, result: Any, cfg: Any, code: int) -> int | None:
+    """--apply: write the fix's patches (after asking unless --yes) and verify them. Returns the exit
+    status when the command ends here (a usage error, or the report's ``code`` when the answer was
+    no), else None."""
+    from pitstop.cliutil import usage_error
+    from pitstop.tune.apply import apply_all, verify
+
+    if not result.patches:
+        print("pitstop fix: nothing to apply (no fix with a code location helped)", file=sys.stderr)
+        return None
+    if not o.yes:
+        if not sys.stdin.isatty():
+            return usage_error("--apply needs confirmation; pass --yes to apply without asking")
+        names = ", ".join(str(p.path) for p in result.patches)
+        answer = input(f"Apply this change to {names} (a backup is kept)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("not applied", file=sys.stderr)
+            return code
+    try:
+        backups = apply_all(result.patches)
+    except (OSError, ValueError) as e:
+        return usage_error(f"could not apply: {e}")
+    for p, backup in zip(result.patches, backups, strict=True):
+        print(f"applied to {p.path}; backup at {backup}", file=sys.stderr)
+    print(f"pitstop fix: {verify(result, cfg).text}", file=sys.stderr)
+    return None

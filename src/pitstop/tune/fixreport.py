@@ -135,10 +135,12 @@ def _candidate_finding(m: Measured, result: FixResult) -> Finding:
 
 
 def fix_findings(result: FixResult) -> list[Finding]:
-    out: list[Finding] = []
+    """The fix run's findings: one per candidate (and per skipped one), the combined speed-up or why
+    there is none, and the patches that could not be made; only the baseline's failure when it did
+    not run."""
     base = result.baseline
     if result.baseline_error and not base.steps_per_s:
-        out.append(
+        return [
             Finding(
                 id="fix.baseline",
                 severity=Severity.ERROR,
@@ -146,77 +148,87 @@ def fix_findings(result: FixResult) -> list[Finding]:
                 evidence=result.baseline_error,
                 fix="Make `pitstop profile -- <command>` run first.",
             )
-        )
-        return out
-    for m in result.candidates:
-        out.append(_candidate_finding(m, result))
+        ]
+    out = [_candidate_finding(m, result) for m in result.candidates]
     for s in result.skipped_candidates:
         out.append(Finding(id="fix.skipped", severity=Severity.INFO, title="Candidate not tried", evidence=s))
     if result.chosen:
-        names = " + ".join(result.chosen)
-        comb = result.combined
-        iv = result.interval.text() if result.interval else f"{result.speedup:.2f}x"
-        ev = f"{names}: {iv} in throughput (steps per wall-clock second, spikes included) over the unmodified script"
-        if comb is not None and comb.median and comb.interval:
-            ev += f" (combined: {comb.interval.text()}, runs [{_runs_text(comb.steps_per_s)}])"
-            single = result.final_single
-            if comb.name != names and single is not None and single.interval:
-                ev += (
-                    f"; the combination {comb.name} was not faster than {single.name} alone in the same "
-                    f"rounds ({comb.speedup:.2f}x vs {single.interval.text()})"
-                )
-        code = "".join(p.diff for p in result.patches) or (result.patch.diff if result.patch else None)
-        out.append(
-            Finding(
-                id="fix.combined",
-                severity=Severity.WARN,
-                title=f"Measured speed-up with the fixes that helped: {result.speedup:.2f}x",
-                evidence=ev,
-                data={
-                    "chosen": result.chosen,
-                    "speedup": result.speedup,
-                    "interval": result.interval.to_dict() if result.interval else None,
-                },
-                fix="Apply this change (`pitstop fix --apply` writes it, asks first and keeps a backup).",
-                fix_code=code,
-                location=result.patch and f"{result.patch.path}:{result.patch.line}",
-            )
-        )
-    elif not result.interrupted and (open_ := [m for m in result.candidates if m.verdict == UNDECIDED]):
-        out.append(
-            Finding(
-                id="fix.none",
-                severity=Severity.INFO,
-                title=f"No candidate was proven faster within the budget ({len(open_)} undecided)",
-                evidence=", ".join(
-                    f"{m.name}: {m.interval.text() if m.interval else 'no run finished'}" for m in open_
-                ),
-                fix="Re-run with a larger --budget (or --skip the slow candidates, e.g. compile) on a quieter "
-                "machine to decide them.",
-            )
-        )
+        out.append(_combined_finding(result))
     elif not result.interrupted:
-        out.append(
-            Finding(
-                id="fix.none",
-                severity=Severity.PASS,
-                title="No candidate fix made this script measurably faster",
-                evidence=f"{len(result.candidates)} candidate(s) measured against the baseline "
-                f"({base.throughput:.3g} steps/s)"
-                if base.throughput
-                else "nothing measured",
+        out.append(_none_finding(result))
+    out.extend(_patch_findings(result))
+    return out
+
+
+def _combined_finding(result: FixResult) -> Finding:
+    """The measured speed-up of the fixes that helped, with the diff that applies them."""
+    names = " + ".join(result.chosen)
+    comb = result.combined
+    iv = result.interval.text() if result.interval else f"{result.speedup:.2f}x"
+    ev = f"{names}: {iv} in throughput (steps per wall-clock second, spikes included) over the unmodified script"
+    if comb is not None and comb.median and comb.interval:
+        ev += f" (combined: {comb.interval.text()}, runs [{_runs_text(comb.steps_per_s)}])"
+        single = result.final_single
+        if comb.name != names and single is not None and single.interval:
+            ev += (
+                f"; the combination {comb.name} was not faster than {single.name} alone in the same "
+                f"rounds ({comb.speedup:.2f}x vs {single.interval.text()})"
             )
+    code = "".join(p.diff for p in result.patches) or (result.patch.diff if result.patch else None)
+    return Finding(
+        id="fix.combined",
+        severity=Severity.WARN,
+        title=f"Measured speed-up with the fixes that helped: {result.speedup:.2f}x",
+        evidence=ev,
+        data={
+            "chosen": result.chosen,
+            "speedup": result.speedup,
+            "interval": result.interval.to_dict() if result.interval else None,
+        },
+        fix="Apply this change (`pitstop fix --apply` writes it, asks first and keeps a backup).",
+        fix_code=code,
+        location=result.patch and f"{result.patch.path}:{result.patch.line}",
+    )
+
+
+def _none_finding(result: FixResult) -> Finding:
+    """No fix chosen in a run that finished: candidates still undecided within the budget, or none
+    measurably faster."""
+    if open_ := [m for m in result.candidates if m.verdict == UNDECIDED]:
+        return Finding(
+            id="fix.none",
+            severity=Severity.INFO,
+            title=f"No candidate was proven faster within the budget ({len(open_)} undecided)",
+            evidence=", ".join(
+                f"{m.name}: {m.interval.text() if m.interval else 'no run finished'}" for m in open_
+            ),
+            fix="Re-run with a larger --budget (or --skip the slow candidates, e.g. compile) on a quieter "
+            "machine to decide them.",
         )
-    for why in result.unplaced:
-        out.append(
-            Finding(
-                id="fix.patch",
-                severity=Severity.INFO,
-                title="No diff for one fix: its code could not be placed automatically",
-                evidence=why,
-                fix="Make the change by hand from the snippet in its finding.",
-            )
+    base = result.baseline
+    return Finding(
+        id="fix.none",
+        severity=Severity.PASS,
+        title="No candidate fix made this script measurably faster",
+        evidence=f"{len(result.candidates)} candidate(s) measured against the baseline "
+        f"({base.throughput:.3g} steps/s)"
+        if base.throughput
+        else "nothing measured",
+    )
+
+
+def _patch_findings(result: FixResult) -> list[Finding]:
+    """Fixes whose code could not be placed, and a DataLoader call that could not be edited."""
+    out = [
+        Finding(
+            id="fix.patch",
+            severity=Severity.INFO,
+            title="No diff for one fix: its code could not be placed automatically",
+            evidence=why,
+            fix="Make the change by hand from the snippet in its finding.",
         )
+        for why in result.unplaced
+    ]
     if result.patch_error:
         out.append(
             Finding(

@@ -192,30 +192,10 @@ def run_fix(
     result = FixResult(command=list(command), baseline=base)
     result.settings = {k: v for k, v in asdict(cfg).items() if k != "env"}
     try:
-        if cfg.candidates is None:
-            if progress:
-                progress("profiling the script to choose candidates")
-            prof = first = runner(_spec(command, cfg, Overrides(), probes=True))
-            if not prof.ok or not prof.steps:
-                result.baseline_error = prof.error or f"the script ended with status {prof.status}"
-                base.errors.append(result.baseline_error)
-                return _finish(result, cfg, rounds.steps)
-            result.config, result.run_data = prof.config, prof.data
-            result.profile_findings = prof.report().findings
-            kinds = kinds_from_findings(result.profile_findings)
-            hidden = hidden_kinds(result.profile_findings, [k for k, _ in kinds])
-        else:
-            kinds = [(k, "requested") for k in cfg.candidates]
-            hidden = []
-            if progress:
-                progress("baseline run")
-            first = runner(_spec(command, cfg, Overrides()))
-            base.record(first)
-            rounds.note_baseline(first)
-            if not first.ok or not first.steps:
-                result.baseline_error = first.error or f"the script ended with status {first.status}"
-                return _finish(result, cfg, rounds.steps)
-            result.config, result.run_data = first.config, first.data
+        started = _first_run(command, cfg, runner, rounds, result, progress)
+        if started is None:
+            return _finish(result, cfg, rounds.steps)
+        first, kinds, hidden = started
         user_skipped = [
             f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
         ]
@@ -227,36 +207,93 @@ def run_fix(
         ]
         result.candidates = measured
         _say_estimate(first, len(cands), rounds, progress)
-
-        def later_stage_follows() -> bool:
-            won = [m for m in measured if m.arm.verdict == HELPED]
-            return len(won) > 1 or any(m.kind in LOADER_KINDS for m in won)
-
-        if cands:
-            configs = [(base, Overrides()), *((m, c.overrides) for m, c in zip(measured, cands, strict=True))]
-            rounds.stage("candidates", configs, FIRST_SHARE, reserve=later_stage_follows)
-        else:
-            judge(base, base, cfg)
+        _measure_candidates(cands, measured, base, rounds, cfg)
         if not any(base.arm.rounds):
             result.baseline_error = base.errors[0] if base.errors else "the baseline never ran a step"
             return _finish(result, cfg, rounds.steps)
-        helped = [m for m in measured if m.verdict == HELPED]
-        workers = [m for m in helped if m.kind == "workers"]
-        if len(workers) > 1:  # one num_workers value: recipes.workers' pick from the measured curve
-            best_w = _workers_pick(workers, result, cfg)
-            helped = [m for m in helped if m.kind != "workers" or m is best_w]
-        later = build_candidates(
-            [(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg, result.run_data
-        )[0]
-        helped += _on_top_of_loader_fix(helped, measured, later, rounds, result)
-        if len(helped) == 1:
-            result.chosen, result.speedup = [helped[0].name], helped[0].speedup
-            result.interval = helped[0].interval if not helped[0].on_top_of else None
-        elif len(helped) > 1:
-            _combine(helped, base, rounds, result)
+        _choose(measured, hidden, rounds, result, cfg)
     except KeyboardInterrupt:
         _judge_interrupted(result, cfg)
     return _finish(result, cfg, rounds.steps)
+
+
+def _first_run(
+    command: list[str],
+    cfg: FixConfig,
+    runner: Runner,
+    rounds: _Rounds,
+    result: FixResult,
+    progress: Callable[[str], None] | None,
+) -> tuple[RunResult, list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """The script's first run: a profile whose findings suggest the candidates (and the kinds a loader
+    fix may reveal), or, with candidates asked for, a first baseline round. Returns that run, the
+    candidate kinds with why, and the hidden kinds; None (``result.baseline_error`` set) when the script
+    did not run a step."""
+    base = result.baseline
+    if cfg.candidates is None:
+        if progress:
+            progress("profiling the script to choose candidates")
+        first = runner(_spec(command, cfg, Overrides(), probes=True))
+        if not first.ok or not first.steps:
+            result.baseline_error = first.error or f"the script ended with status {first.status}"
+            base.errors.append(result.baseline_error)
+            return None
+        result.config, result.run_data = first.config, first.data
+        result.profile_findings = first.report().findings
+        kinds = kinds_from_findings(result.profile_findings)
+        return first, kinds, hidden_kinds(result.profile_findings, [k for k, _ in kinds])
+    if progress:
+        progress("baseline run")
+    first = runner(_spec(command, cfg, Overrides()))
+    base.record(first)
+    rounds.note_baseline(first)
+    if not first.ok or not first.steps:
+        result.baseline_error = first.error or f"the script ended with status {first.status}"
+        return None
+    result.config, result.run_data = first.config, first.data
+    return first, [(k, "requested") for k in cfg.candidates], []
+
+
+def _measure_candidates(
+    cands: list[Any], measured: list[Measured], base: Measured, rounds: _Rounds, cfg: FixConfig
+) -> None:
+    """The first stage: every candidate interleaved with the baseline, keeping budget for a later stage
+    once one will follow (two fixes or a loader fix helped); only the baseline judged without any."""
+
+    def later_stage_follows() -> bool:
+        won = [m for m in measured if m.arm.verdict == HELPED]
+        return len(won) > 1 or any(m.kind in LOADER_KINDS for m in won)
+
+    if cands:
+        configs = [(base, Overrides()), *((m, c.overrides) for m, c in zip(measured, cands, strict=True))]
+        rounds.stage("candidates", configs, FIRST_SHARE, reserve=later_stage_follows)
+    else:
+        judge(base, base, cfg)
+
+
+def _choose(
+    measured: list[Measured],
+    hidden: list[tuple[str, str]],
+    rounds: _Rounds,
+    result: FixResult,
+    cfg: FixConfig,
+) -> None:
+    """The fixes that helped, one worker count among them, plus what helped on top of a loader fix;
+    one is chosen as is, several are measured combined."""
+    helped = [m for m in measured if m.verdict == HELPED]
+    workers = [m for m in helped if m.kind == "workers"]
+    if len(workers) > 1:  # one num_workers value: recipes.workers' pick from the measured curve
+        best_w = _workers_pick(workers, result, cfg)
+        helped = [m for m in helped if m.kind != "workers" or m is best_w]
+    later = build_candidates(
+        [(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg, result.run_data
+    )[0]
+    helped += _on_top_of_loader_fix(helped, measured, later, rounds, result)
+    if len(helped) == 1:
+        result.chosen, result.speedup = [helped[0].name], helped[0].speedup
+        result.interval = helped[0].interval if not helped[0].on_top_of else None
+    elif len(helped) > 1:
+        _combine(helped, result.baseline, rounds, result)
 
 
 def _say_estimate(

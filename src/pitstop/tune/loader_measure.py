@@ -187,6 +187,22 @@ def make_loader(dataset: Any, base_kwargs: dict[str, Any], setting: LoaderSettin
         return DataLoader(dataset, **kw)
 
 
+@dataclass
+class _Batches:
+    """One setting's batches: the iterator over its loader, started again at each epoch's end, and the
+    samples the measured windows read."""
+
+    loader: Any = None
+    it: Iterator[Any] | None = None
+    samples: int = 0
+
+    def fresh(self) -> None:
+        self.it = iter(self.loader)
+
+    def next(self) -> Any:
+        return next(self.it)  # type: ignore[arg-type]  # fresh() comes first
+
+
 def measure_setting(
     dataset: Any,
     setting: LoaderSetting,
@@ -198,80 +214,91 @@ def measure_setting(
     setting = setting.normalized()
     point = LoaderPoint(setting=setting)
     base_kwargs = base_kwargs or {}
-    window_s = cfg.time_per_point / max(1, cfg.repeats)
-    it: Iterator[Any] | None = None
-    samples = 0
+    batches = _Batches()
     try:
         with MemWatch(cfg.limits) as watch, warnings.catch_warnings():
             # The sweep goes past the core count on purpose; torch's advice about that is noise here.
             warnings.filterwarnings("ignore", message="This DataLoader will create")
-            loader = make_loader(dataset, base_kwargs, setting)
-
-            def fresh() -> Iterator[Any]:
-                return iter(loader)
-
+            batches.loader = make_loader(dataset, base_kwargs, setting)
             t0 = time.perf_counter()
-            it = fresh()
-            first = next(it)
+            batches.fresh()
+            first = batches.next()
             point.first_batch_s = time.perf_counter() - t0
             point.batch_bytes = batch_nbytes(first)
             per_batch = batch_len(first)
-            for _ in range(cfg.warmup_batches):
-                if time.perf_counter() - t0 > cfg.time_per_point:
-                    break  # batches so slow that warming up would eat the point's budget
-                try:
-                    next(it)
-                except StopIteration:
-                    it = fresh()
-            for _ in range(cfg.repeats):
-                if point.windows and time.perf_counter() - t0 > 3 * cfg.time_per_point:
-                    break  # bounded time per point, even when one batch takes longer than a window
-                n, paused = 0, 0.0
-                start = time.perf_counter()
-                while True:
-                    if watch.tripped:
-                        break
-                    try:
-                        b = next(it)
-                    except StopIteration:
-                        # Epoch boundary: steady-state rate excludes the restart; it is measured apart.
-                        r0 = time.perf_counter()
-                        it = fresh()
-                        b = next(it)
-                        paused += time.perf_counter() - r0
-                    n += 1
-                    samples += batch_len(b) or 0
-                    elapsed = time.perf_counter() - start - paused
-                    if elapsed >= window_s or (
-                        cfg.max_batches_per_window and n >= cfg.max_batches_per_window
-                    ):
-                        break
-                if watch.tripped:
-                    break
-                elapsed = max(time.perf_counter() - start - paused, 1e-9)
-                point.windows.append(n / elapsed)
-                point.batches += n
-                point.seconds += elapsed
+            _warm_up(batches, cfg, t0)
+            _measure_windows(batches, point, watch, cfg, t0)
             if not watch.tripped and setting.num_workers > 0:
                 uss = children_uss()
                 point.worker_uss = int(statistics.mean(uss)) if uss else None
             watch.sample()
-        point.peak_rss = watch.peak_rss
-        point.peak_shm_growth = watch.peak_shm_growth
-        if watch.tripped:
-            point.status, point.reason = "rejected", f"stopped while running: {watch.reason}"
-            point.windows = []
-            return point
-        point.batches_per_s = point.batches / point.seconds if point.windows and point.seconds > 0 else None
-        if point.batches_per_s is not None and per_batch:
-            point.samples_per_s = point.batches_per_s * (samples / max(point.batches, 1))
+        _settle(point, watch, per_batch, batches.samples)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # the dataset's own failure or a worker crash: a finding, not a traceback
         point.status, point.reason = "failed", describe_failure(e)
     finally:
-        it = None  # drop the iterator so its workers shut down before the next point
+        batches.it = None  # drop the iterator so its workers shut down before the next point
     return point
+
+
+def _warm_up(batches: _Batches, cfg: MeasureConfig, t0: float) -> None:
+    """Read ``cfg.warmup_batches`` batches before measuring, unless they would eat the point's budget."""
+    for _ in range(cfg.warmup_batches):
+        if time.perf_counter() - t0 > cfg.time_per_point:
+            break  # batches so slow that warming up would eat the point's budget
+        try:
+            batches.next()
+        except StopIteration:
+            batches.fresh()
+
+
+def _measure_windows(
+    batches: _Batches, point: LoaderPoint, watch: MemWatch, cfg: MeasureConfig, t0: float
+) -> None:
+    """Up to ``cfg.repeats`` windows of batches/s into ``point`` (windows, batches, seconds); stops
+    when the memory watch trips or the point has run three times its time budget."""
+    window_s = cfg.time_per_point / max(1, cfg.repeats)
+    for _ in range(cfg.repeats):
+        if point.windows and time.perf_counter() - t0 > 3 * cfg.time_per_point:
+            break  # bounded time per point, even when one batch takes longer than a window
+        n, paused = 0, 0.0
+        start = time.perf_counter()
+        while True:
+            if watch.tripped:
+                break
+            try:
+                b = batches.next()
+            except StopIteration:
+                # Epoch boundary: steady-state rate excludes the restart; it is measured apart.
+                r0 = time.perf_counter()
+                batches.fresh()
+                b = batches.next()
+                paused += time.perf_counter() - r0
+            n += 1
+            batches.samples += batch_len(b) or 0
+            elapsed = time.perf_counter() - start - paused
+            if elapsed >= window_s or (cfg.max_batches_per_window and n >= cfg.max_batches_per_window):
+                break
+        if watch.tripped:
+            break
+        elapsed = max(time.perf_counter() - start - paused, 1e-9)
+        point.windows.append(n / elapsed)
+        point.batches += n
+        point.seconds += elapsed
+
+
+def _settle(point: LoaderPoint, watch: MemWatch, per_batch: int | None, samples: int) -> None:
+    """The point's memory peaks and rates; a tripped memory watch rejects it instead, windows dropped."""
+    point.peak_rss = watch.peak_rss
+    point.peak_shm_growth = watch.peak_shm_growth
+    if watch.tripped:
+        point.status, point.reason = "rejected", f"stopped while running: {watch.reason}"
+        point.windows = []
+        return
+    point.batches_per_s = point.batches / point.seconds if point.windows and point.seconds > 0 else None
+    if point.batches_per_s is not None and per_batch:
+        point.samples_per_s = point.batches_per_s * (samples / max(point.batches, 1))
 
 
 def measure_restart(
