@@ -14,7 +14,8 @@ import pytest
 from pitstop.measure import Interval
 from pitstop.profile.runner import RunResult
 from pitstop.profile.timeline import StepRecord
-from pitstop.tune.apply import apply_all, plan, verify
+from pitstop.tune.apply import apply_all, plan
+from pitstop.tune.apply_verify import verify
 from pitstop.tune.fix import FixConfig, FixResult
 from pitstop.tune.fixjudge import Measured
 

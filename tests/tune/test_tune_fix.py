@@ -507,7 +507,7 @@ def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, caps
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    import pitstop.tune.apply as applymod
+    import pitstop.tune.apply_verify as applymod
 
     monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     # the verification run of the patched script: as fast as the measured fix

@@ -17,7 +17,8 @@ byte:
   ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others;
 - the distributed fixes (static_graph, threads, no_sync): ``pitstop.tune.apply_dist``.
 
-``verify`` re-runs the patched script once and compares its speed with the interval fix measured.
+``pitstop.tune.apply_verify`` re-runs the patched script once and compares its speed with the interval
+fix measured.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.host.precision import device_type
-from pitstop.measure_throughput import arm_windows, pooled, window
 from pitstop.profile.command import launcher_for
-from pitstop.profile.runner import CommandError, RunResult, RunSpec, parse_command, run
+from pitstop.profile.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
-from pitstop.tune.fix import FixConfig, FixResult, loader_of
-from pitstop.tune.fix_dist import job_runner, worker_script
+from pitstop.tune.fix import FixResult, loader_of
+from pitstop.tune.fix_dist import worker_script
 from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
@@ -460,50 +460,3 @@ def apply_all(patches: list[Patch]) -> list[Path]:
         if p.path.read_text(encoding="utf-8") != p.original:
             raise ValueError(f"{p.path} changed since pitstop read it; re-run pitstop fix")
     return [apply_patch(p) for p in patches]
-
-
-# --------------------------------------------------------------------------------------------- verify
-
-
-@dataclass
-class Verification:
-    speedup: float | None
-    inside: bool | None  # None: no interval to compare with
-    text: str
-    error: str | None = None
-
-
-def verify(
-    result: FixResult, cfg: FixConfig, runner: Callable[[RunSpec], RunResult] | None = None
-) -> Verification:
-    """Run the patched script once, unmodified by pitstop, and compare its speed-up in throughput over
-    the baseline's runs (steps per wall-clock second, every measured step) with the interval fix
-    measured for the recommendation."""
-    runner = job_runner(runner or run)  # a launch: the slowest rank's steps, as fix judged them
-    r = runner(
-        RunSpec(
-            command=list(result.command),
-            steps=cfg.steps or result.settings.get("steps") or 20,
-            warmup=cfg.warmup,
-            timeout=cfg.timeout,
-            cwd=cfg.cwd,
-            env=dict(cfg.env),
-            probes=False,
-            quiet=True,
-        )
-    )
-    if not r.ok or not r.steps:
-        err = r.error or f"the patched script ended with status {r.status}"
-        return Verification(None, None, f"the patched script did not run: {err}", err)
-    # throughput, as fix judged: every measured step of the run, over the baseline's runs' windows
-    patched = window([s.total_s for s in r.steps]).rate
-    base = pooled(arm_windows(result.baseline.arm)).rate
-    if not patched or not base:
-        return Verification(None, None, "no step to compare")
-    s = patched / base
-    iv = result.interval
-    if iv is None:
-        return Verification(s, None, f"the patched script runs: {s:.2f}x the baseline in one run")
-    inside = iv.lo <= s <= iv.hi
-    where = "inside" if inside else "outside"
-    return Verification(s, inside, f"the patched script runs: {s:.2f}x in one run, {where} {iv.text()}")

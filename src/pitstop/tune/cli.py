@@ -472,7 +472,8 @@ def _apply_fix(o: Any, result: Any, cfg: Any, code: int) -> int | None:
     status when the command ends here (a usage error, or the report's ``code`` when the answer was
     no), else None."""
     from pitstop.cliutil import usage_error
-    from pitstop.tune.apply import apply_all, verify
+    from pitstop.tune.apply import apply_all
+    from pitstop.tune.apply_verify import verify
 
     if not result.patches:
         print("pitstop fix: nothing to apply (no fix with a code location helped)", file=sys.stderr)
