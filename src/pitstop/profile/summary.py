@@ -39,20 +39,24 @@ def unconfirmed(found: list[Finding]) -> list[Finding]:
     return sorted(out, key=lambda f: (-(f.est_saving_s or 0.0), f.id))
 
 
+def _bounds(f: Finding) -> tuple[object, object]:
+    """The saving's interval as (lower, upper), each a number or not; (None, None) without one."""
+    ci = f.data.get("saving_ci_s")
+    return (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (None, None)
+
+
 def _upper_share(f: Finding) -> float:
     """The upper bound of the saving's interval as a share of the step (0 without an interval)."""
-    ci = f.data.get("saving_ci_s")
-    if not (isinstance(ci, list | tuple) and len(ci) == 2 and isinstance(ci[1], int | float)):
+    hi = _bounds(f)[1]
+    if not isinstance(hi, int | float) or not f.est_saving_s or not f.share or f.est_saving_s <= 0:
         return 0.0
-    if not f.est_saving_s or not f.share or f.est_saving_s <= 0:
-        return 0.0
-    return float(ci[1]) * f.share / f.est_saving_s  # step = estimate / share
+    return float(hi) * f.share / f.est_saving_s  # step = estimate / share
 
 
 def _estimate(f: Finding) -> str:
-    ci = f.data.get("saving_ci_s")
-    numbers = isinstance(ci, list | tuple) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci)
-    bounds = f"95% CI {ms(ci[0])}\u2013{ms(ci[1])}" if numbers else "no interval"
+    lo, hi = _bounds(f)
+    numbers = isinstance(lo, int | float) and isinstance(hi, int | float)
+    bounds = f"95% CI {ms(lo)}\u2013{ms(hi)}" if numbers else "no interval"
     rank = f" (rank {f.data['rank']})" if "rank" in f.data else ""
     return f"{f.id}{rank} {ms(f.est_saving_s or 0.0)} a step ({pct(f.share or 0.0)}; {bounds})"
 
