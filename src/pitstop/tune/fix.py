@@ -277,13 +277,14 @@ def hidden_kinds(findings: list[Finding], taken: list[str]) -> list[tuple[str, s
 
 def merge(overrides: list[Overrides]) -> Overrides:
     """All of them at once (each field: the first that sets it; DataLoader keywords: the last wins)."""
-    out = Overrides()
+    loader: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
     for o in overrides:
-        out.dataloader.update(o.dataloader)
+        loader.update(o.dataloader)
         for f in fields(Overrides):
             if f.name != "dataloader":
-                setattr(out, f.name, getattr(out, f.name) or getattr(o, f.name))
-    return out
+                chosen[f.name] = chosen.get(f.name) or getattr(o, f.name)
+    return Overrides(dataloader=loader, **chosen)
 
 
 # The orchestration, the report and the patches live in their own modules; importing them from here
