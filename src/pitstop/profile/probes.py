@@ -37,7 +37,7 @@ from pitstop.profile.probe_kit import (
     sync,
     timed,
 )
-from pitstop.recipes import components
+from pitstop.recipes import components, optimizer_impl
 from pitstop.recipes.component import Component
 from pitstop.train import optim
 
@@ -291,13 +291,11 @@ def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[
     for p in params:  # a step needs gradients; the script's are gone after zero_grad
         if p.grad is None:
             p.grad = torch.randn_like(p) * 1e-3
-    as_is = copy.deepcopy(opt)
-    foreach = copy.deepcopy(opt)
-    for g in foreach.param_groups:
-        g["foreach"] = True
+    base, new = optimizer_impl.ARMS
+    as_is, changed = copy.deepcopy(opt), optimizer_impl.changed(opt)
     dev = params[0].device.type if params else "cpu"
-    t = timed({"as_is": as_is.step, "foreach": foreach.step}, dev, reps=7)
-    return {"type": facts.get("type"), **saving(t, "as_is", "foreach")}
+    t = timed({base: as_is.step, new: changed.step}, dev, reps=7)
+    return {"type": facts.get("type"), **saving(t, base, new)}
 
 
 # the timing of one probe lives in probe_kit; served here too, where callers have always found it

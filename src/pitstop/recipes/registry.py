@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import channels_last
+from pitstop.recipes import channels_last, optimizer_impl
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import Component
@@ -132,14 +132,14 @@ RECIPES: tuple[Recipe, ...] = (
         component=channels_last.__name__,
     ),
     Recipe(
-        "foreach",
+        optimizer_impl.NAME,
         "foreach / fused optimizer",
-        "torch.optim.{optimizer}(params, ..., {impl}=True)",
-        finding="optimizer.foreach",
-        override="optimizer_impl",
+        optimizer_impl.SNIPPET,
+        finding=optimizer_impl.FINDING,
+        override=optimizer_impl.KNOB,
         train="pitstop.train.optim.make_optimizer",
         bench=(("fused", "fused optimizer"),),
-        probe="optimizer",
+        probe=optimizer_impl.PROBE,
         apply="pitstop.tune.apply.apply_optimizer_impl",
         site="optimizer",
     ),

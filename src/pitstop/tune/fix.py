@@ -23,7 +23,7 @@ from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rulekit import WARN_SHARE
-from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, recipe
+from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, optimizer_impl, recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.candidate import Candidate
@@ -160,11 +160,11 @@ def _component(s: _Script, kind: str, why: str) -> Built:
 
 
 def _foreach(s: _Script, kind: str, why: str) -> Built:
-    opts = s.config.get("optimizers") or []
-    if opts and all(o.get("impl") in ("foreach", "fused") for o in opts):
-        return "foreach: every optimizer already uses a foreach/fused implementation"
-    impl = "fused" if s.dev == "cuda" else "foreach"
-    return [Candidate(f"optimizer {impl}", kind, Overrides(optimizer_impl=impl), why)]
+    why_not = optimizer_impl.cannot_help(s.config.get("optimizers") or [])
+    if why_not:
+        return why_not
+    impl = optimizer_impl.choose(s.dev)
+    return [Candidate(f"optimizer {impl}", kind, Overrides.setting(optimizer_impl.KNOB, impl), why)]
 
 
 def _cudnn_benchmark(s: _Script, kind: str, why: str) -> Built:
