@@ -30,7 +30,7 @@ from torch.nn.modules import module as _module
 
 from pitstop.profile import direct_forward
 from pitstop.profile.where import user_location
-from pitstop.recipes import components, enabled
+from pitstop.recipes import autocast, components, enabled
 from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class ModelHooks:
             for k, v in list(kwargs.items()):
                 kwargs[k] = comp.apply_input(v)
         if ov.autocast:
-            ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
+            ctx = autocast.context(module_device_type(module), ov.autocast)
             ctx.__enter__()
             self.autocast_ctx.append(ctx)
         if ov.float32:

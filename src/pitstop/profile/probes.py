@@ -37,7 +37,7 @@ from pitstop.profile.probe_kit import (
     sync,
     timed,
 )
-from pitstop.recipes import components, optimizer_impl
+from pitstop.recipes import autocast, components, optimizer_impl
 from pitstop.recipes.component import Component
 from pitstop.train import optim
 
@@ -139,12 +139,13 @@ def _model_probes(
     elif fp32 and amp_dtype:
 
         def amp() -> None:
-            with torch.autocast(dev, dtype=getattr(torch, amp_dtype)):
+            with autocast.context(dev, amp_dtype):
                 fwd_bwd(model, args, kwargs)
 
-        out["precision"] = {
+        fp32_arm, amp_arm = autocast.ARMS
+        out[autocast.PROBE] = {
             "dtype": amp_dtype,
-            **saving(timed({"fp32": base, "amp": amp}, dev), "fp32", "amp"),
+            **saving(timed({fp32_arm: base, amp_arm: amp}, dev), fp32_arm, amp_arm),
         }
     elif fp32:
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-AUTOCAST_DTYPES = frozenset({"bfloat16", "float16"})
-OPTIMIZER_IMPLS = frozenset({"foreach", "fused"})
+from pitstop.recipes import autocast, optimizer_impl
+
+AUTOCAST_DTYPES = frozenset(autocast.DTYPES)
+OPTIMIZER_IMPLS = frozenset(optimizer_impl.IMPLS)
 # DataLoader keywords a knob may force: the recipes' ``dataloader.<key>`` knobs (the registry checks it
 # names only these), and the two the loader tuner sets
 DATALOADER_KEYS = frozenset(

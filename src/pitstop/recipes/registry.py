@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import channels_last, optimizer_impl
+from pitstop.recipes import autocast, channels_last, optimizer_impl
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import Component
@@ -96,14 +96,14 @@ RECIPES: tuple[Recipe, ...] = (
         site="loader",
     ),
     Recipe(
-        "amp",
+        autocast.NAME,
         "mixed precision (autocast)",
-        "with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = criterion(model(x), y)",
-        finding="precision.amp",
-        override="autocast",
+        autocast.SNIPPET,
+        finding=autocast.FINDING,
+        override=autocast.KNOB,
         train="TrainConfig.precision",
         bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
-        probe="precision",
+        probe=autocast.PROBE,
         apply="pitstop.tune.apply.apply_autocast",
         site="model",
     ),

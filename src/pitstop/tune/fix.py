@@ -23,7 +23,16 @@ from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rulekit import WARN_SHARE
-from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, optimizer_impl, recipe
+from pitstop.recipes import (
+    RECIPES,
+    autocast,
+    by_finding,
+    component,
+    finding_kinds,
+    fix_kinds,
+    optimizer_impl,
+    recipe,
+)
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.tune import fix_dist
 from pitstop.tune.candidate import Candidate
@@ -141,15 +150,16 @@ def _persistent_workers(s: _Script, kind: str, why: str) -> Built:
 
 
 def _amp(s: _Script, kind: str, why: str) -> Built:
-    if any(md.get("autocast") for md in s.models):
-        return "amp: the script already runs its forward under autocast"
+    why_not = autocast.cannot_help(s.models)
+    if why_not:
+        return why_not
     dtype = preferred_amp_dtype(s.dev)
     if dtype is None and why != "requested":
         return f"amp: this {s.dev} has no fast low-precision math"
     if dtype is None and (slow := slower_reason("bfloat16", s.dev)):  # asked for on hardware without it
         return f"amp: {slow}"
     dtype = dtype or "bfloat16"
-    return [Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why)]
+    return [Candidate(f"autocast {dtype}", kind, Overrides.setting(autocast.KNOB, dtype), why)]
 
 
 def _component(s: _Script, kind: str, why: str) -> Built:
