@@ -49,7 +49,9 @@ def test_every_entry_is_complete_and_its_references_exist(r):
             callable(getattr(comp, f))
             for f in ("applies", "cannot_help", "apply_model", "apply_input", "edit")
         )
-    assert bool(r.bench) == bool(r.bench_knob)
+    if r.bench:  # the rows set the entry's knob, or a field only a bench row has
+        assert r.bench_knob or r.override
+    assert not (r.bench_knob and r.override), "a bench row sets the entry's knob"
     if r.bench_knob:
         assert r.bench_knob in {f.name for f in dataclasses.fields(BenchConfig)}
 
@@ -70,7 +72,13 @@ def test_bench_rows_of_an_entry_set_its_knob():
         for row, title in r.bench:
             c = configs[row]
             assert c.title == title == bench_title(row)
-            assert getattr(c, r.bench_knob) != getattr(default, r.bench_knob), (row, r.bench_knob)
+            assert _knob(c, r) != _knob(default, r), (row, r.bench_knob or r.override)
+
+
+def _knob(config, r):
+    """The value a bench row sets for entry ``r``: its knob (``override``) or its ``bench_knob``."""
+    head, _, key = (r.bench_knob or r.override).partition(".")
+    return config.dataloader.get(key) if head == "dataloader" else getattr(config, head)
 
 
 def test_fix_candidates_agree_with_the_registry():

@@ -36,7 +36,7 @@ def _lives(estimate_s: float) -> list[SimpleNamespace]:
 
 
 def test_a_slow_dtype_row_is_skipped_when_its_predicted_time_exceeds_its_share(bf16less_cpu):
-    amp = BenchConfig("amp_bf16", "AMP bf16", amp="bfloat16")
+    amp = BenchConfig("amp_bf16", "AMP bf16", autocast="bfloat16")
     peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
     check = slow_dtype_check(peaks, "cpu", warmup=2, repeats=3, deadline=time.monotonic() + 60, n_configs=3)
     reason = check(amp, _lives(0.03))  # 0.03 s x 295 = 9 s a step, 27 s to warm up; share ~17 s
@@ -103,7 +103,7 @@ def test_a_slow_dtype_row_whose_measured_step_cannot_fit_is_closed_after_warm_up
     from pitstop.bench.measure_configs import ConfigRun, new_row
 
     peaks = {"float32": 89e9, "bfloat16": 89e9 / SLOW}
-    cfgs = [BASELINE, BenchConfig("amp_bf16", "AMP bf16", amp="bfloat16"), BenchConfig("fused", "fused")]
+    cfgs = [BASELINE, BenchConfig("amp_bf16", "AMP bf16", autocast="bfloat16"), BenchConfig("fused", "fused")]
     lives = [
         ConfigRun(c, new_row(c), _FakeSession(est), estimate_s=est)
         for c, est in zip(cfgs, (0.01, 5.0, 5.0), strict=True)

@@ -60,7 +60,7 @@ def test_compile_rows_from_a_timed_out_worker_say_why():
 
 @pytest.mark.slow
 def test_held_worker_times_only_after_go():
-    cfgs = [BASELINE.to_dict(), BenchConfig("fused", "fused", fused=True).to_dict()]
+    cfgs = [BASELINE.to_dict(), BenchConfig("fused", "fused", optimizer_impl="fused").to_dict()]
     h = WorkerHandle(dict(SPEC, threads=1, configs=cfgs, hold=True))
     try:
         assert h.wait_until(lambda w: w.phase() == "ready", time.monotonic() + 240), h.err_path.read_text()[

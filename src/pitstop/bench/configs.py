@@ -6,10 +6,11 @@ GPU, pinned memory without CUDA), so its row carries a reason instead of a numbe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pitstop.recipes import bench_title
+from pitstop.recipes import bench_title, channels_last, enabled
+from pitstop.recipes.knobs import Knobs
 
 
 @dataclass(frozen=True)
@@ -25,35 +26,38 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class BenchConfig:
+class BenchConfig(Knobs):
+    """One row of the ablation: the optimization settings it turns on (``Knobs``: ``dataloader``
+    workers and pinning, ``channels_last``, ``autocast``, ``optimizer_impl``, ``compile``) and the ones
+    only a bench row has."""
+
     name: str
     title: str
-    workers: int = 0
-    pin_memory: bool = False
-    channels_last: bool = False
-    amp: str | None = None  # "bfloat16" / "float16"
-    compile: bool = False
-    fused: bool = False
     checkpoint: bool = False
     accumulation: int = 1  # micro-batches per optimizer step, at the same effective batch
     peer: str | None = None  # "lightning" / "accelerate": the same baseline step through that library
     claim: Claim | None = None
     isolate: bool = False  # measured in a subprocess with a timeout (compile can take minutes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def amp(self) -> str | None:
+        """The autocast dtype ("bfloat16" / "float16"), None for fp32."""
+        return self.autocast
+
+    @property
+    def fused(self) -> bool:
+        return self.optimizer_impl == "fused"
 
     def knobs(self) -> str:
         """The settings that differ from the baseline, in words."""
         parts = []
-        if self.workers:
-            parts.append(f"num_workers={self.workers}")
+        if self.num_workers:
+            parts.append(f"num_workers={self.num_workers}")
         if self.pin_memory:
             parts.append("pin_memory")
-        if self.channels_last:
-            parts.append("channels_last")
-        if self.amp:
-            parts.append(f"autocast {self.amp}")
+        parts += [c.NAME for c in enabled(self)]
+        if self.autocast:
+            parts.append(f"autocast {self.autocast}")
         if self.compile:
             parts.append("torch.compile")
         if self.fused:
@@ -70,7 +74,7 @@ class BenchConfig:
 CLAIMS = {
     "workers": Claim("workers + pinned memory cut data-loading time to 1/3-1/2", "speedup", 1.5, 3.0),
     "pin_memory": Claim("pinned memory speeds host-to-GPU copies", "speedup", 1.1, 2.0),
-    "channels_last": Claim("channels_last speeds convolutions 8-35% (with AMP)", "speedup", 1.08, 1.35),
+    channels_last.NAME: Claim("channels_last speeds convolutions 8-35% (with AMP)", "speedup", 1.08, 1.35),
     "amp_bf16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
     "amp_fp16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
     "compile": Claim("torch.compile 1.3-2x faster training", "speedup", 1.3, 2.0),
@@ -101,29 +105,35 @@ def _single(row: str, **knobs: Any) -> BenchConfig:
     return BenchConfig(row, bench_title(row), claim=CLAIMS[row], **knobs)
 
 
+def _loader(workers: int, pin: bool) -> dict[str, Any]:
+    return {"num_workers": workers, "pin_memory": pin}
+
+
 def ablation(
     device: str, image_input: bool, amp_dtype: str | None, workers: int = 2, peers: bool = True
 ) -> list[BenchConfig]:
     """Baseline, each optimization alone, all speed optimizations together, and the peer rows."""
     configs = [
         BASELINE,
-        _single("workers", workers=workers, pin_memory=device == "cuda"),
-        _single("pin_memory", pin_memory=True),
+        _single("workers", dataloader=_loader(workers, device == "cuda")),
+        _single("pin_memory", dataloader={"pin_memory": True}),
     ]
     if image_input:
-        configs.append(_single("channels_last", channels_last=True))
+        configs.append(_single(channels_last.NAME, **{channels_last.KNOB: True}))
     configs += [
-        _single("amp_bf16", amp="bfloat16"),
-        _single("amp_fp16", amp="float16"),
-        _single("fused", fused=True),
+        _single("amp_bf16", autocast="bfloat16"),
+        _single("amp_fp16", autocast="float16"),
+        _single("fused", optimizer_impl="fused"),
         _single("checkpoint", checkpoint=True),
         _single("accumulation", accumulation=4),
     ]
-    speed = BASELINE
     speed = replace(
-        speed, workers=workers, pin_memory=device == "cuda", channels_last=image_input, fused=True
+        BASELINE,
+        dataloader=_loader(workers, device == "cuda"),
+        optimizer_impl="fused",
+        autocast=amp_dtype,
+        **{channels_last.KNOB: image_input},
     )
-    speed = replace(speed, amp=amp_dtype)
     configs.append(replace(speed, name="all", title="all (eager)", claim=CLAIMS["all"]))
     if peers:
         configs += [
@@ -153,5 +163,5 @@ def why_not(config: BenchConfig, device: str, cuda_available: bool, bf16_ok: boo
 def effective(config: BenchConfig, device: str, cuda_available: bool) -> BenchConfig:
     """The config as it will run: pinning dropped where it cannot apply (the 'workers' row on CPU)."""
     if config.pin_memory and not cuda_available and config.name != "pin_memory":
-        return replace(config, pin_memory=False)
+        return replace(config, dataloader={**config.dataloader, "pin_memory": False})
     return config

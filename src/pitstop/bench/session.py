@@ -1,8 +1,8 @@
 """One ablation config made runnable: model, optimizer and an endless loader, and ``step()``.
 
 Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer,
-apply_activation_checkpointing, maybe_compile, scale_loss) or its component (``pitstop.recipes.channels_last``),
-one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
+apply_activation_checkpointing, maybe_compile, scale_loss) or its component (``pitstop.recipes.channels_last``,
+every one whose knob the row's ``Knobs`` turn on: ``pitstop.recipes.enabled``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch import nn
 
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
-from pitstop.recipes import channels_last
+from pitstop.recipes import enabled
 from pitstop.train import (
     Amp,
     apply_activation_checkpointing,
@@ -51,10 +51,10 @@ def endless_loader(
         ds,
         batch_size=micro_batch,
         sampler=sampler,
-        num_workers=config.workers,
+        num_workers=config.num_workers,
         pin_memory=config.pin_memory,
         drop_last=True,
-        persistent_workers=config.workers > 0,
+        persistent_workers=config.num_workers > 0,
     )
 
 
@@ -67,8 +67,9 @@ class Session:
         model = workload.make_model()
         self.checkpointed = checkpoint_blocks(model) if config.checkpoint else []
         model.to(self.device)
-        if config.channels_last:
-            channels_last.apply_model(model)
+        self.components = enabled(config)  # channels_last, ...: the model and its batches changed
+        for comp in self.components:
+            comp.apply_model(model)
         self.model: nn.Module = model
         self.optimizer = make_optimizer(model, "adamw", lr=1e-3, fused=config.fused)
         self.micro_batch = max(1, workload.batch_size // config.accumulation)
@@ -87,8 +88,8 @@ class Session:
         x, y = next(self.batches)
         x = x.to(self.device, non_blocking=self.config.pin_memory)
         y = y.to(self.device, non_blocking=self.config.pin_memory)
-        if self.config.channels_last:
-            x = channels_last.apply_input(x)
+        for comp in self.components:
+            x = comp.apply_input(x)
         return x, y
 
     def step(self) -> None:

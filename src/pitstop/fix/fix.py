@@ -27,7 +27,16 @@ from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
 from pitstop.profile.overrides import Overrides
 from pitstop.profile.rulekit import WARN_SHARE
-from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, recipe
+from pitstop.recipes import (
+    RECIPES,
+    autocast,
+    by_finding,
+    component,
+    finding_kinds,
+    fix_kinds,
+    optimizer_impl,
+    recipe,
+)
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
@@ -141,15 +150,16 @@ def _persistent_workers(s: _Script, kind: str, why: str) -> Built:
 
 
 def _amp(s: _Script, kind: str, why: str) -> Built:
-    if any(md.get("autocast") for md in s.models):
-        return "amp: the script already runs its forward under autocast"
+    why_not = autocast.cannot_help(s.models)
+    if why_not:
+        return why_not
     dtype = preferred_amp_dtype(s.dev)
     if dtype is None and why != "requested":
         return f"amp: this {s.dev} has no fast low-precision math"
     if dtype is None and (slow := slower_reason("bfloat16", s.dev)):  # asked for on hardware without it
         return f"amp: {slow}"
     dtype = dtype or "bfloat16"
-    return [Candidate(f"autocast {dtype}", kind, Overrides(autocast=dtype), why)]
+    return [Candidate(f"autocast {dtype}", kind, Overrides.setting(autocast.KNOB, dtype), why)]
 
 
 def _component(s: _Script, kind: str, why: str) -> Built:
@@ -160,11 +170,11 @@ def _component(s: _Script, kind: str, why: str) -> Built:
 
 
 def _foreach(s: _Script, kind: str, why: str) -> Built:
-    opts = s.config.get("optimizers") or []
-    if opts and all(o.get("impl") in ("foreach", "fused") for o in opts):
-        return "foreach: every optimizer already uses a foreach/fused implementation"
-    impl = "fused" if s.dev == "cuda" else "foreach"
-    return [Candidate(f"optimizer {impl}", kind, Overrides(optimizer_impl=impl), why)]
+    why_not = optimizer_impl.cannot_help(s.config.get("optimizers") or [])
+    if why_not:
+        return why_not
+    impl = optimizer_impl.choose(s.dev)
+    return [Candidate(f"optimizer {impl}", kind, Overrides.setting(optimizer_impl.KNOB, impl), why)]
 
 
 def _cudnn_benchmark(s: _Script, kind: str, why: str) -> Built:
@@ -277,13 +287,14 @@ def hidden_kinds(findings: list[Finding], taken: list[str]) -> list[tuple[str, s
 
 def merge(overrides: list[Overrides]) -> Overrides:
     """All of them at once (each field: the first that sets it; DataLoader keywords: the last wins)."""
-    out = Overrides()
+    loader: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
     for o in overrides:
-        out.dataloader.update(o.dataloader)
+        loader.update(o.dataloader)
         for f in fields(Overrides):
             if f.name != "dataloader":
-                setattr(out, f.name, getattr(out, f.name) or getattr(o, f.name))
-    return out
+                chosen[f.name] = chosen.get(f.name) or getattr(o, f.name)
+    return Overrides(dataloader=loader, **chosen)
 
 
 # The orchestration, the report and the patches live in their own modules; importing them from here

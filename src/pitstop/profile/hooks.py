@@ -357,7 +357,7 @@ class Instrumentation:
             self.device_timer.mark("fwd_end", now)
         self.counts["forwards"] += 1
         models = self.models
-        return models.override_output(module, output) if models.pending_cl or models.on_outputs else None
+        return models.override_output(module, output) if models.pending or models.on_outputs else None
 
     def backward_begin(self, loss: torch.Tensor | None, now: float) -> None:
         if self.clock.mode == BY_BACKWARD and (self.clock.step_start is None or self.clock.backwards):

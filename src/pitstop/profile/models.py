@@ -30,7 +30,7 @@ from torch.nn.modules import module as _module
 
 from pitstop.profile import direct_forward
 from pitstop.profile.where import user_location
-from pitstop.recipes import channels_last
+from pitstop.recipes import autocast, components, enabled
 from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class ModelHooks:
         self.depth = 0  # module calls open now
         self.model_ids: set[int] = set()
         self.part_ids: set[int] = set()  # every module inside a known model
-        self.pending_cl: set[int] = set()  # lazy models waiting for their first forward (channels_last)
+        self.pending: set[int] = set()  # lazy models waiting for their first forward (model components)
         self.autocast_ctx: list[Any] = []
         self.handles: list[Any] = []
         self.top: list[torch.nn.Module] = []  # the top-level forward in progress (one, or none)
@@ -65,7 +65,8 @@ class ModelHooks:
         self.direct_frame: Any = None  # its forward's frame
         self.direct_end = 0.0  # when the last submodule call inside it ended
         ov = inst.cfg.overrides
-        self.on_inputs = bool(ov.channels_last or ov.autocast or ov.float32)  # override_inputs has work
+        self.injected = enabled(ov)  # the components (channels_last, ...) the overrides turn on
+        self.on_inputs = bool(self.injected or ov.autocast or ov.float32)  # override_inputs has work
         # override_output has work: while an autocast context is open (the list), always under float32
         self.on_outputs: list[Any] | bool = True if ov.float32 else self.autocast_ctx
 
@@ -206,7 +207,7 @@ class ModelHooks:
             or self.top
             or self.on_inputs
             or self.on_outputs is True
-            or self.pending_cl
+            or self.pending
             or self.direct_ids
             or self.parts_alone
         ):
@@ -258,8 +259,8 @@ class ModelHooks:
         inst.captured.models.append(module)
         inst.model_facts[id(module)] = {"first_location": user_location(4)}
         ov = inst.cfg.overrides
-        if ov.channels_last:
-            self.channels_last(module)
+        if self.injected:
+            self.apply_components(module)
         if ov.float32 and has_float64(module) and id(module) not in self.direct_ids:
             float32_model(module)
         if ov.compile:
@@ -269,30 +270,35 @@ class ModelHooks:
                 inst.compile_error = f"{type(e).__name__}: {e}"
 
     # ---------------------------------------------------------------------------- overrides
-    def channels_last(self, module: torch.nn.Module) -> None:
-        if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
-            self.pending_cl.add(id(module))  # lazy layers: convert after the forward that creates them
-            return
-        self.pending_cl.discard(id(module))
-        try:
-            channels_last.apply_model(module)
-        except Exception as e:
-            self.inst.override_errors.append(f"channels_last: {type(e).__name__}: {e}")
+    def apply_components(self, module: torch.nn.Module) -> None:
+        """The injected components' model change; a model one cannot change yet (lazy layers) waits for
+        the forward that creates them."""
+        for comp in self.injected:
+            if not comp.ready(module):
+                self.pending.add(id(module))
+                return
+        self.pending.discard(id(module))
+        for comp in self.injected:
+            try:
+                comp.apply_model(module)
+            except Exception as e:
+                self.inst.override_errors.append(f"{comp.NAME}: {type(e).__name__}: {e}")
 
     def override_inputs(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """Apply the input overrides (channels_last, autocast, float32) at a top-level forward; new args
-        or None. Not for a model called as ``model.forward(x)``: its arguments are bound already."""
+        """Apply the input overrides (the components', e.g. channels_last; autocast, float32) at a top-level
+        forward; new args or None. Not for a model called as ``model.forward(x)``: its arguments are bound
+        already."""
         if id(module) in self.direct_ids:
             return None
         ov = self.inst.cfg.overrides
         new = None
-        if ov.channels_last:
-            new = channels_last.apply_input(args)
+        for comp in self.injected:
+            new = comp.apply_input(args if new is None else new)
             kwargs = call_kwargs()
             for k, v in list(kwargs.items()):
-                kwargs[k] = channels_last.apply_input(v)
+                kwargs[k] = comp.apply_input(v)
         if ov.autocast:
-            ctx = torch.autocast(module_device_type(module), dtype=getattr(torch, ov.autocast))
+            ctx = autocast.context(module_device_type(module), ov.autocast)
             ctx.__enter__()
             self.autocast_ctx.append(ctx)
         if ov.float32:
@@ -302,8 +308,8 @@ class ModelHooks:
         return new
 
     def override_output(self, module: torch.nn.Module, output: Any) -> Any:
-        if self.pending_cl and id(module) in self.pending_cl:
-            self.channels_last(module)
+        if self.pending and id(module) in self.pending:
+            self.apply_components(module)
         if id(module) in self.direct_ids:
             return None
         new = None
@@ -361,5 +367,5 @@ def forward_facts(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[s
         "autocast_dtype": str(torch.get_autocast_dtype(dev)).replace("torch.", "") if autocast else None,
         "input_shapes": [list(t.shape) for t in inputs[:4]],
         "input_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in inputs}),
-        "input_channels_last": channels_last.input_in_use(inputs),
+        **{k: v for c in components() for k, v in c.input_facts(inputs).items()},
     }

@@ -17,6 +17,7 @@ import torch
 
 from pitstop.measure import Arm, Interval, Settings, interleave
 from pitstop.measure_plan import budget_for_rounds
+from pitstop.recipes import autocast
 
 PROBE_BUDGET_S, PROBE_BUDGET_CAP_S = 6.0, 30.0  # one probe's rounds; scaled up to the cap for slow passes
 PROBE_ROUNDS = 3  # rounds the budget must hold: the sequential rule's first look
@@ -131,6 +132,5 @@ def saving(t: Timed, base: str, new: str) -> dict[str, Any]:
 
 
 def as_script(dev: str, facts: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
-    """The autocast the script's forward ran under, if any."""
-    dtype = facts.get("autocast_dtype") if facts.get("autocast") else None
-    return torch.autocast(dev, dtype=getattr(torch, dtype)) if dtype else contextlib.nullcontext()
+    """The autocast the script's forward ran under, if any (``pitstop.recipes.autocast.as_ran``)."""
+    return autocast.as_ran(dev, facts)

@@ -37,7 +37,7 @@ from pitstop.profile.probe_kit import (
     sync,
     timed,
 )
-from pitstop.recipes import components
+from pitstop.recipes import autocast, components, optimizer_impl
 from pitstop.recipes.component import Component
 from pitstop.train import optim
 
@@ -139,12 +139,13 @@ def _model_probes(
     elif fp32 and amp_dtype:
 
         def amp() -> None:
-            with torch.autocast(dev, dtype=getattr(torch, amp_dtype)):
+            with autocast.context(dev, amp_dtype):
                 fwd_bwd(model, args, kwargs)
 
-        out["precision"] = {
+        fp32_arm, amp_arm = autocast.ARMS
+        out[autocast.PROBE] = {
             "dtype": amp_dtype,
-            **saving(timed({"fp32": base, "amp": amp}, dev), "fp32", "amp"),
+            **saving(timed({fp32_arm: base, amp_arm: amp}, dev), fp32_arm, amp_arm),
         }
     elif fp32:
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
@@ -291,13 +292,11 @@ def _optimizer_probe(opt: torch.optim.Optimizer, facts: dict[str, Any]) -> dict[
     for p in params:  # a step needs gradients; the script's are gone after zero_grad
         if p.grad is None:
             p.grad = torch.randn_like(p) * 1e-3
-    as_is = copy.deepcopy(opt)
-    foreach = copy.deepcopy(opt)
-    for g in foreach.param_groups:
-        g["foreach"] = True
+    base, new = optimizer_impl.ARMS
+    as_is, changed = copy.deepcopy(opt), optimizer_impl.changed(opt)
     dev = params[0].device.type if params else "cpu"
-    t = timed({"as_is": as_is.step, "foreach": foreach.step}, dev, reps=7)
-    return {"type": facts.get("type"), **saving(t, "as_is", "foreach")}
+    t = timed({base: as_is.step, new: changed.step}, dev, reps=7)
+    return {"type": facts.get("type"), **saving(t, base, new)}
 
 
 # the timing of one probe lives in probe_kit; served here too, where callers have always found it

@@ -11,7 +11,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.measure import NO_GAIN, UNDECIDED, against_bar
 from pitstop.profile.timeline import PART_LABELS
-from pitstop.recipes import fix_kinds, recipe
+from pitstop.recipes import autocast, components, fix_kinds, optimizer_impl, recipe
 from pitstop.recipes.component import ProbeRule  # a component's rule is one (served here to the rules)
 from pitstop.units import duration
 
@@ -61,11 +61,11 @@ PHASE_OF: dict[str, tuple[str, ...]] = {
     recipe("pin_memory").finding or "": ("h2d_s",),
     "sync.item": ("sync_s",),
     **dict.fromkeys(
-        [recipe(r).finding or r for r in ("amp", "channels_last", "cudnn_benchmark", "tf32")]
-        + ["precision.fp16"],
-        FWD_BWD,
+        [recipe(r).finding or r for r in ("cudnn_benchmark", "tf32")] + ["precision.fp16"], FWD_BWD
     ),
-    recipe("foreach").finding or "": ("optimizer_s",),
+    autocast.FINDING: autocast.PHASES,
+    **{c.FINDING: c.PHASES for c in components()},
+    optimizer_impl.FINDING: optimizer_impl.PHASES,
 }
 
 

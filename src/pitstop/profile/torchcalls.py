@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pitstop.profile.where import user_location
+from pitstop.recipes import optimizer_impl
 
 if TYPE_CHECKING:
     from pitstop.profile.patches import Patches
@@ -41,15 +42,7 @@ def install_torch_patches(inst: ProbePoints, patches: Patches) -> None:
 def _make_opt_init(inst: ProbePoints, orig: Any) -> Any:
     @functools.wraps(orig)
     def __init__(self: torch.optim.Optimizer, params: Any, defaults: dict[str, Any]) -> None:
-        impl = inst.cfg.overrides.optimizer_impl
-        applied = None
-        if impl and isinstance(defaults, dict) and impl in defaults:
-            defaults = dict(defaults)
-            defaults[impl] = True
-            other = "fused" if impl == "foreach" else "foreach"
-            if other in defaults:
-                defaults[other] = None if other == "fused" else False
-            applied = impl
+        defaults, applied = optimizer_impl.inject(defaults, inst.cfg.overrides.optimizer_impl)
         orig(self, params, defaults)
         facts = {
             "type": type(self).__name__,

@@ -1,7 +1,9 @@
 """The registry of optimizations: one ``Recipe`` per optimization (finding id, Overrides field, snippet,
 train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``. An
 optimization that is one component (``pitstop.recipes.component``) has its own module here
-(``channels_last``), which its entry names."""
+(``channels_last``), which its entry names; ``optimizer_impl`` and ``autocast`` keep the same layout.
+``pitstop.recipes.knobs.Knobs`` is the one record of the optimization settings, each recipe's
+``override`` the name of its knob there."""
 
 from pitstop.recipes.registry import (
     BY_FINDING,
@@ -13,6 +15,7 @@ from pitstop.recipes.registry import (
     by_name,
     component,
     components,
+    enabled,
     finding_kinds,
     fix_kinds,
     recipe,
@@ -28,6 +31,7 @@ __all__ = [
     "by_name",
     "component",
     "components",
+    "enabled",
     "finding_kinds",
     "fix_kinds",
     "recipe",

@@ -4,10 +4,12 @@ knows and does about it.
 oneDNN on CPU and cuDNN tensor cores run NHWC convolutions faster. Both the model and its 4-D inputs must
 be converted; a mismatch makes every conv convert on the fly. Which command calls which part:
 
-- ``pitstop.train`` (``TrainConfig.channels_last``, ``DevicePrefetcher``) and ``pitstop bench``:
-  ``has_conv2d``, ``apply_model``, ``apply_input``;
+- ``pitstop.train`` (``TrainConfig.channels_last``: ``wanted``, its "auto" rule; ``DevicePrefetcher``) and
+  ``pitstop bench`` (a row whose ``Knobs.channels_last`` is on): ``apply_model``, ``apply_input``;
 - ``pitstop profile --override channels_last`` (and ``pitstop fix``'s runs): ``apply_model`` on each model
-  the hooks find, ``apply_input`` at each top-level forward; its facts: ``model_facts``, ``input_in_use``;
+  the hooks find (once it is ``ready``), ``apply_input`` at each top-level forward; its facts:
+  ``model_facts``, ``input_facts``;
+- profile's rules: ``PHASES`` bound its saving; the fresh runs that confirm a probe set ``KNOB``;
 - profile's exit probe: ``applies``, then ``apply_model`` on a copy fed ``apply_input``, timed against the
   model as it ran (``ARMS``); ``RULE`` makes the finding;
 - ``pitstop fix``: ``cannot_help``; ``fix --apply``: ``edit``; a finding's code: ``SNIPPET``.
@@ -27,9 +29,11 @@ if TYPE_CHECKING:
     import torch
 
 NAME = "channels_last"
+KNOB = "channels_last"  # the ``Knobs`` field that turns it on (train, bench, profile's injection)
 FINDING = "memory_format.channels_last"
 PROBE = "channels_last"
 ARMS = ("nchw", "channels_last")
+PHASES = ("forward_s", "backward_s")  # the parts of the step its saving lives in (rulekit's ceiling)
 SNIPPET = "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)"
 CONVERT = "{0}.to(memory_format=torch.channels_last)"  # what fix --apply assigns to the model and input
 
@@ -55,6 +59,22 @@ def has_conv2d(model: torch.nn.Module) -> bool:
     """Whether the model has a 2-D (transposed) convolution, the layers NHWC speeds up."""
     convs = _convs()
     return any(isinstance(m, convs) for m in model.modules())
+
+
+def wanted(setting: bool | str, model: torch.nn.Module) -> bool:
+    """Whether ``pitstop.train`` converts ``model``: ``"auto"`` (``TrainConfig``'s default) for a conv net,
+    on CUDA (NHWC tensor-core kernels) and on CPU (oneDNN's native layout); else the setting. On CPU it
+    pays once freed memory stays mapped (keep_host_memory): without that, the extra NHWC copies add page
+    faults that eat the gain (benchmarks/results/train_vs_peers.md)."""
+    return has_conv2d(model) if setting == "auto" else bool(setting)
+
+
+def ready(model: torch.nn.Module) -> bool:
+    """Whether ``apply_model`` can convert ``model`` now: a lazy layer has no shape before its first
+    forward, so profile's injection converts such a model after that forward."""
+    import torch
+
+    return not any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in model.parameters())
 
 
 def apply_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -110,6 +130,11 @@ def model_facts(model: torch.nn.Module) -> dict[str, Any]:
 def input_in_use(tensors: Sequence[torch.Tensor]) -> bool:
     """Whether a forward's inputs include a 4-D tensor in channels_last."""
     return any(t.dim() == 4 and _is_nhwc(t) for t in tensors)
+
+
+def input_facts(tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """What profile records about a forward's inputs: ``input_channels_last``."""
+    return {"input_" + NAME: input_in_use(tensors)}
 
 
 def applies(facts: Mapping[str, Any]) -> bool:

@@ -5,9 +5,12 @@ A component is a plain module: constants and functions, no class to instantiate;
 the module itself as a ``Component``. It holds everything pitstop knows about its optimization; the
 commands call it and implement none of it:
 
-- ``pitstop.train`` and ``pitstop bench``: ``apply_model`` / ``apply_input`` on a plain model and batch;
-- ``pitstop profile``'s injection into an unmodified script (``Overrides.<NAME>``): the same two, on each
-  model the hooks find and at each top-level forward; ``model_facts``: what it records about each model;
+- ``pitstop.train`` and ``pitstop bench``: ``apply_model`` / ``apply_input`` on a plain model and batch,
+  where the settings (``pitstop.recipes.knobs.Knobs``, field ``KNOB``) turn it on (train: ``wanted``);
+- ``pitstop profile``'s injection into an unmodified script (``Overrides.<KNOB>``): the same two, on each
+  model the hooks find (once ``ready``) and at each top-level forward; ``model_facts`` and
+  ``input_facts``: what it records about each model;
+- profile's rules: ``PHASES``, the parts of the step its saving lives in;
 - profile's exit probe: where ``applies`` holds for the model's facts, ``pitstop.profile.probes`` times
   the model as it ran (arm ``ARMS[0]``) against ``apply_model`` on a copy fed ``apply_input`` (``ARMS[1]``)
   through ``pitstop.measure``, and stores the result under ``PROBE``; ``RULE`` is the finding that
@@ -68,14 +71,29 @@ class Component(Protocol):
     """One optimization, whole (see the module's docstring for which command calls which part)."""
 
     NAME: str  # its ``pitstop.recipes`` entry's name
+    KNOB: str  # the ``pitstop.recipes.knobs.Knobs`` field that turns it on (its entry's ``override``)
     FINDING: str  # the id of the finding its rule makes
     PROBE: str  # the key of its probe's result in ``run_probes``' output
     ARMS: tuple[str, str]  # the probe's arms: as the script ran, with the change
+    PHASES: tuple[str, ...]  # the parts of the step (``Breakdown`` fields) its saving lives in
     SNIPPET: str  # the code change a finding shows
     RULE: ProbeRule  # its probe's result -> finding
 
+    def wanted(self, setting: Any, model: Any) -> bool:
+        """Whether ``pitstop.train`` applies it to ``model`` for the ``TrainConfig`` setting (``"auto"``:
+        the component's own rule)."""
+        ...
+
+    def ready(self, model: Any) -> bool:
+        """Whether ``apply_model`` can change ``model`` now (else after its first forward)."""
+        ...
+
     def model_facts(self, model: Any) -> dict[str, Any]:
         """What profile records about a model for this optimization (merged into its model facts)."""
+        ...
+
+    def input_facts(self, tensors: Sequence[Any]) -> dict[str, Any]:
+        """What profile records about a forward's input tensors (merged into its model facts)."""
         ...
 
     def applies(self, facts: Mapping[str, Any]) -> bool:

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import channels_last
+from pitstop.recipes import autocast, channels_last, optimizer_impl
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import Component
@@ -27,11 +27,12 @@ class Recipe:
     name:     stable key; where ``pitstop fix`` times it, its candidate kind.
     title:    a few words for tables.
     finding:  id of the profile finding that recommends it (None: no rule recommends it yet).
-    override: the ``Overrides`` field that injects it (``dataloader.<key>`` for a DataLoader keyword).
+    override: its knob: the ``pitstop.recipes.knobs.Knobs`` field that turns it on (``dataloader.<key>``
+              for a DataLoader keyword); ``Overrides`` injects it, its bench rows set it.
     snippet:  the code change; ``str.format`` fields: {device} {dtype} {impl} {optimizer} {value}.
     train:    how ``pitstop.train`` enables it: ``TrainConfig.<field>`` or a dotted function name.
     bench:    (row name, row title) of each ``pitstop bench`` row that ablates it.
-    bench_knob: the ``BenchConfig`` field those rows set.
+    bench_knob: the ``BenchConfig`` field those rows set, for an entry without a knob (``override``).
     probe:    key of ``pitstop.profile.probes.run_probes``' result that measures it in the user's process.
     apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
     component: dotted name of the module that holds the whole optimization (``pitstop.recipes.component``:
@@ -70,7 +71,6 @@ RECIPES: tuple[Recipe, ...] = (
         finding="dataloader.workers",
         override="dataloader.num_workers",
         bench=(("workers", "DataLoader workers"),),
-        bench_knob="workers",
         apply=DATALOADER_PATCH,
         site="loader",
     ),
@@ -91,21 +91,19 @@ RECIPES: tuple[Recipe, ...] = (
         override="dataloader.pin_memory",
         train="pitstop.train.prefetch.DevicePrefetcher",
         bench=(("pin_memory", "pinned memory"),),
-        bench_knob="pin_memory",
         apply=DATALOADER_PATCH,
         fix=False,
         site="loader",
     ),
     Recipe(
-        "amp",
+        autocast.NAME,
         "mixed precision (autocast)",
-        "with torch.autocast('{device}', dtype=torch.{dtype}):\n    loss = criterion(model(x), y)",
-        finding="precision.amp",
-        override="autocast",
+        autocast.SNIPPET,
+        finding=autocast.FINDING,
+        override=autocast.KNOB,
         train="TrainConfig.precision",
         bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
-        bench_knob="amp",
-        probe="precision",
+        probe=autocast.PROBE,
         apply="pitstop.fix.apply.apply_autocast",
         site="model",
     ),
@@ -125,25 +123,23 @@ RECIPES: tuple[Recipe, ...] = (
         "channels_last",
         channels_last.SNIPPET,
         finding=channels_last.FINDING,
-        override="channels_last",
+        override=channels_last.KNOB,
         train="TrainConfig.channels_last",
         bench=(("channels_last", "channels_last"),),
-        bench_knob="channels_last",
         probe=channels_last.PROBE,
         apply="pitstop.fix.apply.apply_component",
         site="model",
         component=channels_last.__name__,
     ),
     Recipe(
-        "foreach",
+        optimizer_impl.NAME,
         "foreach / fused optimizer",
-        "torch.optim.{optimizer}(params, ..., {impl}=True)",
-        finding="optimizer.foreach",
-        override="optimizer_impl",
+        optimizer_impl.SNIPPET,
+        finding=optimizer_impl.FINDING,
+        override=optimizer_impl.KNOB,
         train="pitstop.train.optim.make_optimizer",
         bench=(("fused", "fused optimizer"),),
-        bench_knob="fused",
-        probe="optimizer",
+        probe=optimizer_impl.PROBE,
         apply="pitstop.fix.apply.apply_optimizer_impl",
         site="optimizer",
     ),
@@ -155,7 +151,6 @@ RECIPES: tuple[Recipe, ...] = (
         override="compile",
         train="TrainConfig.compile",
         bench=(("compile", "torch.compile"),),
-        bench_knob="compile",
         apply="pitstop.fix.apply.apply_compile",
         untimed=True,
         site="model",
@@ -286,3 +281,9 @@ def component(name: str) -> Component | None:
 def components() -> list[Component]:
     """Every entry's component, in registry order."""
     return [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]
+
+
+def enabled(knobs: object) -> list[Component]:
+    """The components whose knob (``KNOB``) is on in ``knobs`` (a ``pitstop.recipes.knobs.Knobs`` or a
+    record built on it), in registry order: what train, bench and profile's injection apply."""
+    return [c for c in components() if getattr(knobs, c.KNOB, False)]

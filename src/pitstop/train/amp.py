@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from pitstop.host.precision import device_type, preferred_amp_dtype
+from pitstop.recipes import autocast as amp_recipe
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 _NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -41,10 +42,8 @@ def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype
 
 
 def autocast(device: torch.device | str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` for the forward pass and loss, or a no-op for fp32."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type(device), dtype=dtype)
+    """``torch.autocast`` for the forward pass and loss, or a no-op for fp32 (``pitstop.recipes.autocast``)."""
+    return amp_recipe.context(device_type(device), dtype)
 
 
 def make_grad_scaler(device: torch.device | str, dtype: torch.dtype | None) -> torch.amp.GradScaler | None:

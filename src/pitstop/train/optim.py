@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from pitstop.recipes import optimizer_impl
+
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
@@ -70,10 +72,7 @@ def make_optimizer(
     device = first.device if first is not None else torch.device("cpu")
     if fused is None:
         fused = fused_supported(cls, device)
-    if fused:
-        kwargs["fused"] = True
-    else:
-        kwargs["foreach"] = True
+    kwargs.update(optimizer_impl.kwargs(bool(fused)))
     return cls(params, lr=lr, **kwargs)
 
 

@@ -16,10 +16,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pitstop.recipes import channels_last
+from pitstop.recipes import components
+from pitstop.recipes.knobs import Knobs
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
 from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
-from pitstop.train.amp import Amp
+from pitstop.train.amp import Amp, resolve_precision
 from pitstop.train.backends import configure_backends
 from pitstop.train.checkpoint_io import (
     TrainState,
@@ -42,7 +43,7 @@ from pitstop.train.distributed import (
 from pitstop.train.evaluation import ComputeLoss, LossFn, default_compute_loss, evaluate
 from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.metrics import RunningMean, batch_size
-from pitstop.train.optim import make_optimizer
+from pitstop.train.optim import fused_supported, make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher
 from pitstop.train.progress import TrainProgress, nvtx_range
 from pitstop.train.schedules import cyclic, one_cycle, total_steps
@@ -91,6 +92,30 @@ class TrainConfig:
     tf32: bool = True
     cudnn_benchmark: bool = True
 
+    def knobs(self, device: torch.device | str, model: torch.nn.Module | None = None) -> Knobs:
+        """The optimization settings ``fit`` turns on for ``model`` on ``device``
+        (``pitstop.recipes.knobs.Knobs``), with each ``"auto"`` decided: the precision's autocast dtype,
+        each model component's own rule (``wanted``; without a model, only a forced ``True``), host memory
+        kept on CPU, cuDNN autotuning on CUDA, and the optimizer ``make_optimizer`` builds (fused where
+        this torch has it for the device, else foreach)."""
+        dtype = resolve_precision(self.precision, device)
+        dev = torch.device(device).type
+        on = {
+            c.KNOB: c.wanted(getattr(self, c.KNOB), model)
+            if model is not None
+            else getattr(self, c.KNOB) is True
+            for c in components()
+        }
+        keep = dev == "cpu" if self.keep_host_memory == "auto" else bool(self.keep_host_memory)
+        return Knobs(
+            autocast=str(dtype).replace("torch.", "") if dtype is not None else None,
+            compile=self.compile,
+            cudnn_benchmark=self.cudnn_benchmark and dev == "cuda",
+            keep_host_memory=keep,
+            optimizer_impl="fused" if fused_supported(torch.optim.AdamW, device) else "foreach",
+            **on,
+        )
+
 
 @dataclass
 class FitResult:
@@ -121,13 +146,12 @@ def prepare_model(
     """Apply device, channels_last, activation checkpointing, DDP/FSDP and compile, in that order."""
     applied: dict[str, Any] = {"device": str(env.device), "precision": amp.name, "world_size": env.world_size}
     model = model.to(env.device)
-    # auto: conv nets on CUDA (NHWC tensor-core kernels) and on CPU (oneDNN's native layout). On CPU it
-    # pays once freed memory stays mapped (keep_host_memory): without that, the extra NHWC copies add
-    # page faults that eat the gain (benchmarks/results/train_vs_peers.md).
-    cl = channels_last.has_conv2d(model) if cfg.channels_last == "auto" else bool(cfg.channels_last)
-    if cl:
-        channels_last.apply_model(model)
-    applied["channels_last"] = cl
+    knobs = cfg.knobs(env.device, model)
+    for comp in components():  # channels_last, ...: each decides "auto" itself (``wanted``)
+        on = getattr(knobs, comp.KNOB)
+        if on:
+            comp.apply_model(model)
+        applied[comp.KNOB] = on
     if cfg.activation_checkpointing:
         applied["activation_checkpointing"] = apply_activation_checkpointing(
             model, cfg.activation_checkpointing
@@ -145,10 +169,8 @@ def prepare_model(
     model = maybe_compile(model, cfg.compile)
     applied["compile"] = cfg.compile
     applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
-    keep = cfg.keep_host_memory
-    if keep == "auto":
-        keep = env.device.type == "cpu"  # on CUDA the step's tensors live in the caching allocator
-    applied["host_memory"] = str(keep_host_memory()) if keep else "off"
+    # auto: on for CPU only; on CUDA the step's tensors live in the caching allocator
+    applied["host_memory"] = str(keep_host_memory()) if knobs.keep_host_memory else "off"
     return model, applied
 
 
