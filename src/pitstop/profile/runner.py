@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.host.load import CpuOutsideSession
+from pitstop.profile.children import CLAIMS as CHILD_CLAIMS
 from pitstop.profile.command import CommandError, launcher_for, parse_command
 from pitstop.profile.result import MEASUREMENTS, RunResult, RunSpec, note_other_cpu, read_measurements
 from pitstop.profile.supervise import grace_s, supervise, wait_or_kill
@@ -142,7 +143,7 @@ def _write_config(spec: RunSpec, out: Path, kind: str, target: str, args: list[s
         "children": True,  # torch.multiprocessing children measured like ranks (pitstop.profile.children)
         "launched_at": time.time(),  # the child's start-up is timed from here (pitstop.profile.budget)
     }
-    for old in out.glob("rank-*"):  # an earlier run's children
+    for old in [*out.glob("rank-*"), out / CHILD_CLAIMS]:  # an earlier run's children
         shutil.rmtree(old, ignore_errors=True)
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
 
