@@ -8,7 +8,8 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
   ``pool`` (``Pool.map`` of the training over ``CHILDREN`` workers, start method ``START``; a barrier
   makes each worker take one task) or ``nested`` (one child trains as rank 0 and starts its own child,
   which trains as rank 1)
-- ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step
+- ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step, ``HANG_AT``: child 1
+  sleeps forever in that step
 - ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended and child 1 has taken 4 steps,
   calls its ``terminate()`` (needs ``RESULTS``)
 - ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
@@ -27,6 +28,7 @@ from torch import nn
 
 STEPS = int(os.environ.get("STEPS", "12"))
 CRASH_AT = int(os.environ.get("CRASH_AT", "-1"))
+HANG_AT = int(os.environ.get("HANG_AT", "-1"))
 RESULTS = os.environ.get("RESULTS")
 
 
@@ -50,6 +52,8 @@ def train(rank: int, model: nn.Module | None = None) -> None:
         loss.backward()
         if rank == 1 and step == CRASH_AT:
             raise RuntimeError(f"planted crash in child 1 at step {step}")
+        if rank == 1 and step == HANG_AT:
+            time.sleep(10**6)  # HANG
         opt.step()
         if rank == 1 and step == 3 and RESULTS:
             Path(RESULTS, "child-1-trains").touch()

@@ -28,6 +28,7 @@ EXAMPLES = HERE.parents[1] / "examples"
 CRASH_LINE = next(
     i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "raise RuntimeError(" in ln
 )
+HANG_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "# HANG" in ln)
 
 
 def profile(tmp_path: Path, script: Path = PLANTED, *args: str, steps: int = 4, **env: str):
@@ -228,6 +229,31 @@ def test_child_that_crashes_is_quoted_with_its_steps(tmp_path):
     assert (
         "RuntimeError: planted crash in child 1" in stderr
     )  # multiprocessing still prints it, as without pitstop
+
+
+@pytest.mark.slow
+def test_child_that_hangs_is_named_with_its_line_and_stacks_at_the_timeout(tmp_path):
+    """Child 1 sleeps forever in its step 3; --timeout stops the run: the error names the child, its pid,
+    the line and the call it waits in, and its profile.hang finding carries its stacks."""
+    spec = RunSpec(command=[sys.executable, str(PLANTED)], steps=4, warmup=1, timeout=30, quiet=True,
+                   probes=False, env={"HANG_AT": "3", "STEPS": "30", "OMP_NUM_THREADS": "1"},
+                   cwd=str(tmp_path))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "timeout" and not res.ok
+    pid = res.ranks[1].data["distributed"]["pid"]
+    where = f"planted_children.py:{HANG_LINE}"
+    assert f"child 1 (pid {pid}, ForkProcess-2) hung at " in res.error, res.error
+    assert f"{where} in time.sleep: no progress for " in res.error
+    assert res.ranks[0].status == "stopped" and len(res.ranks[0].steps) == 4
+    assert res.ranks[1].hang["main"]["where"].endswith(where)
+    assert len(res.ranks[1].warmup_steps + res.ranks[1].steps) == 3  # its steps before the hang are kept
+    report = res.report()
+    [hang] = [f for f in report.findings if f.id == "profile.hang"]
+    assert hang.title.startswith("rank 1: Training hung at ") and hang.location.endswith(where)
+    assert hang.data["rank"] == 1 and hang.data["kind"] == "sleep"
+    main = next(t for t in hang.data["threads"] if t["main"])
+    assert any(fr["file"].endswith("planted_children.py") for fr in main["frames"])
+    assert report.sections["distributed"]["hang"].startswith("child 1 (pid ")
 
 
 @pytest.mark.slow

@@ -15,6 +15,10 @@ task and hanging the parent's ``map``) that is also a ``StopProfiling`` (so the 
 ``map`` raises it, stops cleanly there). The child follows the processes it starts itself
 (``pitstop.profile.children.follow``): grandchildren are measured as its siblings are.
 
+The child runs the profiled process's own ``Watchdog`` (``rank-N/watchdog.json``): a child whose step stalls
+gets its stacks dumped, and when pitstop stops the run (timeout, Ctrl-C) the runner asks every child for its
+stacks before SIGINT (``children_report.request_stacks``), so a hung child is reported where it hung.
+
 Exit probes run in child 0 only, after its siblings have ended (at most ``SIBLING_WAIT_S``), so they time
 the model on a machine the other children no longer load. Hogwild children share the model's parameters
 with the parent: a probe then runs on a copy of the model and optimizers, so nothing the parent reads
@@ -45,7 +49,8 @@ class PoolStop(StopProfiling, Exception):
 def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], follow: Any) -> Any:
     """The target of child ``followed.index``, measured; returns or raises as the target does.
     ``follow``: ``pitstop.profile.children.follow``, for the processes the child starts."""
-    from pitstop.profile.hooks import Instrumentation, write_json_atomic
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.watchdog import Watchdog
 
     cfg = followed.cfg
     out = rank_dir(Path(cfg["out_dir"]), followed.index)
@@ -58,16 +63,20 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], foll
     status, error, tb, code = "completed", None, None, 0
     raised: BaseException | None = None
     grandchildren = None
+    watchdog: Watchdog | None = None
     value = None
     try:
         try:
             inst.install()
             worker.on_install(inst)
             grandchildren = follow(inst, cfg, parent=followed.index)
+            watchdog = Watchdog(inst).start()  # the stacks of a hang, before pitstop stops the child
             inst.flush("running")
             value = followed.target(*args, **kwargs)
         finally:
             worker.on_end()
+            if watchdog is not None:
+                watchdog.stop()
     except StopProfiling:
         status = "stopped"
     except SystemExit as e:
@@ -83,6 +92,14 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], foll
     except BaseException as e:
         raised, status, code = e, "error", 1
         error, tb = instrumented.describe_error(e)
+    return _finish_child(inst, worker, grandchildren, status, error, tb, code, raised, value)
+
+
+def _finish_child(inst: Any, worker: ChildWorker, grandchildren: Any, status: str, error: str | None,
+                  tb: str | None, code: int, raised: BaseException | None, value: Any) -> Any:  # fmt: skip
+    """The child's record written however the target ended; then the child ends as the target did."""
+    from pitstop.profile.hooks import write_json_atomic
+
     if status == "completed" and worker.pool_stopped:  # the pool's loop returned after the stop's task
         status = "stopped"
     if status == "interrupted" and grandchildren is not None:  # its own children stop with it

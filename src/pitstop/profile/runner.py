@@ -216,10 +216,13 @@ def _finish(
 def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
     """The watchdog's stack dump, SIGINT (the script sees KeyboardInterrupt and pitstop writes what it
     measured), then SIGKILL after the grace period (``grace_s``) or at a second Ctrl-C."""
+    from pitstop.profile import children_report
+
     user = reason == "interrupted"
     with contextlib.suppress(KeyboardInterrupt):
         wait = INTERRUPT_STACKS_S if user else REQUEST_WAIT_S
         request_stacks(out, reason, wait_s=wait, alive=lambda: proc.poll() is None)
+        children_report.request_stacks(out, reason, wait)  # training in children: theirs too
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
     wait_or_kill(proc, grace_s(reason))
