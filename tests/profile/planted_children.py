@@ -9,7 +9,7 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
   makes each worker take one task) or ``nested`` (one child trains as rank 0 and starts its own child,
   which trains as rank 1)
 - ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step, ``HANG_AT``: child 1
-  sleeps forever in that step
+  sleeps forever in that step, ``SIGNAL_AT``: child 1 sends itself ``SIGNAL`` (``KILL``, ``INT``) there
 - ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended and child 1 has taken 4 steps,
   calls its ``terminate()`` (needs ``RESULTS``)
 - ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
@@ -18,6 +18,7 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
 """
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from torch import nn
 STEPS = int(os.environ.get("STEPS", "12"))
 CRASH_AT = int(os.environ.get("CRASH_AT", "-1"))
 HANG_AT = int(os.environ.get("HANG_AT", "-1"))
+SIGNAL_AT = int(os.environ.get("SIGNAL_AT", "-1"))
 RESULTS = os.environ.get("RESULTS")
 
 
@@ -52,6 +54,8 @@ def train(rank: int, model: nn.Module | None = None) -> None:
         loss.backward()
         if rank == 1 and step == CRASH_AT:
             raise RuntimeError(f"planted crash in child 1 at step {step}")
+        if rank == 1 and step == SIGNAL_AT:
+            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ["SIGNAL"]))
         if rank == 1 and step == HANG_AT:
             time.sleep(10**6)  # HANG
         opt.step()

@@ -257,6 +257,26 @@ def test_child_that_hangs_is_named_with_its_line_and_stacks_at_the_timeout(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sig", ["KILL", "INT"])
+def test_child_killed_or_interrupted_keeps_its_steps_and_says_how_it_ended(tmp_path, sig):
+    """Child 1 gets SIGKILL (no chance to write its record: its periodic one is kept, and the exit code its
+    parent saw says how it ended) or SIGINT (its own Ctrl-C: it writes its record) in its step 3."""
+    res, report = profile(tmp_path, SIGNAL_AT="3", SIGNAL=sig, STEPS="30", PITSTOP_PROFILE_FLUSH_S="0")
+    child = res.ranks[1]
+    assert len(child.warmup_steps + child.steps) == 3  # the steps it took before the signal
+    assert res.ranks[0].status == "stopped" and len(res.ranks[0].steps) == 4
+    if sig == "KILL":
+        assert child.status == "killed" and res.status == "killed"
+        assert res.error.startswith("rank 1: killed by SIGKILL; measurements up to its last periodic record")
+    else:
+        assert child.status == "interrupted" and res.error.startswith("rank 1: interrupted (SIGINT)"), (
+            res.error
+        )
+    assert res.parent is not None and res.parent.status == "completed"
+    assert "distributed.failure" in ids(report) and "profile.no_step" not in ids(report)
+
+
+@pytest.mark.slow
 def test_child_the_script_terminates_is_stopped_and_still_dies_by_sigterm(tmp_path):
     results = tmp_path / "results"
     results.mkdir()

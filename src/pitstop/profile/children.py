@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.profile.rank_states import alive
+from pitstop.profile.rank_worker import EXIT_CODE, rank_dir
 
 LAUNCHER = "torch.multiprocessing"
 GRACE_S = 10.0  # a child sent SIGINT: time to write what it measured (the runner allows the parent 20 s)
@@ -74,6 +75,7 @@ class Child:
     name: str
     proc: Any = None  # weakref to the script's Process object
     pool: bool = False
+    popen: Any = None  # the Process's own Popen: its exit code outlives the Process object
 
     def alive(self) -> bool:
         """Through the Process object where it still exists: it reaps the child as ``join`` would, and
@@ -115,11 +117,29 @@ class Follower:
                 if name in vars(proc):
                     setattr(proc, name, value)
             if proc.pid is not None:
-                child = Child(index, proc.pid, bool(proc.daemon), proc.name, weakref.ref(proc), pool)
+                child = Child(index, proc.pid, bool(proc.daemon), proc.name, weakref.ref(proc), pool,
+                              getattr(proc, "_popen", None))  # fmt: skip
                 self.children.append(child)
 
     def on_done(self, status: str) -> None:
-        """The script has ended (``status``, as the bootstrap reports it): its live children finish."""
+        """The script has ended (``status``, as the bootstrap reports it): its live children finish, and
+        each child's exit code is left beside its record."""
+        try:
+            self._finish_children(status)
+        finally:
+            self._record_exits()
+
+    def _record_exits(self) -> None:
+        """``rank-N/exitcode`` for each child that has ended: a child killed or crashed before it could write
+        its final record is reported with how it ended."""
+        for c in self.children:
+            folder = rank_dir(Path(self.cfg["out_dir"]), c.index)
+            with contextlib.suppress(Exception):
+                code = c.popen.poll()  # as Process.exitcode reads it (reaps the child if it has ended)
+                if code is not None and folder.is_dir():
+                    (folder / EXIT_CODE).write_text(str(code))
+
+    def _finish_children(self, status: str) -> None:
         live = [c for c in self.children if c.alive()]
         if not live:
             return
