@@ -4,8 +4,12 @@ Each child trains a small model (a BatchNorm in it: its running statistics are b
 for ``STEPS`` steps on data from a fixed seed. The model is made in the parent and shared with the
 children (``SHARED=1``, Hogwild) or made in each child. Environment:
 
-- ``LAUNCH``: ``process`` (``mp.Process(...).start()``, start method ``START``) or ``spawn`` (``mp.spawn``)
-- ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step
+- ``LAUNCH``: ``process`` (``mp.Process(...).start()``, start method ``START``), ``spawn`` (``mp.spawn``),
+  ``pool`` (``Pool.map`` of the training over ``CHILDREN`` workers, start method ``START``; a barrier
+  makes each worker take one task) or ``nested`` (one child trains as rank 0 and starts its own child,
+  which trains as rank 1)
+- ``CHILDREN`` (2), ``STEPS`` (12), ``CRASH_AT``: child 1 raises at that step, ``HANG_AT``: child 1
+  sleeps forever in that step, ``SIGNAL_AT``: child 1 sends itself ``SIGNAL`` (``KILL``, ``INT``) there
 - ``TERMINATE=1``: child 1 trains until the parent, once child 0 has ended and child 1 has taken 4 steps,
   calls its ``terminate()`` (needs ``RESULTS``)
 - ``RESULTS``: a folder; each child writes ``child-R.txt`` (its model's checksum when it ends, in full
@@ -14,6 +18,7 @@ children (``SHARED=1``, Hogwild) or made in each child. Environment:
 """
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,6 +29,8 @@ from torch import nn
 
 STEPS = int(os.environ.get("STEPS", "12"))
 CRASH_AT = int(os.environ.get("CRASH_AT", "-1"))
+HANG_AT = int(os.environ.get("HANG_AT", "-1"))
+SIGNAL_AT = int(os.environ.get("SIGNAL_AT", "-1"))
 RESULTS = os.environ.get("RESULTS")
 
 
@@ -47,6 +54,10 @@ def train(rank: int, model: nn.Module | None = None) -> None:
         loss.backward()
         if rank == 1 and step == CRASH_AT:
             raise RuntimeError(f"planted crash in child 1 at step {step}")
+        if rank == 1 and step == SIGNAL_AT:
+            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ["SIGNAL"]))
+        if rank == 1 and step == HANG_AT:
+            time.sleep(10**6)  # HANG
         opt.step()
         if rank == 1 and step == 3 and RESULTS:
             Path(RESULTS, "child-1-trains").touch()
@@ -54,15 +65,47 @@ def train(rank: int, model: nn.Module | None = None) -> None:
         Path(RESULTS, f"child-{rank}.txt").write_text(checksum(model))
 
 
+BARRIER = None
+
+
+def pool_init(barrier) -> None:
+    global BARRIER
+    BARRIER = barrier
+
+
+def pool_task(rank: int) -> int:
+    BARRIER.wait()  # every worker holds a task before any trains: one task each
+    train(rank)
+    return rank
+
+
+def nested(start: str) -> None:
+    child = mp.get_context(start).Process(target=train, args=(1,))
+    child.start()
+    train(0)
+    child.join()
+
+
 def main() -> None:
     n = int(os.environ.get("CHILDREN", "2"))
     shared = os.environ.get("SHARED") == "1"
     model = make_model().share_memory() if shared else None
-    if os.environ.get("LAUNCH", "process") == "spawn":
+    launch = os.environ.get("LAUNCH", "process")
+    start = os.environ.get("START", "fork")
+    if launch == "spawn":
         mp.spawn(train, args=(model,), nprocs=n)
         kept = "True"
+    elif launch == "pool":
+        ctx = mp.get_context(start)
+        with ctx.Pool(n, initializer=pool_init, initargs=(ctx.Barrier(n),)) as pool:
+            kept = f"pool {pool.map(pool_task, range(n), chunksize=1)}"
+    elif launch == "nested":
+        child = mp.get_context(start).Process(target=nested, args=(start,))
+        child.start()
+        child.join()
+        kept = f"nested {child.exitcode}"
     else:
-        ctx = mp.get_context(os.environ.get("START", "fork"))
+        ctx = mp.get_context(start)
         procs = [ctx.Process(target=train, args=(r, model)) for r in range(n)]
         for p in procs:
             p.start()

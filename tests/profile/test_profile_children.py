@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from pitstop.cli import main as cli_main
-from pitstop.profile.children import Followed, Follower, _user_target
+from pitstop.profile.children import Followed, Follower, _user_target, claim_index
 from pitstop.profile.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
@@ -28,6 +28,7 @@ EXAMPLES = HERE.parents[1] / "examples"
 CRASH_LINE = next(
     i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "raise RuntimeError(" in ln
 )
+HANG_LINE = next(i for i, ln in enumerate(PLANTED.read_text().splitlines(), 1) if "# HANG" in ln)
 
 
 def profile(tmp_path: Path, script: Path = PLANTED, *args: str, steps: int = 4, **env: str):
@@ -54,8 +55,9 @@ def _train(rank: int) -> None:
     pass
 
 
-def test_start_carries_the_target_in_a_picklable_wrapper_only_while_starting():
-    follower = Follower(inst=None, cfg={"steps": 3})
+def test_start_carries_the_target_in_a_picklable_wrapper_only_while_starting(tmp_path):
+    cfg = {"steps": 3, "out_dir": str(tmp_path)}
+    follower = Follower(inst=None, cfg=cfg)
     seen = []
 
     def start(proc):  # what BaseProcess.start does: the child gets the target, then the object drops it
@@ -65,7 +67,8 @@ def test_start_carries_the_target_in_a_picklable_wrapper_only_while_starting():
     proc = multiprocessing.Process(target=_train, args=(0,))
     follower.start(start, proc)
     [carried] = seen
-    assert isinstance(carried, Followed) and carried.target is _train and carried.cfg == {"steps": 3}
+    assert isinstance(carried, Followed) and carried.target is _train and carried.cfg == cfg
+    assert carried.index == 0 and not carried.pool and carried.parent is None
     assert not hasattr(proc, "_target") and not hasattr(proc, "_args")  # as without pitstop
 
     def fails(proc):
@@ -75,6 +78,67 @@ def test_start_carries_the_target_in_a_picklable_wrapper_only_while_starting():
     with pytest.raises(OSError):
         follower.start(fails, proc)
     assert proc._target is _train and proc._args == (0,)
+
+
+def test_pool_workers_are_followed_and_numbers_are_claimed_across_processes(tmp_path):
+    from multiprocessing.pool import worker
+
+    cfg = {"out_dir": str(tmp_path)}
+    claim_index(tmp_path)  # another process of the run took 0
+    seen = []
+
+    def start(proc):
+        seen.append(pickle.loads(pickle.dumps(proc._target)))
+
+    Follower(inst=None, cfg=cfg, parent=0).start(
+        start, multiprocessing.Process(target=worker, args=(None, None))
+    )
+    [carried] = seen
+    assert carried.pool and carried.target is worker and carried.index == 1 and carried.parent == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_pool_workers_are_measured_and_stop_the_map_cleanly(tmp_path, start):
+    """Pool.map of the training: each worker is a child; the first to measure its steps stops, its stop
+    reaches the script's map as a clean stop, and the pool's terminate() ends the other as stopped."""
+    res, report = profile(tmp_path, LAUNCH="pool", START=start)
+    assert res.ok, res.error
+    assert report.meta["start_methods"] == [start] and sorted(res.ranks) == [0, 1]
+    assert all(r.status == "stopped" for r in res.ranks.values())
+    assert max(len(r.steps) for r in res.ranks.values()) == 4
+    assert all(len(r.warmup_steps + r.steps) >= 1 for r in res.ranks.values())
+    assert all(r.data["distributed"]["child"]["pool_worker"] for r in res.ranks.values())
+    assert res.parent is not None and res.parent.status == "stopped"
+    [note] = [f for f in report.findings if f.id == "profile.children"]
+    assert "ForkPoolWorker" in note.evidence or "SpawnPoolWorker" in note.evidence
+
+
+@pytest.mark.slow
+def test_pool_workers_train_to_the_end_with_full(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    spec = RunSpec(command=[sys.executable, str(PLANTED)], full=True, warmup=1, timeout=240, quiet=True,
+                   probes=False, env={"LAUNCH": "pool", "RESULTS": str(results), "OMP_NUM_THREADS": "1"},
+                   cwd=str(tmp_path))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    assert {r: len(x.steps) for r, x in res.ranks.items()} == {0: 11, 1: 11}
+    assert (results / "parent.txt").read_text().endswith("pool [0, 1]")  # map's results, as without pitstop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_grandchildren_are_followed(tmp_path, start):
+    res, report = profile(tmp_path, LAUNCH="nested", START=start)
+    assert res.ok, res.error
+    assert {r: (x.status, len(x.steps)) for r, x in res.ranks.items()} == {
+        0: ("stopped", 4),
+        1: ("stopped", 4),
+    }
+    facts = {r: x.data["distributed"]["child"] for r, x in res.ranks.items()}
+    assert facts[0]["parent"] is None and facts[1]["parent"] == 0
+    assert report.meta["children"] == 2
 
 
 @pytest.mark.slow
@@ -165,6 +229,51 @@ def test_child_that_crashes_is_quoted_with_its_steps(tmp_path):
     assert (
         "RuntimeError: planted crash in child 1" in stderr
     )  # multiprocessing still prints it, as without pitstop
+
+
+@pytest.mark.slow
+def test_child_that_hangs_is_named_with_its_line_and_stacks_at_the_timeout(tmp_path):
+    """Child 1 sleeps forever in its step 3; --timeout stops the run: the error names the child, its pid,
+    the line and the call it waits in, and its profile.hang finding carries its stacks."""
+    spec = RunSpec(command=[sys.executable, str(PLANTED)], steps=4, warmup=1, timeout=30, quiet=True,
+                   probes=False, env={"HANG_AT": "3", "STEPS": "30", "OMP_NUM_THREADS": "1"},
+                   cwd=str(tmp_path))  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.status == "timeout" and not res.ok
+    pid = res.ranks[1].data["distributed"]["pid"]
+    where = f"planted_children.py:{HANG_LINE}"
+    assert f"child 1 (pid {pid}, ForkProcess-2) hung at " in res.error, res.error
+    assert f"{where} in time.sleep: no progress for " in res.error
+    assert res.ranks[0].status == "stopped" and len(res.ranks[0].steps) == 4
+    assert res.ranks[1].hang["main"]["where"].endswith(where)
+    assert len(res.ranks[1].warmup_steps + res.ranks[1].steps) == 3  # its steps before the hang are kept
+    report = res.report()
+    [hang] = [f for f in report.findings if f.id == "profile.hang"]
+    assert hang.title.startswith("rank 1: Training hung at ") and hang.location.endswith(where)
+    assert hang.data["rank"] == 1 and hang.data["kind"] == "sleep"
+    main = next(t for t in hang.data["threads"] if t["main"])
+    assert any(fr["file"].endswith("planted_children.py") for fr in main["frames"])
+    assert report.sections["distributed"]["hang"].startswith("child 1 (pid ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["KILL", "INT"])
+def test_child_killed_or_interrupted_keeps_its_steps_and_says_how_it_ended(tmp_path, sig):
+    """Child 1 gets SIGKILL (no chance to write its record: its periodic one is kept, and the exit code its
+    parent saw says how it ended) or SIGINT (its own Ctrl-C: it writes its record) in its step 3."""
+    res, report = profile(tmp_path, SIGNAL_AT="3", SIGNAL=sig, STEPS="30", PITSTOP_PROFILE_FLUSH_S="0")
+    child = res.ranks[1]
+    assert len(child.warmup_steps + child.steps) == 3  # the steps it took before the signal
+    assert res.ranks[0].status == "stopped" and len(res.ranks[0].steps) == 4
+    if sig == "KILL":
+        assert child.status == "killed" and res.status == "killed"
+        assert res.error.startswith("rank 1: killed by SIGKILL; measurements up to its last periodic record")
+    else:
+        assert child.status == "interrupted" and res.error.startswith("rank 1: interrupted (SIGINT)"), (
+            res.error
+        )
+    assert res.parent is not None and res.parent.status == "completed"
+    assert "distributed.failure" in ids(report) and "profile.no_step" not in ids(report)
 
 
 @pytest.mark.slow

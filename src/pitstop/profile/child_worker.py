@@ -9,6 +9,16 @@ its SystemExit; a SIGTERM (``Process.terminate``) still ends it by SIGTERM, and 
 failure: the script ended its child. A clean stop after the
 measured steps returns None from the target, so the child exits 0 and the parent goes on.
 
+A ``multiprocessing.Pool`` worker is measured over the whole task loop it runs. Its stop after the measured
+steps is a ``PoolStop``: an ``Exception`` (so the pool returns it as the task's error, rather than losing the
+task and hanging the parent's ``map``) that is also a ``StopProfiling`` (so the script's process, where
+``map`` raises it, stops cleanly there). The child follows the processes it starts itself
+(``pitstop.profile.children.follow``): grandchildren are measured as its siblings are.
+
+The child runs the profiled process's own ``Watchdog`` (``rank-N/watchdog.json``): a child whose step stalls
+gets its stacks dumped, and when pitstop stops the run (timeout, Ctrl-C) the runner asks every child for its
+stacks before SIGINT (``children_report.request_stacks``), so a hung child is reported where it hung.
+
 Exit probes run in child 0 only, after its siblings have ended (at most ``SIBLING_WAIT_S``), so they time
 the model on a machine the other children no longer load. Hogwild children share the model's parameters
 with the parent: a probe then runs on a copy of the model and optimizers, so nothing the parent reads
@@ -26,14 +36,21 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.profile import instrumented
+from pitstop.profile.hooks import StopProfiling
 from pitstop.profile.rank_worker import Identity, RankWorker, rank_dir
 
 SIBLING_WAIT_S = 30.0
 
 
-def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The target of child ``followed.index``, measured; returns or raises as the target does."""
-    from pitstop.profile.hooks import Instrumentation, StopProfiling, write_json_atomic
+class PoolStop(StopProfiling, Exception):
+    """A Pool worker's stop after its measured steps (see the module's docstring)."""
+
+
+def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], follow: Any) -> Any:
+    """The target of child ``followed.index``, measured; returns or raises as the target does.
+    ``follow``: ``pitstop.profile.children.follow``, for the processes the child starts."""
+    from pitstop.profile.hooks import Instrumentation
+    from pitstop.profile.watchdog import Watchdog
 
     cfg = followed.cfg
     out = rank_dir(Path(cfg["out_dir"]), followed.index)
@@ -41,19 +58,25 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     probes = bool(cfg.get("probes", True)) and followed.index == 0
     inst = Instrumentation(instrumented.make_config({**cfg, "probes": probes}, out))
     inst.flush_path = out / instrumented.MEASUREMENTS
-    worker = ChildWorker(followed.index, out)
+    worker = ChildWorker(followed.index, out, followed.pool, followed.parent)
     instrumented.ON_PROBES[:] = [worker.probe_model]
     status, error, tb, code = "completed", None, None, 0
     raised: BaseException | None = None
+    grandchildren = None
+    watchdog: Watchdog | None = None
     value = None
     try:
         try:
             inst.install()
             worker.on_install(inst)
+            grandchildren = follow(inst, cfg, parent=followed.index)
+            watchdog = Watchdog(inst).start()  # the stacks of a hang, before pitstop stops the child
             inst.flush("running")
             value = followed.target(*args, **kwargs)
         finally:
             worker.on_end()
+            if watchdog is not None:
+                watchdog.stop()
     except StopProfiling:
         status = "stopped"
     except SystemExit as e:
@@ -69,6 +92,19 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     except BaseException as e:
         raised, status, code = e, "error", 1
         error, tb = instrumented.describe_error(e)
+    return _finish_child(inst, worker, grandchildren, status, error, tb, code, raised, value)
+
+
+def _finish_child(inst: Any, worker: ChildWorker, grandchildren: Any, status: str, error: str | None,
+                  tb: str | None, code: int, raised: BaseException | None, value: Any) -> Any:  # fmt: skip
+    """The child's record written however the target ended; then the child ends as the target did."""
+    from pitstop.profile.hooks import write_json_atomic
+
+    if status == "completed" and worker.pool_stopped:  # the pool's loop returned after the stop's task
+        status = "stopped"
+    if status == "interrupted" and grandchildren is not None:  # its own children stop with it
+        with contextlib.suppress(BaseException):
+            grandchildren.on_done(status)
     ending = "interrupted" if worker.signal else status  # no probes once signalled
     try:
         data = instrumented.finalize(inst, ending)
@@ -96,10 +132,22 @@ class ChildWorker(RankWorker):
     """A ``RankWorker`` whose world is the process group the child joined itself (if any), not a
     launcher's environment."""
 
-    def __init__(self, rank: int, out: Path) -> None:
+    def __init__(self, rank: int, out: Path, pool: bool = False, parent: int | None = None) -> None:
         # one process of the script's own children: its world is read when it stops (``world_size``)
         super().__init__(Identity(rank=rank, world=1, local_rank=rank, local_world=1, node=0), out)
         self._old_signals: dict[int, Any] = {}
+        self.pool = pool
+        self.parent = parent
+        self.pool_stopped = False  # its task stopped after the measured steps; the pool went on
+
+    def _stop_together(self) -> None:
+        try:
+            super()._stop_together()
+        except StopProfiling as e:
+            if not self.pool:
+                raise
+            self.pool_stopped = True
+            raise PoolStop(*e.args) from None
 
     def on_install(self, inst: Any) -> None:
         with contextlib.suppress(ValueError, OSError):
@@ -132,6 +180,8 @@ class ChildWorker(RankWorker):
             "name": multiprocessing.current_process().name,
             "start_method": multiprocessing.get_start_method(allow_none=True),
             "process_group": world > 1,
+            "pool_worker": self.pool,
+            "parent": self.parent,
             "shared_parameters": any(t.is_shared() for t in self._tensors(self._model())),
         }
 

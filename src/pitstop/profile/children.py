@@ -10,11 +10,15 @@ its own target again once ``start()`` returns. Nothing runs per step: ``start`` 
 
 In the child, ``Followed`` hands over to ``pitstop.profile.child_worker``, which measures the target as a
 rank of a launch is measured and writes ``rank-N/`` (N: the order the children were started in) in the
-run's folder. DataLoader workers, Pool and executor workers, managers and other library processes are not
-followed, nor are ``Process`` subclasses that override ``run`` (their target is None).
+run's folder. ``multiprocessing.Pool`` workers are followed too (the tasks they run are the training), and
+so are a child's own children (each child follows the processes it starts, as the script's process does):
+every followed process claims the next free N in the run's folder (``CLAIMS``), whichever process starts it.
+DataLoader workers, executor workers, managers and other library processes are not followed, nor are
+``Process`` subclasses that override ``run`` (their target is None).
 
 When the script ends, the parent lets its live children finish as Python would (non-daemonic ones are
-waited for; daemonic ones are sent SIGTERM, as Python's exit does, and write their record); on Ctrl-C or a timeout
+waited for; daemonic ones and Pool workers are sent SIGTERM, as Python's exit and ``Pool.terminate`` do, and
+write their record); on Ctrl-C or a timeout
 every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pitstop.profile.children_report``
 (in pitstop's own process) turns the children's records into one report.
 """
@@ -22,19 +26,23 @@ every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pi
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
 import time
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pitstop.profile.rank_states import alive
+from pitstop.profile.rank_worker import EXIT_CODE, rank_dir
 
 LAUNCHER = "torch.multiprocessing"
 GRACE_S = 10.0  # a child sent SIGINT: time to write what it measured (the runner allows the parent 20 s)
 POLL_S = 0.05
+CLAIMS = ".children"  # in the run's folder: one empty file per followed process, its N (``claim_index``)
 # modules whose processes are the machinery of a library, not the script's training
 _NOT_FOLLOWED = ("multiprocessing", "concurrent", "torch", "pitstop", "joblib", "loky")
 _follower: Follower | None = None  # the script's process: its follower (read in a forked child)
@@ -47,6 +55,8 @@ class Followed:
     target: Any
     index: int
     cfg: dict[str, Any]
+    pool: bool = False  # a ``multiprocessing.Pool`` worker: its target is the pool's task loop
+    parent: int | None = None  # the followed child that started it (a grandchild), None: the script
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if "torch" not in sys.modules:  # a child that never imported torch does not train: untouched
@@ -54,7 +64,7 @@ class Followed:
         from pitstop.profile.child_worker import run_child
 
         leave_parent()  # a forked child holds a copy of the parent's instrumentation: removed first
-        return run_child(self, args, kwargs)
+        return run_child(self, args, kwargs, follow)
 
 
 @dataclass
@@ -64,6 +74,8 @@ class Child:
     daemon: bool
     name: str
     proc: Any = None  # weakref to the script's Process object
+    pool: bool = False
+    popen: Any = None  # the Process's own Popen: its exit code outlives the Process object
 
     def alive(self) -> bool:
         """Through the Process object where it still exists: it reaps the child as ``join`` would, and
@@ -83,19 +95,21 @@ class Follower:
     cfg: dict[str, Any]
     pid: int = field(default_factory=os.getpid)
     children: list[Child] = field(default_factory=list)
+    parent: int | None = None  # in a followed child: its own index
 
     def start(self, orig: Any, proc: Any) -> Any:
         target = getattr(proc, "_target", None)
         spawn_wrap = _torch_spawn_wrap()
         inner = target is spawn_wrap and spawn_wrap is not None and len(proc._args) >= 1
-        if os.getpid() != self.pid or not (inner or _user_target(target)):
+        pool = target is not None and target is _pool_worker()
+        if os.getpid() != self.pid or not (inner or pool or _user_target(target)):
             return orig(proc)
-        index = len(self.children)
+        index = claim_index(Path(self.cfg["out_dir"]))
         saved = proc._target, proc._args
         if inner:
-            proc._args = (Followed(proc._args[0], index, self.cfg), *proc._args[1:])
+            proc._args = (Followed(proc._args[0], index, self.cfg, parent=self.parent), *proc._args[1:])
         else:
-            proc._target = Followed(target, index, self.cfg)
+            proc._target = Followed(target, index, self.cfg, pool, self.parent)
         try:
             return orig(proc)
         finally:  # start() deletes them once the process runs: the script's object is as without pitstop
@@ -103,10 +117,29 @@ class Follower:
                 if name in vars(proc):
                     setattr(proc, name, value)
             if proc.pid is not None:
-                self.children.append(Child(index, proc.pid, bool(proc.daemon), proc.name, weakref.ref(proc)))
+                child = Child(index, proc.pid, bool(proc.daemon), proc.name, weakref.ref(proc), pool,
+                              getattr(proc, "_popen", None))  # fmt: skip
+                self.children.append(child)
 
     def on_done(self, status: str) -> None:
-        """The script has ended (``status``, as the bootstrap reports it): its live children finish."""
+        """The script has ended (``status``, as the bootstrap reports it): its live children finish, and
+        each child's exit code is left beside its record."""
+        try:
+            self._finish_children(status)
+        finally:
+            self._record_exits()
+
+    def _record_exits(self) -> None:
+        """``rank-N/exitcode`` for each child that has ended: a child killed or crashed before it could write
+        its final record is reported with how it ended."""
+        for c in self.children:
+            folder = rank_dir(Path(self.cfg["out_dir"]), c.index)
+            with contextlib.suppress(Exception):
+                code = c.popen.poll()  # as Process.exitcode reads it (reaps the child if it has ended)
+                if code is not None and folder.is_dir():
+                    (folder / EXIT_CODE).write_text(str(code))
+
+    def _finish_children(self, status: str) -> None:
         live = [c for c in self.children if c.alive()]
         if not live:
             return
@@ -114,23 +147,27 @@ class Follower:
             if status == "interrupted":
                 _interrupt(live)
                 return
-            if status != "stopped":  # Python's exit terminates daemonic children, by SIGTERM
-                _interrupt([c for c in live if c.daemon], signal.SIGTERM)
+            # Python's exit terminates daemonic children by SIGTERM; a Pool's workers wait for tasks that no
+            # longer come (the pool's own finalizer terminates them)
+            ended = [c for c in live if c.pool or (c.daemon and status != "stopped")]
+            if ended:
+                _interrupt(ended, signal.SIGTERM)
             while any(c.alive() for c in live):  # as Python joins them at exit
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
             _interrupt(live)
 
 
-def follow(inst: Any, cfg: dict[str, Any]) -> Follower:
-    """Follow the processes the script starts, for as long as ``inst`` is installed."""
+def follow(inst: Any, cfg: dict[str, Any], parent: int | None = None) -> Follower:
+    """Follow the processes the script (or, with ``parent``, that followed child) starts, for as long as
+    ``inst`` is installed."""
     global _follower
     from multiprocessing.process import BaseProcess
 
     child_cfg = {
         k: cfg.get(k) for k in ("steps", "warmup", "full", "trace", "probes", "overrides", "out_dir")
     }
-    follower = Follower(inst, child_cfg)
+    follower = Follower(inst, child_cfg, parent=parent)
     orig = BaseProcess.start
 
     def start(proc: Any) -> Any:
@@ -156,6 +193,23 @@ def leave_parent() -> None:
         threading.excepthook = hook._prev_excepthook
     with contextlib.suppress(Exception):
         f.inst.uninstall()
+
+
+def claim_index(out: Path) -> int:
+    """The next free N in the run's folder, claimed atomically: the script's process and its followed
+    children number the processes they start from the same sequence."""
+    claims = out / CLAIMS
+    claims.mkdir(parents=True, exist_ok=True)
+    for i in itertools.count():
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(claims / str(i), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return i
+    raise AssertionError("unreachable")
+
+
+def _pool_worker() -> Any:
+    mod = sys.modules.get("multiprocessing.pool")
+    return getattr(mod, "worker", None)
 
 
 def _torch_spawn_wrap() -> Any:

@@ -5,18 +5,25 @@ The children's records (``rank-N/`` in the run's folder) are read and merged by 
 (stragglers where the children wait for each other in collectives, threads against cores), one verdict.
 The script's own process is the parent: its record says how the script ended, and its forwards outside
 any training step (a test pass on the trained model) are named as such rather than as a missing step.
+A child that was blocked when pitstop stopped the run (its watchdog's dump, ``pitstop.profile.watchdog``)
+is named in the run's error (which child, its pid, the line and the call it waits in) and gets its
+``profile.hang`` finding with its stacks, as a hung rank does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.profile.children import LAUNCHER
 from pitstop.profile.merge import RanksResult, build_ranks_report, collect_ranks, quote
-from pitstop.profile.rank_states import read_states
+from pitstop.profile.rank_states import alive, read_states
 from pitstop.profile.result import RunResult, RunSpec
+from pitstop.profile.watchdog import WATCHDOG_FILE
+from pitstop.profile.watchdog import request_stacks as request_dump
 
 
 @dataclass
@@ -36,6 +43,39 @@ def steps_so_far(out: Path) -> int | None:
     return min((int(s.get("step", 0)) for s in states.values()), default=None)
 
 
+def request_stacks(out: Path, reason: str, wait_s: float) -> None:
+    """Before the run is stopped: each live child's watchdog dumps its stacks (``rank-N/watchdog.json``),
+    as the script's own process does. No child (no ``rank-N`` folder): nothing is read or written."""
+    for d in sorted(out.glob("rank-*")):
+        if not (d / WATCHDOG_FILE).exists():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(json.loads((d / WATCHDOG_FILE).read_text()).get("pid") or 0)
+            if alive(pid):
+                request_dump(d, reason, wait_s=wait_s, alive=lambda pid=pid: alive(pid))
+
+
+def hung_children(ranks: dict[int, RunResult]) -> str | None:
+    """'child 1 (pid 123, Process-2) hung at train.py:40 in time.sleep: no progress for 12.0 s (3 steps
+    done)' for each child stopped blocked, or None."""
+    parts = []
+    for r, res in sorted(ranks.items()):
+        dump = res.hang
+        if not dump:
+            continue
+        dist = res.data.get("distributed") or {}
+        pid = dist.get("pid") or (res.data.get("watchdog") or {}).get("pid")
+        name = (dist.get("child") or {}).get("name")
+        main = dump.get("main") or {}
+        call = f" in {main['call']}" if main.get("call") else ""
+        who = ", ".join(str(x) for x in (f"pid {pid}" if pid else None, name) if x)
+        parts.append(
+            f"child {r}{f' ({who})' if who else ''} hung at {main.get('where') or 'an unknown place'}{call}: "
+            f"no progress for {dump['since_progress_s']:.1f} s ({dump.get('steps_done', 0)} steps done)"
+        )
+    return "; ".join(parts) or None
+
+
 def collect(spec: RunSpec, parent: RunResult, out: Path) -> RunResult:
     """``parent`` (the script's own record) with what its children measured: a ``ChildrenResult`` when a
     child trained or failed, else ``parent`` as it is."""
@@ -51,12 +91,16 @@ def collect(spec: RunSpec, parent: RunResult, out: Path) -> RunResult:
         result.status, result.returncode = parent.status, parent.returncode
         result.error = f"the parent process: {quote(parent.error)}"
     result.data["other_cpu_share"] = parent.data.get("other_cpu_share")
+    hung = hung_children(result.ranks)
+    if hung is not None:
+        result.hang = hung
+        result.error = f"{result.error}; {hung}" if result.error else hung
     return result
 
 
 def build_children_report(result: ChildrenResult) -> Report:
     parent = result.parent
-    extra = [children_note(result)]
+    extra = [children_note(result), *_unmeasured_hangs(result)]
     if parent is not None and parent.steps:  # the parent trained too: its findings, named as its own
         from pitstop.profile.rules import problem_findings
 
@@ -80,6 +124,24 @@ def build_children_report(result: ChildrenResult) -> Report:
         if parent.status == "error" and parent.data.get("traceback") and result.status == parent.status:
             report.error = f"{report.error}\n\nparent process traceback:\n{parent.data['traceback']}"
     return report
+
+
+def _unmeasured_hangs(result: RanksResult) -> list[Finding]:
+    """The hang of a child that had measured no step yet (the ranks' report gives findings to the
+    children with steps only)."""
+    from pitstop.profile.rules_progress import hang_finding
+
+    found = []
+    for r, res in sorted(result.ranks.items()):
+        wd = res.data.get("watchdog") or {}
+        if res.steps or not wd.get("hang"):
+            continue
+        f = hang_finding(wd, res.data, wd.get("run_status"))
+        if f is not None:
+            f.title = f"rank {r}: {f.title}"
+            f.data = {**f.data, "rank": r}
+            found.append(f)
+    return found
 
 
 def _start_methods(result: RanksResult) -> list[str]:

@@ -8,7 +8,9 @@ findings are kept per rank (their title and ``data["rank"]`` name it); the distr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -142,11 +144,21 @@ def _explain_killed(r: int, res: RunResult, st: dict[str, Any], rank_dir: Path) 
         )
         return
     last = st.get("collective_step")
+    how = "ended abruptly (os._exit, a signal or a crash in native code)"
+    with contextlib.suppress(OSError, ValueError):  # a followed child: its exit code, from its parent
+        how = _exit_text(int((rank_dir / rw.EXIT_CODE).read_text()))
     res.error = (
-        "ended abruptly (os._exit, a signal or a crash in native code)"
+        how
         + (f" after reaching its collectives of step {last}" if last is not None else "")
         + "; measurements up to its last periodic record"
     )
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"ended with exit status {code} before writing its record (os._exit or a crash in native code)"
 
 
 def _launch_outcome(

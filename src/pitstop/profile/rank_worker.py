@@ -35,6 +35,7 @@ ENV_SELF_RANK = "PITSTOP_SELF_RANK"  # the parent's command is the rank itself (
 STATE = "state.json"
 HEARTBEAT = "heartbeat"  # the step of the rank's last collective, read if it dies
 HEARTBEAT_BYTES = 13  # b"%12d\n"
+EXIT_CODE = "exitcode"  # a followed child's exit code, written by the process that started it (children.py)
 WATCH_S = 0.2
 STILL_S = 2.0  # no step and no collective for this long: the state says where the main thread is
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.host.load import CpuOutsideSession
+from pitstop.profile.children import CLAIMS as CHILD_CLAIMS
 from pitstop.profile.command import CommandError, launcher_for, parse_command
 from pitstop.profile.result import MEASUREMENTS, RunResult, RunSpec, note_other_cpu, read_measurements
 from pitstop.profile.supervise import grace_s, supervise, wait_or_kill
@@ -142,7 +143,7 @@ def _write_config(spec: RunSpec, out: Path, kind: str, target: str, args: list[s
         "children": True,  # torch.multiprocessing children measured like ranks (pitstop.profile.children)
         "launched_at": time.time(),  # the child's start-up is timed from here (pitstop.profile.budget)
     }
-    for old in out.glob("rank-*"):  # an earlier run's children
+    for old in [*out.glob("rank-*"), out / CHILD_CLAIMS]:  # an earlier run's children
         shutil.rmtree(old, ignore_errors=True)
     (out / CONFIG).write_text(json.dumps(cfg, indent=2))
 
@@ -215,10 +216,13 @@ def _finish(
 def _stop(proc: subprocess.Popen[bytes], out: Path, reason: str) -> None:
     """The watchdog's stack dump, SIGINT (the script sees KeyboardInterrupt and pitstop writes what it
     measured), then SIGKILL after the grace period (``grace_s``) or at a second Ctrl-C."""
+    from pitstop.profile import children_report
+
     user = reason == "interrupted"
     with contextlib.suppress(KeyboardInterrupt):
         wait = INTERRUPT_STACKS_S if user else REQUEST_WAIT_S
         request_stacks(out, reason, wait_s=wait, alive=lambda: proc.poll() is None)
+        children_report.request_stacks(out, reason, wait)  # training in children: theirs too
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
     wait_or_kill(proc, grace_s(reason))
