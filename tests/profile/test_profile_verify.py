@@ -9,7 +9,7 @@ import pytest
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import Interval
 from pitstop.profile import verify as vf
-from pitstop.profile.summary import unconfirmed
+from pitstop.profile.analyze.summary import unconfirmed
 from pitstop.tune import verdict_cache as vc
 from pitstop.tune.fix import FixResult
 from pitstop.tune.fixjudge import Measured
@@ -103,8 +103,8 @@ def test_fix_config_times_the_one_worker_count_the_warning_suggests():
 
 
 def loader_bound_run(spec, **_):
-    from pitstop.profile.runner import RunResult
-    from pitstop.profile.timeline import StepRecord
+    from pitstop.profile.record.timeline import StepRecord
+    from pitstop.profile.run.runner import RunResult
 
     steps = [
         StepRecord(index=i, start_s=0.1 * i, total_s=0.1, data_wait_s=0.06, forward_s=0.02) for i in range(12)
@@ -116,7 +116,7 @@ def loader_bound_run(spec, **_):
 def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_the_no_change(
     tmp_path, monkeypatch, capsys
 ):
-    import pitstop.profile.runner as runner_mod
+    import pitstop.profile.run.runner as runner_mod
     import pitstop.tune.fix as fixmod
     from pitstop.cli import main
 
@@ -136,7 +136,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
     monkeypatch.setattr(fixmod, "run_fix", run_fix)
     # no fresh runs of the workers fix: the wait's own model predicts (as where the script cannot re-run)
-    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a, **k: False)
+    monkeypatch.setattr("pitstop.profile.confirm.workers_confirm.maybe_confirm", lambda *a, **k: False)
     first = tmp_path / "first.json"
     argv = ["profile", "--out-dir", str(out), "--json", str(first), "--", "python", str(script)]
     main([*argv[:1], "--verify", "30", *argv[1:]])

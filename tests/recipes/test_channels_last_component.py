@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from pitstop.findings import Severity
-from pitstop.profile.rulekit import probe_finding
-from pitstop.profile.timeline import Breakdown
+from pitstop.profile.analyze.rulekit import probe_finding
+from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import channels_last, component, recipe
 from pitstop.tune.apply import FileEdits, ModelEditor, Unplaced
 

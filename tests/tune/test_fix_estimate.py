@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.runner import RunResult, RunSpec
 from pitstop.tune.fix import FixConfig, run_fix
 from pitstop.tune.fix_estimate import FixEstimate, estimate
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.runner import RunResult, RunSpec
 from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pitstop.measure import Interval
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.runner import RunResult
 from pitstop.tune.apply import apply_all, plan
 from pitstop.tune.apply_verify import verify
 from pitstop.tune.fix import FixConfig, FixResult

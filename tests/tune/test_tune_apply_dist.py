@@ -16,9 +16,9 @@ import pytest
 from torch import nn
 
 from pitstop.measure import Interval
-from pitstop.profile.ranks import RanksResult
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.ranks import RanksResult
+from pitstop.profile.run.runner import RunResult
 from pitstop.tune.apply import apply_all, plan
 from pitstop.tune.apply_verify import verify
 from pitstop.tune.fix import FixConfig, FixResult

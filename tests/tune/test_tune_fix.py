@@ -10,9 +10,9 @@ import stat
 import pytest
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.runner import RunResult, RunSpec
 from pitstop.tune.fix import (
     FixConfig,
     FixResult,

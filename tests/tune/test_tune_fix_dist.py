@@ -11,10 +11,10 @@ import torch.distributed as dist
 from torch import nn
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.ranks import RanksResult
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.ranks import RanksResult
+from pitstop.profile.run.runner import RunResult
 from pitstop.train.ddp_inject import DDPInjection
 from pitstop.tune import fix, fix_dist
 
@@ -143,8 +143,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
     import socket
     import sys
 
-    from pitstop.profile.merge import ddp_facts
-    from pitstop.profile.runner import run
+    from pitstop.profile.run.merge import ddp_facts
+    from pitstop.profile.run.runner import run
     from pitstop.tune.fixjudge import SPEED_VERDICTS
     from pitstop.tune.fixrun import run_fix
 
@@ -183,8 +183,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
 
 
 def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(group):
-    from pitstop.profile.comm import CommRecorder
-    from pitstop.profile.rank_worker import RankWorker, identity
+    from pitstop.profile.rank.comm import CommRecorder
+    from pitstop.profile.rank.rank_worker import RankWorker, identity
 
     worker = RankWorker(identity({}), Path("."))
     worker.comm = CommRecorder()
@@ -200,7 +200,7 @@ def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(grou
 
 
 def test_the_report_says_where_probes_ran():
-    from pitstop.profile.dist_rules import probes_on_ranks
+    from pitstop.profile.analyze.dist_rules import probes_on_ranks
 
     f = probes_on_ranks({0: {"pass_s": 0.1}, 1: None, 2: None})
     assert f.id == "profile.probes_ranks" and "probes skipped on ranks 1, 2" in f.evidence

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.host.precision import device_type
-from pitstop.profile.command import launcher_for
-from pitstop.profile.runner import CommandError, parse_command
+from pitstop.profile.process.command import launcher_for
+from pitstop.profile.run.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
 from pitstop.tune.fix import FixResult, loader_of

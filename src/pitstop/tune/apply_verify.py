@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pitstop.measure_throughput import arm_windows, pooled, window
-from pitstop.profile.runner import RunResult, RunSpec, run
+from pitstop.profile.run.runner import RunResult, RunSpec, run
 from pitstop.tune.fix import FixConfig, FixResult
 from pitstop.tune.fix_dist import job_runner
 
