@@ -19,7 +19,7 @@ without pitstop; ``uninstall`` undoes every patch and hook. A probe never prints
 ``Instrumentation.snapshot()``, written to a JSON file by the bootstrap, periodically and at exit.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (stepclock on one line: hooks.py is at the 500-line limit)
 
 import contextlib
 import json
@@ -38,16 +38,7 @@ from pitstop.profile.capture.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.capture.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.capture.models import NARROW_AFTER, ModelHooks, call_kwargs, forward_facts
 from pitstop.profile.capture.patches import Patches, install_cuda_sync_debug, make_inert
-from pitstop.profile.capture.stepclock import (
-    BACKWARD,
-    BY_BACKWARD,
-    CLOSURE,
-    DATA,
-    FORWARD,
-    H2D,
-    OPTIMIZER,
-    StepClock,
-)
+from pitstop.profile.capture.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
 from pitstop.profile.capture.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.capture.torchcalls import install_torch_patches
 from pitstop.profile.capture.where import user_location
