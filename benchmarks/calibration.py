@@ -4,7 +4,7 @@ For each script:
   1. `pitstop profile` (probes on, and the fresh-run timings where the page-fault, the workers, the
      autocast or the channels_last prediction would warn: `profile.fresh_confirm`) gives its findings. A
      row is every finding with a predicted saving that has a fix `fix` can inject
-     (`tune.fix.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
+     (`fix.fix.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
      `--fixed`), or none at all (`profile.confirm.UNTIMED`: profile shows it as info, and the row says
      why), and is either a warning or an info whose point
      estimate alone would have warned (>= 5% of the step: a prediction profile demoted for want of a
@@ -15,7 +15,7 @@ For each script:
      child runs of `--steps` measured steps each, judged by `pitstop.measure` within `--budget`. A
      fix applied by hand is timed the same way: the script as it is vs with `HAND_FIXED`'s arguments,
      in interleaved fresh runs (`profile.fresh_runs`).
-  3. The verdict goes to a per-script verdict cache (`tune.verdict_cache`, in a temporary folder) and
+  3. The verdict goes to a per-script verdict cache (`fix.verdict_cache`, in a temporary folder) and
      the finding is read back through it as a later `pitstop profile` would show it: a warning whose
      fix measured no change or hurt becomes info with the measurement ("demoted"), as does one whose
      whole measured interval lies below the predicted one (`profile --verify`'s rule).
@@ -108,11 +108,11 @@ def rows_for(
     """The script's rows; a fix starts only when it ends ``reserve_s`` (the later profiles) before the
     deadline."""
     from pitstop.findings import Severity
+    from pitstop.fix import verdict_cache
+    from pitstop.fix.fix import FINDING_KINDS
+    from pitstop.fix.fix import run_fix as real_run_fix
     from pitstop.profile.analyze.confirm import UNTIMED
     from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
-    from pitstop.tune import verdict_cache
-    from pitstop.tune.fix import FINDING_KINDS
-    from pitstop.tune.fix import run_fix as real_run_fix
 
     report, cmd, err = profile(name, args)
     if report is None:

@@ -13,8 +13,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "pitstop"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 MAX_PACKAGE_MODULES = 20
-# over the limit until the fix package (pitstop/fix/) is split out of tune/: remove once merged
-PACKAGES_OVER_ALLOWED = {"tune"}
 
 
 def _modules() -> list[Path]:
@@ -46,6 +44,5 @@ def test_no_package_over_20_modules():
         str(d.relative_to(SRC.parent)): n
         for d in [SRC, *(p.parent for p in SRC.rglob("__init__.py"))]
         if (n := len(list(d.glob("*.py")))) > MAX_PACKAGE_MODULES
-        and str(d.relative_to(SRC)) not in PACKAGES_OVER_ALLOWED
     }
     assert not big, f"packages with over {MAX_PACKAGE_MODULES} modules: {big}"

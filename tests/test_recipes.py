@@ -74,7 +74,7 @@ def test_bench_rows_of_an_entry_set_its_knob():
 
 
 def test_fix_candidates_agree_with_the_registry():
-    from pitstop.tune.fix import FINDING_KINDS, KINDS
+    from pitstop.fix.fix import FINDING_KINDS, KINDS
 
     for finding, kind in FINDING_KINDS.items():
         assert BY_NAME[kind].finding == finding
@@ -129,8 +129,8 @@ def test_probe_rules_name_recipes_that_probe():
 def test_a_new_entry_is_a_fix_candidate_picked_by_its_finding(monkeypatch):
     """Adding an optimization is one entry: fix's kinds, finding map, parsing and candidates follow."""
     from pitstop.findings import Finding, Severity
+    from pitstop.fix.fix import FixConfig, build_candidates, kinds_from_findings, parse_candidates
     from pitstop.recipes import Recipe, registry
-    from pitstop.tune.fix import FixConfig, build_candidates, kinds_from_findings, parse_candidates
 
     fake = Recipe("fake", "fake switch", "fake()", finding="fake.slow", override="compile")
     monkeypatch.setattr(registry, "RECIPES", (*registry.RECIPES, fake))

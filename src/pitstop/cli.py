@@ -20,7 +20,8 @@ from pitstop.version import __version__
 COMMAND_MODULES = (
     "pitstop.doctor.cli",  # doctor
     "pitstop.profile.cli",  # profile
-    "pitstop.tune.cli",  # tune, fix
+    "pitstop.tune.cli",  # tune
+    "pitstop.fix.cli",  # fix
     "pitstop.bench.cli",  # bench
     "pitstop.compress.cli",  # compress
     "pitstop.launch.cli",  # launch, sysctl, monitor

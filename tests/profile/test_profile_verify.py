@@ -7,12 +7,12 @@ import json
 import pytest
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.fix import verdict_cache as vc
+from pitstop.fix.fix import FixResult
+from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
 from pitstop.profile import verify as vf
 from pitstop.profile.analyze.summary import unconfirmed
-from pitstop.tune import verdict_cache as vc
-from pitstop.tune.fix import FixResult
-from pitstop.tune.fixjudge import Measured
 
 
 def report_with(*findings):
@@ -116,8 +116,8 @@ def loader_bound_run(spec, **_):
 def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_the_no_change(
     tmp_path, monkeypatch, capsys
 ):
+    import pitstop.fix.fix as fixmod
     import pitstop.profile.run.runner as runner_mod
-    import pitstop.tune.fix as fixmod
     from pitstop.cli import main
 
     script = tmp_path / "train.py"

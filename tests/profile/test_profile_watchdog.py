@@ -331,8 +331,8 @@ def test_dead_worker_finding_with_the_failing_line():
 
 
 def test_fix_and_tune_report_a_hung_candidate_as_hung(monkeypatch):
+    from pitstop.fix.fix import Measured
     from pitstop.tune import script
-    from pitstop.tune.fix import Measured
 
     hung = RunResult(
         returncode=-2,

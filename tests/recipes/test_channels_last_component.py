@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from pitstop.findings import Severity
+from pitstop.fix.apply import FileEdits, ModelEditor, Unplaced
 from pitstop.profile.analyze.rulekit import probe_finding
 from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import channels_last, component, recipe
-from pitstop.tune.apply import FileEdits, ModelEditor, Unplaced
 
 NHWC = torch.channels_last
 

@@ -63,7 +63,7 @@ def test_compare_still_compares_two_profile_reports(tmp_path):
 
 
 def test_a_fix_verdict_cache_of_the_wrong_shape_is_ignored(tmp_path):
-    from pitstop.tune.verdict_cache import CACHE_NAME, annotate_profile, script_key
+    from pitstop.fix.verdict_cache import CACHE_NAME, annotate_profile, script_key
 
     script = tmp_path / "train.py"
     script.write_text("")

@@ -10,7 +10,15 @@ import textwrap
 
 import pytest
 
-from pitstop.tune.cli import register
+from pitstop.fix.cli import register as register_fix
+from pitstop.tune.cli import register as register_tune
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`pitstop tune` and `pitstop fix`, as the CLI registers them (each from its own package)."""
+    register_tune(sub)
+    register_fix(sub)
+
 
 FACTORY = textwrap.dedent(
     """

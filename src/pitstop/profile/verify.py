@@ -49,8 +49,8 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
 def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
     the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try."""
+    from pitstop.fix.fix import FixConfig
     from pitstop.profile.analyze.rules import suggested_workers
-    from pitstop.tune.fix import FixConfig
 
     if kind == "workers" and f.data.get("suggested_workers"):
         kw.setdefault("workers_values", (int(f.data["suggested_workers"]),))
@@ -112,8 +112,8 @@ def verify(
     """Measure the top warning's fix, record the verdict for later profiles, and add ``profile.verify``
     to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding;
     raises KeyboardInterrupt, the finding added, when Ctrl-C or SIGTERM stopped the runs."""
-    from pitstop.tune import verdict_cache
-    from pitstop.tune.fix import run_fix as real_run_fix
+    from pitstop.fix import verdict_cache
+    from pitstop.fix.fix import run_fix as real_run_fix
 
     top = top_warning(report)
     if top is None:

@@ -13,7 +13,7 @@ commands call it and implement none of it:
   through ``pitstop.measure``, and stores the result under ``PROBE``; ``RULE`` is the finding that
   ``pitstop.profile.analyze.rulekit.probe_finding`` makes of it (helps / no gain / undecided, by its interval);
 - ``pitstop fix``: ``cannot_help`` on the models' recorded facts; ``fix --apply``: ``edit`` on a
-  ``ScriptEditor`` (``pitstop.tune.apply`` places the lines with ``ast``);
+  ``ScriptEditor`` (``pitstop.fix.apply`` places the lines with ``ast``);
 - the code a finding shows: ``SNIPPET``.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
@@ -47,7 +47,7 @@ class ProbeRule:
 
 class ScriptEditor(Protocol):
     """What a component's ``fix --apply`` edit may do to the script, at the model's first forward call.
-    Each method returns the name it wrote the line for; ``pitstop.tune.apply.Unplaced`` when the place
+    Each method returns the name it wrote the line for; ``pitstop.fix.apply.Unplaced`` when the place
     cannot be found."""
 
     def reassign_model(self, value: Callable[[str], str]) -> str:

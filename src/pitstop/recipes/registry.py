@@ -17,7 +17,7 @@ from pitstop.recipes import channels_last
 if TYPE_CHECKING:
     from pitstop.recipes.component import Component
 
-DATALOADER_PATCH = "pitstop.tune.patch.dataloader_patch"
+DATALOADER_PATCH = "pitstop.fix.patch.dataloader_patch"
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
         bench_knob="amp",
         probe="precision",
-        apply="pitstop.tune.apply.apply_autocast",
+        apply="pitstop.fix.apply.apply_autocast",
         site="model",
     ),
     Recipe(
@@ -117,7 +117,7 @@ RECIPES: tuple[Recipe, ...] = (
         override="float32",
         train="pitstop.train.float32.float32_model",
         probe="float32",
-        apply="pitstop.tune.apply.apply_float32",
+        apply="pitstop.fix.apply.apply_float32",
         site="model",
     ),
     Recipe(
@@ -130,7 +130,7 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("channels_last", "channels_last"),),
         bench_knob="channels_last",
         probe=channels_last.PROBE,
-        apply="pitstop.tune.apply.apply_component",
+        apply="pitstop.fix.apply.apply_component",
         site="model",
         component=channels_last.__name__,
     ),
@@ -144,7 +144,7 @@ RECIPES: tuple[Recipe, ...] = (
         bench=(("fused", "fused optimizer"),),
         bench_knob="fused",
         probe="optimizer",
-        apply="pitstop.tune.apply.apply_optimizer_impl",
+        apply="pitstop.fix.apply.apply_optimizer_impl",
         site="optimizer",
     ),
     Recipe(
@@ -156,7 +156,7 @@ RECIPES: tuple[Recipe, ...] = (
         train="TrainConfig.compile",
         bench=(("compile", "torch.compile"),),
         bench_knob="compile",
-        apply="pitstop.tune.apply.apply_compile",
+        apply="pitstop.fix.apply.apply_compile",
         untimed=True,
         site="model",
     ),
@@ -168,7 +168,7 @@ RECIPES: tuple[Recipe, ...] = (
         override="cudnn_benchmark",
         train="TrainConfig.cudnn_benchmark",
         probe="cudnn_benchmark",
-        apply="pitstop.tune.apply.apply_cudnn_benchmark",
+        apply="pitstop.fix.apply.apply_cudnn_benchmark",
     ),
     Recipe(
         "host_memory",
@@ -178,7 +178,7 @@ RECIPES: tuple[Recipe, ...] = (
         override="keep_host_memory",
         train="TrainConfig.keep_host_memory",
         probe="host_memory",
-        apply="pitstop.tune.apply.apply_keep_host_memory",
+        apply="pitstop.fix.apply.apply_keep_host_memory",
         untimed=True,
     ),
     Recipe(
@@ -216,7 +216,7 @@ RECIPES: tuple[Recipe, ...] = (
         finding="ddp.no_sync",
         override="ddp_no_sync",
         train="pitstop.train.accumulation.sync_context",
-        apply="pitstop.tune.apply_dist.apply_no_sync",
+        apply="pitstop.fix.apply_dist.apply_no_sync",
     ),
     Recipe(
         "static_graph",
@@ -224,7 +224,7 @@ RECIPES: tuple[Recipe, ...] = (
         "DDP(model, ..., static_graph=True)  # the same parameters are used (or unused) every step",
         finding="ddp.find_unused_parameters",
         override="ddp_static_graph",
-        apply="pitstop.tune.apply_dist.apply_static_graph",
+        apply="pitstop.fix.apply_dist.apply_static_graph",
     ),
     Recipe(
         "threads",
@@ -232,7 +232,7 @@ RECIPES: tuple[Recipe, ...] = (
         "torch.set_num_threads({value})  # usable cores / local ranks (or OMP_NUM_THREADS={value})",
         finding="distributed.threads",
         override="num_threads",
-        apply="pitstop.tune.apply_dist.apply_threads",
+        apply="pitstop.fix.apply_dist.apply_threads",
     ),
 )
 

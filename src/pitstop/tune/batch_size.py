@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.measure_clock import Stopwatch
 from pitstop.tune.batch_meters import CpuMeter, CudaMeter, is_oom
 from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
 from pitstop.units import MiB
@@ -287,10 +288,10 @@ def _measure(s: _Search, bs: int) -> BatchTrial:
     batch = None
 
     def timed_step() -> float:
-        t0 = time.perf_counter()
+        step = Stopwatch()
         # .item() completes the step (CUDA), so the timing is the step's
         train_step(s.model, s.optimizer, batch, s.loss_fn).item()
-        return time.perf_counter() - t0
+        return step.elapsed()
 
     try:
         # Memory is taken over the batch and the first (warm-up) step, which allocate what every step

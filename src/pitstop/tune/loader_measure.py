@@ -14,12 +14,12 @@ from __future__ import annotations
 import io
 import pickle
 import statistics
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pitstop.measure_clock import Stopwatch
 from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
 
@@ -220,14 +220,14 @@ def measure_setting(
             # The sweep goes past the core count on purpose; torch's advice about that is noise here.
             warnings.filterwarnings("ignore", message="This DataLoader will create")
             batches.loader = make_loader(dataset, base_kwargs, setting)
-            t0 = time.perf_counter()
+            point_clock = Stopwatch()  # the point's own time, for its budget
             batches.fresh()
             first = batches.next()
-            point.first_batch_s = time.perf_counter() - t0
+            point.first_batch_s = point_clock.elapsed()
             point.batch_bytes = batch_nbytes(first)
             per_batch = batch_len(first)
-            _warm_up(batches, cfg, t0)
-            _measure_windows(batches, point, watch, cfg, t0)
+            _warm_up(batches, cfg, point_clock)
+            _measure_windows(batches, point, watch, cfg, point_clock)
             if not watch.tripped and setting.num_workers > 0:
                 uss = children_uss()
                 point.worker_uss = int(statistics.mean(uss)) if uss else None
@@ -242,10 +242,10 @@ def measure_setting(
     return point
 
 
-def _warm_up(batches: _Batches, cfg: MeasureConfig, t0: float) -> None:
+def _warm_up(batches: _Batches, cfg: MeasureConfig, point_clock: Stopwatch) -> None:
     """Read ``cfg.warmup_batches`` batches before measuring, unless they would eat the point's budget."""
     for _ in range(cfg.warmup_batches):
-        if time.perf_counter() - t0 > cfg.time_per_point:
+        if point_clock.elapsed() > cfg.time_per_point:
             break  # batches so slow that warming up would eat the point's budget
         try:
             batches.next()
@@ -254,16 +254,16 @@ def _warm_up(batches: _Batches, cfg: MeasureConfig, t0: float) -> None:
 
 
 def _measure_windows(
-    batches: _Batches, point: LoaderPoint, watch: MemWatch, cfg: MeasureConfig, t0: float
+    batches: _Batches, point: LoaderPoint, watch: MemWatch, cfg: MeasureConfig, point_clock: Stopwatch
 ) -> None:
     """Up to ``cfg.repeats`` windows of batches/s into ``point`` (windows, batches, seconds); stops
     when the memory watch trips or the point has run three times its time budget."""
     window_s = cfg.time_per_point / max(1, cfg.repeats)
     for _ in range(cfg.repeats):
-        if point.windows and time.perf_counter() - t0 > 3 * cfg.time_per_point:
+        if point.windows and point_clock.elapsed() > 3 * cfg.time_per_point:
             break  # bounded time per point, even when one batch takes longer than a window
-        n, paused = 0, 0.0
-        start = time.perf_counter()
+        n = 0
+        window = Stopwatch()
         while True:
             if watch.tripped:
                 break
@@ -271,18 +271,17 @@ def _measure_windows(
                 b = batches.next()
             except StopIteration:
                 # Epoch boundary: steady-state rate excludes the restart; it is measured apart.
-                r0 = time.perf_counter()
-                batches.fresh()
-                b = batches.next()
-                paused += time.perf_counter() - r0
+                with window.paused():
+                    batches.fresh()
+                    b = batches.next()
             n += 1
             batches.samples += batch_len(b) or 0
-            elapsed = time.perf_counter() - start - paused
+            elapsed = window.elapsed()
             if elapsed >= window_s or (cfg.max_batches_per_window and n >= cfg.max_batches_per_window):
                 break
         if watch.tripped:
             break
-        elapsed = max(time.perf_counter() - start - paused, 1e-9)
+        elapsed = max(window.elapsed(), 1e-9)
         point.windows.append(n / elapsed)
         point.batches += n
         point.seconds += elapsed
@@ -316,10 +315,11 @@ def measure_restart(
             it = iter(loader)
             next(it)
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                # rebinding ``it`` drops the old iterator in here (its workers shut down unless persistent)
+                restart = Stopwatch()
                 it = iter(loader)
                 next(it)
-                times.append(time.perf_counter() - t0)
+                times.append(restart.elapsed())
     except KeyboardInterrupt:
         raise
     except Exception:

@@ -1,5 +1,5 @@
 """What ``pitstop fix`` measured for a script, read back: a later ``pitstop profile`` of the same script
-annotates its findings with the verdicts ``pitstop.tune.verdict_cache`` recorded (where the cache lives,
+annotates its findings with the verdicts ``pitstop.fix.verdict_cache`` recorded (where the cache lives,
 how a script is keyed, and what a verdict does to a finding are described there).
 """
 

@@ -23,11 +23,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from pitstop.fix.candidate import Candidate
 from pitstop.host.cpu import usable_cores
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.run.runner import RunResult, RunSpec
 from pitstop.recipes import recipe
-from pitstop.tune.candidate import Candidate
 
 KINDS = ("threads", "no_sync", "static_graph")
 

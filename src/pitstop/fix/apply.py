@@ -5,7 +5,7 @@ edits on the file out), placed with ``ast`` at the locations the profile hooks r
 call, the optimizer's constructor, the DataLoader call), and everything else in the file is left byte for
 byte:
 
-- DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.tune.patch``);
+- DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.fix.patch``);
 - foreach / fused: ``foreach=True`` / ``fused=True`` on the optimizer's constructor call;
 - a component's edit (channels_last: ``pitstop.recipes.channels_last.edit``) through ``ModelEditor``:
   ``model = ...`` after the line that assigns the model, and ``x = ...`` for the forward's first input
@@ -15,9 +15,9 @@ byte:
   ``with torch.autocast(...)`` (forward and loss, not the backward);
 - keep_host_memory, cudnn.benchmark: one line at the top of the script's ``main()`` (or of its
   ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others;
-- the distributed fixes (static_graph, threads, no_sync): ``pitstop.tune.apply_dist``.
+- the distributed fixes (static_graph, threads, no_sync): ``pitstop.fix.apply_dist``.
 
-``pitstop.tune.apply_verify`` re-runs the patched script once and compares its speed with the interval
+``pitstop.fix.apply_verify`` re-runs the patched script once and compares its speed with the interval
 fix measured.
 """
 
@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitstop.fix.fix import FixResult, loader_of
+from pitstop.fix.fix_dist import worker_script
+from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.run.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
-from pitstop.tune.fix import FixResult, loader_of
-from pitstop.tune.fix_dist import worker_script
-from pitstop.tune.patch import Patch, apply_patch, keyword_edit, resolve
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
 Insert = tuple[int, int, list[str]]

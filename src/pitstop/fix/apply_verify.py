@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pitstop.fix.fix import FixConfig, FixResult
+from pitstop.fix.fix_dist import job_runner
 from pitstop.measure_throughput import arm_windows, pooled, window
 from pitstop.profile.run.runner import RunResult, RunSpec, run
-from pitstop.tune.fix import FixConfig, FixResult
-from pitstop.tune.fix_dist import job_runner
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`pitstop fix` says in its first lines how long it will take and why (``pitstop.tune.fix_estimate``),
+"""`pitstop fix` says in its first lines how long it will take and why (``pitstop.fix.fix_estimate``),
 from the first run of the script (fake runner: no child process)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import io
 
 import pytest
 
+from pitstop.fix.fix import FixConfig, run_fix
+from pitstop.fix.fix_estimate import FixEstimate, estimate
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.run.runner import RunResult, RunSpec
-from pitstop.tune.fix import FixConfig, run_fix
-from pitstop.tune.fix_estimate import FixEstimate, estimate
 
 
 def result(step_s: float = 0.1, launch_s: float = 2.0, first_s: float = 1.0) -> RunResult:
@@ -52,7 +52,7 @@ def test_the_estimate_is_printed_as_a_line_of_its_own(monkeypatch):
     from rich.console import Console
     from rich.progress import Progress as Bar
 
-    import pitstop.tune.fix_progress as fp
+    import pitstop.fix.fix_progress as fp
 
     out = io.StringIO()
     monkeypatch.setattr(

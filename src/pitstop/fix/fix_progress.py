@@ -1,7 +1,7 @@
 """`pitstop fix`'s progress on stderr, as profile and bench show theirs: a bar over the time budget with
 the run going now (stage, run number, candidate), and a second line with the round and each candidate's
 running speed-up interval (or its verdict once decided). A message starting "pitstop fix: " (how long
-it will take, ``pitstop.tune.fix_estimate``) is printed as a line of its own."""
+it will take, ``pitstop.fix.fix_estimate``) is printed as a line of its own."""
 
 from __future__ import annotations
 

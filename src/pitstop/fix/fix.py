@@ -17,6 +17,10 @@ from typing import Any
 
 from pitstop.cliutil import comma_list
 from pitstop.findings import Finding, Severity
+from pitstop.fix import fix_dist
+from pitstop.fix.candidate import Candidate
+from pitstop.fix.fixjudge import Measured, judge
+from pitstop.fix.patch import Patch
 from pitstop.host.cpu import usable_cores
 from pitstop.host.precision import device_type, preferred_amp_dtype
 from pitstop.matmul import slower_reason
@@ -25,10 +29,6 @@ from pitstop.profile.analyze.rulekit import WARN_SHARE
 from pitstop.profile.record.overrides import Overrides
 from pitstop.recipes import RECIPES, by_finding, component, finding_kinds, fix_kinds, recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
-from pitstop.tune import fix_dist
-from pitstop.tune.candidate import Candidate
-from pitstop.tune.fixjudge import Measured, judge
-from pitstop.tune.patch import Patch
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
 FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
@@ -181,7 +181,7 @@ def _host_memory(s: _Script, kind: str, why: str) -> Built:
     return [Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why)]
 
 
-def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a launcher (pitstop.tune.fix_dist)
+def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a launcher (pitstop.fix.fix_dist)
     made, why_not = fix_dist.candidates(kind, why, s.config)
     return made or why_not or f"{kind}: nothing to try"
 
@@ -287,11 +287,11 @@ def merge(overrides: list[Overrides]) -> Overrides:
 
 
 # The orchestration, the report and the patches live in their own modules; importing them from here
-# keeps ``from pitstop.tune.fix import run_fix, fix_report`` working without an import cycle.
+# keeps ``from pitstop.fix.fix import run_fix, fix_report`` working without an import cycle.
 _ELSEWHERE = {
-    "run_fix": "pitstop.tune.fixrun",
-    "fix_findings": "pitstop.tune.fixreport",
-    "fix_report": "pitstop.tune.fixreport",
+    "run_fix": "pitstop.fix.fixrun",
+    "fix_findings": "pitstop.fix.fixreport",
+    "fix_report": "pitstop.fix.fixreport",
 }
 
 

@@ -11,12 +11,12 @@ import torch.distributed as dist
 from torch import nn
 
 from pitstop.findings import Finding, Severity
+from pitstop.fix import fix, fix_dist
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.run.ranks import RanksResult
 from pitstop.profile.run.runner import RunResult
 from pitstop.train.ddp_inject import DDPInjection
-from pitstop.tune import fix, fix_dist
 
 ORIG_FORWARD = nn.parallel.DistributedDataParallel.forward
 DDP_FACTS = [{"location": "train.py:48", "find_unused_parameters": True, "static_graph": False}]
@@ -143,10 +143,10 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
     import socket
     import sys
 
+    from pitstop.fix.fixjudge import SPEED_VERDICTS
+    from pitstop.fix.fixrun import run_fix
     from pitstop.profile.run.merge import ddp_facts
     from pitstop.profile.run.runner import run
-    from pitstop.tune.fixjudge import SPEED_VERDICTS
-    from pitstop.tune.fixrun import run_fix
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

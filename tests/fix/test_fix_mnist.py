@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.fix.fix import FixConfig, fix_report, run_fix
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
-from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_style.py"
 

@@ -1,6 +1,6 @@
 """pitstop fix: candidate choice, verdicts, combination and the DataLoader diff, with a fake runner
 (deterministic), plus the patch editor on real files. Real re-runs of the examples are in
-test_tune_fix_examples.py."""
+test_fix_examples.py."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import stat
 import pytest
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult, RunSpec
-from pitstop.tune.fix import (
+from pitstop.fix.fix import (
     FixConfig,
     FixResult,
     Measured,
@@ -24,13 +21,16 @@ from pitstop.tune.fix import (
     parse_candidates,
     run_fix,
 )
-from pitstop.tune.patch import apply_patch, dataloader_patch
+from pitstop.fix.patch import apply_patch, dataloader_patch
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.run.runner import RunResult, RunSpec
 
 
 @pytest.fixture(autouse=True)
 def _bf16_not_slower(monkeypatch):
     """The fake runners decide how fast autocast is; the check of this CPU's bf16 matmuls stays out."""
-    monkeypatch.setattr("pitstop.tune.fix.slower_reason", lambda dtype, dev: None)
+    monkeypatch.setattr("pitstop.fix.fix.slower_reason", lambda dtype, dev: None)
 
 
 TRAIN = """import torch
@@ -121,7 +121,7 @@ def test_kinds_from_findings_keeps_actionable_ones_in_rank_order():
 
 
 def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
-    import pitstop.tune.fix as fixmod
+    import pitstop.fix.fix as fixmod
 
     monkeypatch.setattr(fixmod, "usable_cores", lambda: 4)
     monkeypatch.setattr(fixmod, "preferred_amp_dtype", lambda dev: None)
@@ -209,7 +209,7 @@ def test_non_finite_loss_rejects():
 
 
 def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_path, monkeypatch):
-    import pitstop.tune.fix as fixmod
+    import pitstop.fix.fix as fixmod
 
     monkeypatch.setattr(fixmod, "usable_cores", lambda: 2)
     config = loader_config(tmp_path)
@@ -368,8 +368,8 @@ def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix
     """The profile measured autocast's gain, but on a data-bound step it was an info-level share: fix does not
     try it against the script as it is, and does try it once more workers removed the wait."""
     config = loader_config(tmp_path)
-    monkeypatch.setattr("pitstop.tune.fix.usable_cores", lambda: 4)
-    monkeypatch.setattr("pitstop.tune.fix.preferred_amp_dtype", lambda dev: "bfloat16")
+    monkeypatch.setattr("pitstop.fix.fix.usable_cores", lambda: 4)
+    monkeypatch.setattr("pitstop.fix.fix.preferred_amp_dtype", lambda dev: "bfloat16")
 
     def step_time(ov: Overrides) -> float:
         return max(0.10 / max(1, ov.dataloader.get("num_workers", 0)), 0.05 - (0.02 if ov.autocast else 0.0))
@@ -492,7 +492,7 @@ def test_host_memory_candidate_is_for_cpu_steps_and_must_really_apply(tmp_path):
 def cli(argv: list[str]) -> int:
     import argparse
 
-    from pitstop.tune.cli import register
+    from pitstop.fix.cli import register
 
     parser = argparse.ArgumentParser(prog="pitstop")
     register(parser.add_subparsers(dest="command", required=True))
@@ -503,11 +503,11 @@ def cli(argv: list[str]) -> int:
 def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, capsys):
     import json
 
-    import pitstop.tune.fixrun as fixrun
+    import pitstop.fix.fixrun as fixrun
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    import pitstop.tune.apply_verify as applymod
+    import pitstop.fix.apply_verify as applymod
 
     monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     # the verification run of the patched script: as fast as the measured fix
@@ -542,7 +542,7 @@ def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, caps
 
 
 def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsys):
-    import pitstop.tune.fixrun as fixrun
+    import pitstop.fix.fixrun as fixrun
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
@@ -626,7 +626,7 @@ def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skippe
 ):
     import pitstop.matmul
 
-    monkeypatch.setattr("pitstop.tune.fix.slower_reason", pitstop.matmul.slower_reason)
+    monkeypatch.setattr("pitstop.fix.fix.slower_reason", pitstop.matmul.slower_reason)
     cands, skipped = build_candidates([("amp", "requested")], loader_config(tmp_path), FixConfig())
     assert not cands
     (why,) = skipped
@@ -640,7 +640,7 @@ def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skippe
 def test_steps_per_run_follow_the_baselines_start_up(tmp_path):
     """Without --steps, the first baseline run's start-up (wall time less its steps) sets the steps of
     every later run; a script that ended before its steps caps them at what it ran."""
-    from pitstop.tune.fixrun import FIRST_STEPS, steps_from_run
+    from pitstop.fix.fixrun import FIRST_STEPS, steps_from_run
 
     r = make_result(0.01)
     r.wall_s = 6.0 * 0.01 + 8.0  # 8 s of start-up for 0.01 s steps: the steps are cheap, use many
@@ -674,7 +674,7 @@ def test_an_unconfirmed_page_fault_estimate_is_timed_by_fix_and_a_small_one_is_n
 
 
 def test_fix_cli_prints_its_diff_once_at_80_columns(tmp_path, monkeypatch, capsys):
-    import pitstop.tune.fixrun as fixrun
+    import pitstop.fix.fixrun as fixrun
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
@@ -692,7 +692,7 @@ def test_fix_progress_shows_the_run_and_the_running_intervals(monkeypatch):
     from rich.console import Console
     from rich.progress import Progress as Bar
 
-    import pitstop.tune.fix_progress as fp
+    import pitstop.fix.fix_progress as fp
     from pitstop.measure import Interval, Progress
 
     made: list[Bar] = []

@@ -1,6 +1,6 @@
 """`pitstop fix`'s orchestration: profile, rounds of child runs judged by the timing engine, combination.
 
-1. Profile the script once; its findings pick the candidates (``pitstop.tune.fix``), or ``--candidates``
+1. Profile the script once; its findings pick the candidates (``pitstop.fix.fix``), or ``--candidates``
    names them (then the first baseline run is round 1's baseline).
 2. Rotating rounds of the baseline and every open candidate, each run a bounded number of steps, until
    every candidate's throughput is decided (``pitstop.measure_throughput``) or its share of ``--budget``
@@ -23,16 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pitstop.host.cpu import usable_cores
-from pitstop.measure import Progress, Settings, interleave
-from pitstop.measure_plan import log_spread, steps_for_startup
-from pitstop.measure_throughput import rejudge_throughput
-from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.run.runner import RunResult, RunSpec, run, stop_on_interrupt
-from pitstop.recipes.workers import WorkerMachine, choose_workers
-from pitstop.tune import fix_dist
-from pitstop.tune.apply import plan
-from pitstop.tune.fix import (
+from pitstop.fix import fix_dist
+from pitstop.fix.apply import plan
+from pitstop.fix.fix import (
     LOADER_KINDS,
     FixConfig,
     FixResult,
@@ -42,8 +35,15 @@ from pitstop.tune.fix import (
     loader_of,
     merge,
 )
-from pitstop.tune.fixjudge import HELPED, UNDECIDED, Measured, judge
-from pitstop.tune.patch import dataloader_patch
+from pitstop.fix.fixjudge import HELPED, UNDECIDED, Measured, judge
+from pitstop.fix.patch import dataloader_patch
+from pitstop.host.cpu import usable_cores
+from pitstop.measure import Progress, Settings, interleave
+from pitstop.measure_plan import log_spread, steps_for_startup
+from pitstop.measure_throughput import rejudge_throughput
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.run.runner import RunResult, RunSpec, run, stop_on_interrupt
+from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 Runner = Callable[[RunSpec], RunResult]
 # Shares of what is left of the budget that the first stage may use once a later stage is sure to follow
@@ -300,7 +300,7 @@ def _say_estimate(
     r: RunResult, candidates: int, rounds: _Rounds, progress: Callable[[str], None] | None
 ) -> None:
     """``fix_estimate``'s line, from the first run of the script, once the candidates are known."""
-    from pitstop.tune.fix_estimate import estimate
+    from pitstop.fix.fix_estimate import estimate
 
     cfg = rounds.cfg
     steps = rounds.steps or steps_from_run(r) or FIRST_STEPS

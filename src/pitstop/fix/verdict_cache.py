@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pitstop.fix.fixjudge import SPEED_VERDICTS
 from pitstop.profile.confirm.fix_verdicts import (
     CACHE_NAME,
     DISPROVED,
@@ -30,10 +31,9 @@ from pitstop.profile.confirm.fix_verdicts import (
     load,
     script_key,
 )
-from pitstop.tune.fixjudge import SPEED_VERDICTS
 
 if TYPE_CHECKING:
-    from pitstop.tune.fix import FixResult
+    from pitstop.fix.fix import FixResult
 
 
 def entries(result: FixResult, date: str | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pitstop.findings import Finding, Severity
-from pitstop.tune import fix, fix_dist
+from pitstop.fix import fix, fix_dist
 
 
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.fix.apply import apply_all, plan
+from pitstop.fix.apply_verify import verify
+from pitstop.fix.fix import FixConfig, FixResult
+from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.run.runner import RunResult
-from pitstop.tune.apply import apply_all, plan
-from pitstop.tune.apply_verify import verify
-from pitstop.tune.fix import FixConfig, FixResult
-from pitstop.tune.fixjudge import Measured
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_style.py"
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from pitstop.fix.fix import FixConfig, fix_report, run_fix
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.run.runner import RunResult, RunSpec
-from pitstop.tune.fix import FixConfig, fix_report, run_fix
 
 
 @pytest.fixture(autouse=True)
 def _bf16_not_slower(monkeypatch):
-    monkeypatch.setattr("pitstop.tune.fix.slower_reason", lambda dtype, dev: None)
+    monkeypatch.setattr("pitstop.fix.fix.slower_reason", lambda dtype, dev: None)
 
 
 class StoppedAt:

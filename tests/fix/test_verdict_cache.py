@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from pitstop.findings import Finding, Severity
+from pitstop.fix import verdict_cache as vc
+from pitstop.fix.fix import FixResult
+from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
-from pitstop.tune import verdict_cache as vc
-from pitstop.tune.fix import FixResult
-from pitstop.tune.fixjudge import Measured
 
 
 def measured(name, kind, verdict, est, lo, hi, on_top_of=None):
@@ -126,7 +126,7 @@ def test_without_an_out_dir_the_cache_lives_in_the_cache_directory(tmp_path, mon
 
 
 def test_fix_cli_records_its_verdicts_for_the_script(tmp_path, monkeypatch):
-    import pitstop.tune.fix as fixmod
+    import pitstop.fix.fix as fixmod
     from pitstop.cli import main
 
     script = tmp_path / "train.py"

@@ -7,14 +7,14 @@ import statistics
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
+from pitstop.fix import fix_dist
+from pitstop.fix.fix import FixResult, loader_of
+from pitstop.fix.fixjudge import Measured
 from pitstop.host.precision import device_type
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 from pitstop.recipes import by_name
 from pitstop.report.html import Block, table
 from pitstop.report.intervals import interval_chart
-from pitstop.tune import fix_dist
-from pitstop.tune.fix import FixResult, loader_of
-from pitstop.tune.fixjudge import Measured
 
 
 def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:

@@ -1,0 +1,42 @@
+"""The clock of pitstop's in-process timings: a ``Stopwatch`` on ``time.perf_counter`` that can leave
+stretches out (an epoch's restart inside a throughput window).
+
+What a timing is made of stays with its caller (a DataLoader window, a training step, a worker restart);
+the reading of the clock is here, so every in-process timer reads the same one and a test can give it
+its own (``clock``). Samples go on to ``pitstop.measure`` (rounds, intervals, verdicts) and
+``pitstop.measure_throughput`` (rates over windows).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stopwatch:
+    """Seconds since it was made, less those spent under ``paused()``."""
+
+    clock: Callable[[], float] = time.perf_counter
+    started: float = field(init=False)
+    paused_s: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started - self.paused_s
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """A stretch that does not count (also when it raises)."""
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            self.paused_s += self.clock() - t0
+
+
+__all__ = ["Stopwatch"]
