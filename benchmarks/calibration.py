@@ -90,7 +90,7 @@ def outcome(severity: str, verdict: str, after: str) -> str:
 
 def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | None]:
     from pitstop.profile.confirm.fresh_confirm import confirm_all
-    from pitstop.profile.run.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     cmd = [sys.executable, f"examples/{name}.py", *({**SCRIPTS, **OPTIONAL}[name])]
     spec = RunSpec(cmd, steps=args.profile_steps, warmup=args.warmup, timeout=600, cwd=str(ROOT), quiet=True)
@@ -205,7 +205,7 @@ def by_hand(row: dict[str, Any], f: Any, cmd: list[str], args: argparse.Namespac
 
     from pitstop.measure import HELPED, HURT, NO_CHANGE, Interval
     from pitstop.profile.confirm.fresh_runs import timed
-    from pitstop.profile.run.runner import RunSpec
+    from pitstop.profile.runs.runner import RunSpec
 
     extra = HAND_FIXED[row["script"]][1]
     print(f"{row['script']}: {' '.join(extra)} by hand ({f.id}, {f.severity})", file=sys.stderr, flush=True)

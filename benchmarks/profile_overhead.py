@@ -66,7 +66,7 @@ def plain(script: Path, args: list[str], env: dict[str, str]) -> float:
 
 
 def instrumented(script: Path, args: list[str], env: dict[str, str]) -> float:
-    from pitstop.profile.run.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = RunSpec(

@@ -24,7 +24,7 @@ STAGES = {
     "process": "bootstrap instrumented children child_worker rank_start command rankhook",
     "analyze": "rules rulekit rules_compute rules_progress pass_rules gpu_rules dist_rules contention_rules "
     "probe_failures summary headline stalls confirm wait_confirm",
-    "run": "runner supervise result children_report ranks merge",
+    "runs": "runner supervise result children_report ranks merge",
     "present": "render render_ranks render_stacks render_views gpu_render export tensorboard wandb_sink "
     "mlflow_sink",
     "confirm": "fresh_confirm fresh_runs budget fix_verdicts malloc_confirm workers_confirm",

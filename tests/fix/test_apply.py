@@ -17,7 +17,7 @@ from pitstop.fix.fix import FixConfig, FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_style.py"
 

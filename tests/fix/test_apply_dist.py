@@ -21,8 +21,8 @@ from pitstop.fix.fix import FixConfig, FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.ranks import RanksResult
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.ranks import RanksResult
+from pitstop.profile.runs.runner import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ddp_accum.py"

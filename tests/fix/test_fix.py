@@ -24,7 +24,7 @@ from pitstop.fix.fix import (
 from pitstop.fix.patch import apply_patch, dataloader_patch
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult, RunSpec
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,8 @@ from pitstop.findings import Finding, Severity
 from pitstop.fix import fix, fix_dist
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.ranks import RanksResult
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.ranks import RanksResult
+from pitstop.profile.runs.runner import RunResult
 from pitstop.train.ddp_inject import DDPInjection
 
 ORIG_FORWARD = nn.parallel.DistributedDataParallel.forward
@@ -145,8 +145,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
 
     from pitstop.fix.fixjudge import SPEED_VERDICTS
     from pitstop.fix.fixrun import run_fix
-    from pitstop.profile.run.merge import ddp_facts
-    from pitstop.profile.run.runner import run
+    from pitstop.profile.runs.merge import ddp_facts
+    from pitstop.profile.runs.runner import run
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

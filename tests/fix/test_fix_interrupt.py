@@ -8,7 +8,7 @@ import pytest
 
 from pitstop.fix.fix import FixConfig, fix_report, run_fix
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult, RunSpec
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from pitstop.fix.fix import FixConfig, build_candidates, fix_report, run_fix
 from pitstop.measure import HELPED, NO_CHANGE
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult, RunSpec
+from pitstop.profile.runs.runner import RunResult, RunSpec
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 

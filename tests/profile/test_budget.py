@@ -8,7 +8,7 @@ import pytest
 
 from pitstop.profile.confirm import budget
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 
 def run_with(launch_s=None, first_s=2.0, step=0.5, n=4, probes_s=7.0, warmup=1):

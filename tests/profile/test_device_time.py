@@ -13,7 +13,7 @@ from pitstop.profile.analyze.rules import findings_for
 from pitstop.profile.capture.device_time import DeviceTimer, attribute, device_breakdown, step_device
 from pitstop.profile.capture.hooks import Config, Instrumentation
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.result import build_report
+from pitstop.profile.runs.result import build_report
 
 
 class FakeEvent:
@@ -251,7 +251,7 @@ def test_instrumentation_marks_every_phase_in_order():
 
 
 def test_report_shows_device_time_next_to_host_time():
-    from pitstop.profile.run.runner import RunResult
+    from pitstop.profile.runs.runner import RunResult
 
     dev = gpu_bound_device_step()
     steps = [

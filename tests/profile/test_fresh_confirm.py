@@ -13,7 +13,7 @@ from pitstop.profile.confirm import fresh_confirm as fc
 from pitstop.profile.confirm.fresh_runs import WARMUP
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult, RunSpec
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]
 STEP = 0.1

@@ -19,7 +19,7 @@ import pytest
 
 from pitstop.cli import main as cli_main
 from pitstop.profile.process.children import Followed, Follower, _user_target
-from pitstop.profile.run.runner import RunSpec, run
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
 HERE = Path(__file__).resolve().parent

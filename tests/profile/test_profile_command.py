@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pitstop.profile.process.command import inspect_executable, launcher_of, resolve_script
-from pitstop.profile.run.runner import CommandError, RunSpec, parse_command, run
+from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
 CONSOLE = """#!{python}
 import sys

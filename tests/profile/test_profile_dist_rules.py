@@ -7,8 +7,8 @@ import pytest
 from pitstop.findings import Severity
 from pitstop.profile.analyze import dist_rules
 from pitstop.profile.rank import comm, comm_hook
-from pitstop.profile.run import ranks
-from pitstop.profile.run.merge import quote
+from pitstop.profile.runs import ranks
+from pitstop.profile.runs.merge import quote
 
 
 def summary(rank, step_s=0.1, data=0.0, backward=0.05, exposed=0.0, collective=0.0, rounds=1.0, **kw):

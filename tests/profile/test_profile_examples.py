@@ -12,7 +12,7 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.host import cpu
-from pitstop.profile.run.runner import RunSpec, run
+from pitstop.profile.runs.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -22,7 +22,7 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.profile.present.render import html_blocks
-from pitstop.profile.run.runner import RunSpec, run
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.html import render_html
 from pitstop.report.jsonfmt import load_schema
 

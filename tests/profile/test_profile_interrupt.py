@@ -117,7 +117,7 @@ def test_sigterm_during_the_script_run_keeps_the_steps_and_is_never_healthy(tmp_
 
 def _result(status: str = "stopped", data: dict | None = None):
     from pitstop.profile.record.timeline import StepRecord
-    from pitstop.profile.run.runner import RunResult, RunSpec
+    from pitstop.profile.runs.runner import RunResult, RunSpec
 
     steps = [
         StepRecord(index=i, start_s=0.01 * i, total_s=0.01, forward_s=0.004, backward_s=0.006)

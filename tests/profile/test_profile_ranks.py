@@ -18,9 +18,9 @@ import pytest
 
 from pitstop.cli import main as cli_main
 from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.run import ranks
-from pitstop.profile.run.merge import merge_dir
-from pitstop.profile.run.runner import RunSpec, run
+from pitstop.profile.runs import ranks
+from pitstop.profile.runs.merge import merge_dir
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
 pytestmark = pytest.mark.slow

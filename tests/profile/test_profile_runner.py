@@ -14,7 +14,7 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.run.runner import CommandError, RunSpec, parse_command, run
+from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,7 @@ def test_hung_script_is_stopped_by_the_timeout(tmp_path):
 def test_script_ignoring_sigint_is_killed_and_partial_data_kept(tmp_path, monkeypatch):
     """Ctrl-C (simulated from the progress callback once the script hangs), SIGINT ignored, SIGKILL
     after the grace period: the periodic record is what comes back."""
-    import pitstop.profile.run.supervise as supervise
+    import pitstop.profile.runs.supervise as supervise
 
     monkeypatch.setattr(supervise, "GRACE_S", 1.0)
     marker = tmp_path / "m"

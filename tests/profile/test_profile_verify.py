@@ -104,7 +104,7 @@ def test_fix_config_times_the_one_worker_count_the_warning_suggests():
 
 def loader_bound_run(spec, **_):
     from pitstop.profile.record.timeline import StepRecord
-    from pitstop.profile.run.runner import RunResult
+    from pitstop.profile.runs.runner import RunResult
 
     steps = [
         StepRecord(index=i, start_s=0.1 * i, total_s=0.1, data_wait_s=0.06, forward_s=0.02) for i in range(12)
@@ -117,7 +117,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     tmp_path, monkeypatch, capsys
 ):
     import pitstop.fix.fix as fixmod
-    import pitstop.profile.run.runner as runner_mod
+    import pitstop.profile.runs.runner as runner_mod
     from pitstop.cli import main
 
     script = tmp_path / "train.py"

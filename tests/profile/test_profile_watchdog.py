@@ -27,7 +27,7 @@ from pitstop.profile.capture.watchdog import (
     read_watchdog,
 )
 from pitstop.profile.record.timeline import StepRecord
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 # ----------------------------------------------------------------------------------------- stacks
 
@@ -348,7 +348,7 @@ def test_fix_and_tune_report_a_hung_candidate_as_hung(monkeypatch):
     m = Measured("workers=4", "loader", {})
     m.add(hung)
     assert m.errors[0].startswith("hung at train.py:40") and not m.steps_per_s
-    import pitstop.profile.run.runner as runner
+    import pitstop.profile.runs.runner as runner
 
     monkeypatch.setattr(runner, "run", lambda spec: hung)
     result, error = script.run_callback(["python", "train.py"], "loader", {})

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from pitstop.profile.rank import rank_worker as rw
-from pitstop.profile.run import ranks
+from pitstop.profile.runs import ranks
 
 
 def _state(d: Path, step: int) -> None:

@@ -15,7 +15,7 @@ from pitstop.profile.process.command import slurm_task
 from pitstop.profile.rank import rank_share, rank_states, rank_stop
 from pitstop.profile.rank.rank_share import Shared
 from pitstop.profile.rank.rank_worker import Identity, identity
-from pitstop.profile.run import ranks
+from pitstop.profile.runs import ranks
 
 
 def _store(port: int = 0, master: bool = False) -> dist.TCPStore:

@@ -168,7 +168,7 @@ for step in range(200):
 def test_warm_up_heavy_run_with_a_callback_books_it_to_its_step(tmp_path):
     import sys
 
-    from pitstop.profile.run.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     script = tmp_path / "warm.py"
     script.write_text(WARMUP_HEAVY)

@@ -87,7 +87,7 @@ def test_reconcile_gives_the_verdict_again_after_the_findings_changed():
 def test_a_profile_report_keeps_the_basis_of_its_verdict():
     from pitstop.profile.analyze.summary import BASIS, reconcile
     from pitstop.profile.record.timeline import StepRecord
-    from pitstop.profile.run.runner import RunResult
+    from pitstop.profile.runs.runner import RunResult
 
     steps = [
         StepRecord(index=i, start_s=i * 0.1, total_s=0.1, forward_s=0.05, backward_s=0.04) for i in range(10)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 
 @dataclass

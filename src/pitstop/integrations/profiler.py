@@ -104,7 +104,7 @@ class Profiler:
         """Remove the instrumentation, run the probes, build the report (what ``with`` does on exit)."""
         from pitstop.profile.capture.hooks import StopProfiling
         from pitstop.profile.process.instrumented import describe_error, finalize
-        from pitstop.profile.run.result import RunSpec, collect_data
+        from pitstop.profile.runs.result import RunSpec, collect_data
 
         inst = self._inst
         if self.nested:

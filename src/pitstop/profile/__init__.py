@@ -12,7 +12,7 @@ The script runs in a child process (``pitstop.profile.process.bootstrap``) with 
 from typing import Any
 
 from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.run.runner import CommandError, RunResult, RunSpec, parse_command, run
+from pitstop.profile.runs.runner import CommandError, RunResult, RunSpec, parse_command, run
 
 
 def __getattr__(name: str) -> Any:

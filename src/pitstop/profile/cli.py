@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from pitstop.findings import Report
-    from pitstop.profile.run.runner import RunResult, RunSpec
+    from pitstop.profile.runs.runner import RunResult, RunSpec
 
 EXIT_SCRIPT_FAILED = 1
 
@@ -86,7 +86,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pitstop.profile.present.render import html_blocks, print_breakdown
     from pitstop.profile.present.render_ranks import print_ranks
     from pitstop.profile.present.tensorboard import unavailable as tensorboard_unavailable
-    from pitstop.profile.run.runner import CommandError, RunSpec, parse_command, run
+    from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)

@@ -13,7 +13,7 @@ def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
 
     from pitstop.profile.present.render import html_blocks, print_breakdown
     from pitstop.profile.present.render_ranks import print_ranks
-    from pitstop.profile.run.merge import merge_dir, rank_dirs
+    from pitstop.profile.runs.merge import merge_dir, rank_dirs
 
     if len(rest) != 1:
         return usage_error("usage: pitstop profile merge DIR (the --out-dir every node wrote to)")

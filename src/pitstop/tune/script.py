@@ -31,7 +31,7 @@ def run_callback(
     Ctrl-C or SIGTERM stopped before the callback returned gives what the tuner wrote to its partial
     file so far (the batch-size search writes one after every size, the loader tuner after every
     point), marked interrupted."""
-    from pitstop.profile.run.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory(prefix="pitstop-tune-") as tmp:
         partial = Path(tmp) / "partial.json"

@@ -1,6 +1,6 @@
 """Findings that compare ranks: stragglers, exposed communication, DDP settings, threads, backend.
 
-Pure functions of the per-rank summaries (``pitstop.profile.run.merge.rank_summary``) and the skew of the
+Pure functions of the per-rank summaries (``pitstop.profile.runs.merge.rank_summary``) and the skew of the
 collectives. A rank's *wait* per step is the time it spent blocked in collectives: DDP's gradient
 all-reduce after its last bucket was ready, plus blocking explicit collectives and ``Work.wait``. A rank's
 *busy* time is its step minus that wait: in a lockstep job every rank's step lasts as long as the slowest

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pitstop.profile.run.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 DEFAULT_BUDGET_S = 60.0
 # kept from the confirmations' share: the report, and a fresh run's stop overrunning its round

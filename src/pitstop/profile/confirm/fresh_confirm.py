@@ -32,7 +32,7 @@ from pitstop.measure_plan import budget_for_rounds
 from pitstop.profile.confirm import budget, malloc_confirm, workers_confirm
 from pitstop.profile.confirm.fresh_runs import WARMUP, Interrupted, Runner, timed
 from pitstop.profile.record.overrides import Overrides
-from pitstop.profile.run.runner import RunResult, RunSpec, run
+from pitstop.profile.runs.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
 from pitstop.train.host_memory import GLIBC_ENV
 

@@ -23,7 +23,7 @@ from typing import Any
 from pitstop.measure import Arm, Settings, interleave
 from pitstop.measure_blocks import within_runs_interval
 from pitstop.measure_throughput import arm_windows, throughput_interval
-from pitstop.profile.run.runner import RunResult, RunSpec, run, stop_on_interrupt
+from pitstop.profile.runs.runner import RunResult, RunSpec, run, stop_on_interrupt
 
 BUDGET_S = 30.0  # wall time for all the child runs together
 STEPS, WARMUP = 10, 3  # per child run

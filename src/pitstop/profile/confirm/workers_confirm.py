@@ -21,7 +21,7 @@ from pitstop.host import cpu
 from pitstop.profile.confirm.fresh_runs import Interrupted, Runner, timed
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import breakdown
-from pitstop.profile.run.runner import RunResult, RunSpec, run
+from pitstop.profile.runs.runner import RunResult, RunSpec, run
 from pitstop.recipes import recipe
 
 KEY = "workers_two_process"  # where the record goes in the run's data

@@ -6,7 +6,7 @@ without a slash is looked up on PATH, then in the active virtual environment's `
 then the one pitstop runs from). A shell script is refused with the Python commands it contains.
 
 Launchers (``torchrun``, ``python -m torch.distributed.run``, ``accelerate launch``) are recognised so the
-profile can run the launcher untouched and instrument each worker it starts (``pitstop.profile.run.ranks``).
+profile can run the launcher untouched and instrument each worker it starts (``pitstop.profile.runs.ranks``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ in with torch.distributed's own key-value store (the default process group's sto
 launcher's TCPStore at MASTER_ADDR:MASTER_PORT) and waits until every rank of the world has checked in at
 the same step; then all stop. The wait is outside any collective, so nothing it does can change what the
 ranks compute; while it waits, the rank's state says so, and the parent treats a rank stopped there like
-one that has ended when another is stuck in a collective (``pitstop.profile.run.ranks.stuck``).
+one that has ended when another is stuck in a collective (``pitstop.profile.runs.ranks.stuck``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The report of a run whose training ran in child processes (``pitstop.profile.process.children``).
 
 The children's records (``rank-N/`` in the run's folder) are read and merged by the ranks' machinery
-(``pitstop.profile.run.merge``): a section and a breakdown per child, per-child findings, the distributed rules
+(``pitstop.profile.runs.merge``): a section and a breakdown per child, per-child findings, the distributed rules
 (stragglers where the children wait for each other in collectives, threads against cores), one verdict.
 The script's own process is the parent: its record says how the script ended, and its forwards outside
 any training step (a test pass on the trained model) are named as such rather than as a missing step.
@@ -15,8 +15,8 @@ from pathlib import Path
 from pitstop.findings import Finding, Report, Severity
 from pitstop.profile.process.children import LAUNCHER
 from pitstop.profile.rank.rank_states import read_states
-from pitstop.profile.run.merge import RanksResult, build_ranks_report, collect_ranks, quote
-from pitstop.profile.run.result import RunResult, RunSpec
+from pitstop.profile.runs.merge import RanksResult, build_ranks_report, collect_ranks, quote
+from pitstop.profile.runs.result import RunResult, RunSpec
 
 
 @dataclass

@@ -3,7 +3,7 @@
 ``run(spec, out_dir=None, progress=None)`` starts ``python -m pitstop.profile.process.bootstrap`` in its own
 session with the ``RunSpec`` as JSON, waits for it (``supervise``: progress, ``--timeout``, Ctrl-C and
 SIGTERM stop the child cleanly, SIGKILL after ``supervise.GRACE_S``) and returns a ``RunResult``
-(``pitstop.profile.run.result``). ``profile``, ``tune`` and ``fix`` all run scripts through it.
+(``pitstop.profile.runs.result``). ``profile``, ``tune`` and ``fix`` all run scripts through it.
 
 - ``RunSpec.probes`` (default True): after the script stops, time fp32 vs autocast, NCHW vs
   channels_last, for-loop vs foreach optimizer on the script's own model and last batch, so rules can
@@ -47,8 +47,8 @@ from typing import Any
 from pitstop.host.load import CpuOutsideSession
 from pitstop.profile.capture.watchdog import REQUEST_WAIT_S, request_stacks
 from pitstop.profile.process.command import CommandError, launcher_for, parse_command
-from pitstop.profile.run.result import MEASUREMENTS, RunResult, RunSpec, note_other_cpu, read_measurements
-from pitstop.profile.run.supervise import grace_s, supervise, wait_or_kill
+from pitstop.profile.runs.result import MEASUREMENTS, RunResult, RunSpec, note_other_cpu, read_measurements
+from pitstop.profile.runs.supervise import grace_s, supervise, wait_or_kill
 
 CONFIG = "run-config.json"
 INTERRUPT_STACKS_S = 0.5  # Ctrl-C / SIGTERM: how long the watchdog gets to dump the stacks
@@ -86,7 +86,7 @@ def run(
         return _empty(spec, str(e), "not_started", 2, time.perf_counter() - start)
     launcher = launcher_for(kind, target, args)
     if launcher is not None:  # torchrun / accelerate launch: every rank instrumented
-        from pitstop.profile.run.ranks import run_ranks
+        from pitstop.profile.runs.ranks import run_ranks
 
         return run_ranks(spec, kind, target, args, launcher, out_dir, progress)
     temp = out_dir is None
@@ -180,7 +180,7 @@ class _ProgressTick:
         self.seen: Any = None
 
     def __call__(self) -> None:
-        from pitstop.profile.run import children_report
+        from pitstop.profile.runs import children_report
 
         if self.progress is None:
             return
@@ -198,7 +198,7 @@ def _finish(
 ) -> RunResult:
     """The measured result completed: a killed quiet run's stderr tail, the CPU load outside the
     child's session, its children's measurements; a temporary run folder removed unless traced."""
-    from pitstop.profile.run import children_report
+    from pitstop.profile.runs import children_report
 
     if spec.quiet and result.status == "killed" and not result.data:
         tail = _tail(out / "stderr.txt")

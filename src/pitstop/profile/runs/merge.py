@@ -23,7 +23,7 @@ from pitstop.profile.analyze.rulekit import ms
 from pitstop.profile.rank import rank_worker as rw
 from pitstop.profile.rank.rank_states import collective_name, read_states
 from pitstop.profile.record.timeline import breakdown
-from pitstop.profile.run.result import MEASUREMENTS, RunResult, RunSpec, read_measurements
+from pitstop.profile.runs.result import MEASUREMENTS, RunResult, RunSpec, read_measurements
 
 MERGE_WAIT_S = 10.0  # after the launcher ends: how long to wait for other nodes' ranks to write
 

@@ -4,7 +4,7 @@ The launcher runs untouched, in its own session, with two additions to its envir
 with ``pitstop/profile/process/rankhook`` (a ``sitecustomize`` that hands each worker to
 ``pitstop.profile.rank.rank_worker``) and ``PITSTOP_RANKS_CONFIG`` names the run's settings. Each rank writes
 ``rank-R/`` in the run's folder; this parent watches them, and merges them into one report
-(``pitstop.profile.run.merge``) when the launcher ends.
+(``pitstop.profile.runs.merge``) when the launcher ends.
 
 While the ranks run, the parent stops the whole launch (every rank gets SIGINT, then SIGKILL after the
 grace period) on Ctrl-C, on ``--timeout``, or when one rank has ended while another has been blocked in a
@@ -29,9 +29,9 @@ from typing import Any
 from pitstop.host.load import CpuOutsideSession
 from pitstop.profile.rank import rank_worker as rw
 from pitstop.profile.rank.rank_states import collective_name, read_states
-from pitstop.profile.run.merge import RanksResult, collect_ranks
-from pitstop.profile.run.result import RunSpec, note_other_cpu
-from pitstop.profile.run.supervise import GRACE_S, grace_s, supervise, wait_or_kill
+from pitstop.profile.runs.merge import RanksResult, collect_ranks
+from pitstop.profile.runs.result import RunSpec, note_other_cpu
+from pitstop.profile.runs.supervise import GRACE_S, grace_s, supervise, wait_or_kill
 
 STUCK_S = 10.0  # a rank blocked this long in a collective after a peer ended is not coming back
 HOOK_DIR = Path(__file__).resolve().parents[1] / "process" / "rankhook"
