@@ -101,7 +101,7 @@ def _profile_source() -> str:
 
     import pitstop.profile as profile
 
-    return "\n".join(p.read_text() for p in sorted(pathlib.Path(profile.__file__).parent.glob("*.py")))
+    return "\n".join(p.read_text() for p in sorted(pathlib.Path(profile.__file__).parent.rglob("*.py")))
 
 
 @pytest.mark.parametrize("r", [r for r in RECIPES if r.finding], ids=lambda r: r.name)
