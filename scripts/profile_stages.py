@@ -1,12 +1,13 @@
 """Rewrite references to profile's modules from their flat paths to their stage packages (issue 33).
 
-    python scripts/profile_stages.py [FILE_OR_DIR ...]    # default: src tests benchmarks examples docs ...
+    python scripts/profile_stages.py [--all] [FILE_OR_DIR ...]  # default: src tests benchmarks examples docs ...
 
 ``pitstop.profile.hooks`` became ``pitstop.profile.capture.hooks``, ``profile/hooks.py`` became
 ``profile/capture/hooks.py``, and ``from pitstop.profile import summary, RunSpec`` is split into one import
 per package. Idempotent: a rewritten path no longer matches, so it also serves a branch that was edited
 against the flat layout (run it on the merged tree). In ``IMPORTS_ONLY`` files only import lines change,
-so edits made to those files elsewhere merge across the renames.
+so edits made to those files elsewhere merge across the renames; ``--all`` rewrites their docstrings and
+comments too, once those edits are merged.
 """
 
 from __future__ import annotations
@@ -113,12 +114,14 @@ def _imports_only(path: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    everything = "--all" in argv
+    argv = [a for a in argv if a != "--all"]
     changed = 0
     for path in files(argv or DEFAULT):
         if path.resolve() == Path(__file__).resolve():
             continue
         text = path.read_text()
-        new = rewrite(text, imports_only=_imports_only(path))
+        new = rewrite(text, imports_only=not everything and _imports_only(path))
         if new != text:
             path.write_text(new)
             changed += 1
