@@ -4,7 +4,7 @@ helped: a simulation of the slow-step case where one round of fresh runs fits th
 Each simulated run has its own speed factor (log-normal, the run spread) and AR(1) step noise (lag-1
 correlation 0.5: neighbouring steps are alike, which the blocks of 3 are for). For each setting it prints
 the share of comparisons whose interval's lower bound clears 1.05 (what decides "helped"): for an A/A
-pair (false), a planted 1.1x and a planted 2x. `pitstop.profile.confirm` decides by this interval only
+pair (false), a planted 1.1x and a planted 2x. `pitstop.profile.analyze.confirm` decides by this interval only
 where the in-process probe's interval agrees, so the false rate of the pair is about the product of the
 two; this shows the blocks' own share.
 

@@ -89,8 +89,8 @@ def outcome(severity: str, verdict: str, after: str) -> str:
 
 
 def profile(name: str, args: argparse.Namespace) -> tuple[Any, list[str], str | None]:
-    from pitstop.profile.fresh_confirm import confirm_all
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.confirm.fresh_confirm import confirm_all
+    from pitstop.profile.runs.runner import RunSpec, run
 
     cmd = [sys.executable, f"examples/{name}.py", *({**SCRIPTS, **OPTIONAL}[name])]
     spec = RunSpec(cmd, steps=args.profile_steps, warmup=args.warmup, timeout=600, cwd=str(ROOT), quiet=True)
@@ -111,7 +111,7 @@ def rows_for(
     from pitstop.fix import verdict_cache
     from pitstop.fix.fix import FINDING_KINDS
     from pitstop.fix.fix import run_fix as real_run_fix
-    from pitstop.profile.confirm import UNTIMED
+    from pitstop.profile.analyze.confirm import UNTIMED
     from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
 
     report, cmd, err = profile(name, args)
@@ -204,8 +204,8 @@ def by_hand(row: dict[str, Any], f: Any, cmd: list[str], args: argparse.Namespac
     from dataclasses import replace
 
     from pitstop.measure import HELPED, HURT, NO_CHANGE, Interval
-    from pitstop.profile.fresh_runs import timed
-    from pitstop.profile.runner import RunSpec
+    from pitstop.profile.confirm.fresh_runs import timed
+    from pitstop.profile.runs.runner import RunSpec
 
     extra = HAND_FIXED[row["script"]][1]
     print(f"{row['script']}: {' '.join(extra)} by hand ({f.id}, {f.severity})", file=sys.stderr, flush=True)

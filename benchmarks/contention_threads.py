@@ -7,7 +7,7 @@ its measured steps), first on the machine as it is ("no burner": whatever else r
 then with one busy process per usable core ("burner"). Prints each condition's speed-up of 1 thread over the default with
 its 95% interval, and what the script competed with (``host.load.CompetitionMeter`` over the runs) and
 the load it ran under (``host.load.load_line``). Then, under the burner, the thread probe itself
-(``pitstop.profile.thread_probe``) on a small conv net: the threads it fits and its A/B. Writes
+(``pitstop.profile.probe.thread_probe``) on a small conv net: the threads it fits and its A/B. Writes
 benchmarks/results/contention_threads.md. About 3-5 minutes on 2 cores.
 
     .venv/bin/python benchmarks/contention_threads.py [--rounds 3] [--steps 6] [--budget 90]
@@ -111,7 +111,7 @@ def probe_under_burner() -> str:
     import torch
     from torch import nn
 
-    from pitstop.profile import thread_probe
+    from pitstop.profile.probe import thread_probe
 
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1))
     rec = thread_probe.run(model, ((torch.randn(16, 3, 64, 64),), {}), {})["threads"]
@@ -162,7 +162,7 @@ def main() -> int:
         )
     lines += [
         "",
-        f"Thread probe (pitstop.profile.thread_probe) under the burner, a small conv net: {probe}.",
+        f"Thread probe (pitstop.profile.probe.thread_probe) under the burner, a small conv net: {probe}.",
         "",
     ]
     text = "\n".join(lines)

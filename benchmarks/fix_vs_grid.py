@@ -49,7 +49,7 @@ def env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def overrides_for(cell: dict[str, Any]) -> Any:
-    from pitstop.profile.overrides import Overrides
+    from pitstop.profile.record.overrides import Overrides
 
     ov = Overrides()
     if cell.get("num_workers"):
@@ -79,7 +79,7 @@ def run_grid(
     run's per-step times as that round's samples; every round runs (no early stop). Each cell carries the
     engine's arm (its rounds) and its interval over the unmodified baseline."""
     from pitstop.measure import Arm, Settings, interleave
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     cells = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     by = {label(c, axes): c for c in cells}

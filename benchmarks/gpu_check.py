@@ -26,7 +26,7 @@ TOLERANCE = 0.10
 
 
 def compare(out_dir: Path) -> dict[str, Any]:
-    from pitstop.profile import trace_analysis as ta
+    from pitstop.profile.capture import trace_analysis as ta
 
     meas = json.loads((out_dir / "measurements.json").read_text())
     row: dict[str, Any] = {

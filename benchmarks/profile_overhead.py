@@ -66,7 +66,7 @@ def plain(script: Path, args: list[str], env: dict[str, str]) -> float:
 
 
 def instrumented(script: Path, args: list[str], env: dict[str, str]) -> float:
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = RunSpec(
@@ -88,7 +88,7 @@ def in_process(script: Path, args: list[str], instrumented_run: bool, tmp: Path)
     import io
     import runpy
 
-    from pitstop.profile.hooks import Config, Instrumentation
+    from pitstop.profile.capture.hooks import Config, Instrumentation
 
     argv = sys.argv
     sys.argv = [str(script), *args]

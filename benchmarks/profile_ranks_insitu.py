@@ -56,9 +56,9 @@ def worker(pairs: int, out: Path) -> None:
         return (torch.Tensor.backward, torch.autograd.backward, DDP._post_forward, DDP.forward)
 
     plain = current()
-    from pitstop.profile import ddp_timers
-    from pitstop.profile.hooks import Config, Instrumentation
-    from pitstop.profile.rank_worker import RankWorker
+    from pitstop.profile.capture.hooks import Config, Instrumentation
+    from pitstop.profile.rank import ddp_timers
+    from pitstop.profile.rank.rank_worker import RankWorker
 
     inst = Instrumentation(Config(steps=10, warmup=5, full=True, out_dir=tmp, probes=False))
     inst.flush_path = tmp / "measurements.json"

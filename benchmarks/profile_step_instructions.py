@@ -65,9 +65,9 @@ def worker(config: str, model_name: str, helper: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pitstop-instr-"))
     dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
     if config != "plain":
-        import pitstop.profile.hooks as hooks
-        import pitstop.profile.rank_worker as rank_worker
-        from pitstop.profile.hooks import Config, Instrumentation
+        import pitstop.profile.capture.hooks as hooks
+        import pitstop.profile.rank.rank_worker as rank_worker
+        from pitstop.profile.capture.hooks import Config, Instrumentation
 
         # the flush and the rank's state file are written per second of wall time: a few steps under callgrind
         hooks.FLUSH_EVERY_S = rank_worker.WATCH_S = float("inf")
@@ -75,7 +75,7 @@ def worker(config: str, model_name: str, helper: str) -> None:
         inst.flush_path = tmp / "measurements.json"
         inst.install()
         if config == "rank":
-            from pitstop.profile.rank_worker import RankWorker
+            from pitstop.profile.rank.rank_worker import RankWorker
 
             RankWorker(0, tmp).on_install(inst)
     n_in, hidden, n_out, batch = MODELS[model_name]

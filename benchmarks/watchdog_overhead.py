@@ -33,8 +33,8 @@ def loop(steps: int, model: nn.Module, opt: torch.optim.Optimizer) -> float:
 
 def main() -> None:
     from pitstop.host.load import OtherCpu, load_average, load_line
-    from pitstop.profile.hooks import Config, Instrumentation
-    from pitstop.profile.watchdog import POLL_S, Watchdog
+    from pitstop.profile.capture.hooks import Config, Instrumentation
+    from pitstop.profile.capture.watchdog import POLL_S, Watchdog
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=8)

@@ -62,7 +62,7 @@ def train(steps: int) -> int:
 
 
 # --- cell 2: profile the training function where it runs
-# 12 measured steps: 4 blocks of 3 give the data wait's saving an interval (pitstop.profile.wait_confirm)
+# 12 measured steps: 4 blocks of 3 give the data wait's saving an interval (pitstop.profile.analyze.wait_confirm)
 with pitstop.Profiler(steps=12, warmup=2) as prof:
     ran = train(args.steps)
 

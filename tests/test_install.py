@@ -70,7 +70,7 @@ def test_pip_install_dot_keeps_the_environments_torch(tmp_path):
     # data files the package runs: the report schema, and the per-rank hook torchrun workers import
     installed = Path(pitstop_file).parent
     assert (installed / "report" / "schema.json").is_file()
-    assert (installed / "profile" / "rankhook" / "sitecustomize.py").is_file()
+    assert (installed / "profile" / "process" / "rankhook" / "sitecustomize.py").is_file()
     out = subprocess.run([env_dir / "bin" / "pitstop", "--version"], env=env, capture_output=True, text=True)
     assert out.returncode == 0 and "pitstop" in out.stdout
     assert sys.executable != str(py)

@@ -81,7 +81,7 @@ def test_verdicts_follow_the_throughput_not_the_median():
 
 
 def test_profiles_steps_per_s_is_throughput_not_the_median_step():
-    from pitstop.profile.timeline import StepRecord, steps_per_s
+    from pitstop.profile.record.timeline import StepRecord, steps_per_s
 
     steps = [StepRecord(index=i, start_s=0.0, total_s=t) for i, t in enumerate(SPIKY)]
     assert steps_per_s(steps) == pytest.approx(10 / 0.95)  # the median step would say 20

@@ -11,7 +11,7 @@ import string
 import pytest
 
 from pitstop.bench.configs import BenchConfig, ablation
-from pitstop.profile.overrides import DATALOADER_KEYS, Overrides
+from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
 from pitstop.train.trainer import TrainConfig
 
@@ -92,8 +92,8 @@ def test_fix_candidates_agree_with_the_registry():
 def test_probe_keys_are_results_the_probes_write():
     import inspect
 
-    import pitstop.profile.gpu_probes as gpu_probes
-    import pitstop.profile.probes as probes
+    import pitstop.profile.probe.gpu_probes as gpu_probes
+    import pitstop.profile.probe.probes as probes
 
     # run_probes writes its own keys and, on CUDA, gpu_probes.run's; a component's probe writes its PROBE
     source = inspect.getsource(probes) + inspect.getsource(gpu_probes)
@@ -109,7 +109,7 @@ def _profile_source() -> str:
 
     import pitstop.profile as profile
 
-    return "\n".join(p.read_text() for p in sorted(pathlib.Path(profile.__file__).parent.glob("*.py")))
+    return "\n".join(p.read_text() for p in sorted(pathlib.Path(profile.__file__).parent.rglob("*.py")))
 
 
 @pytest.mark.parametrize("r", [r for r in RECIPES if r.finding], ids=lambda r: r.name)
@@ -127,8 +127,8 @@ def test_every_finding_id_is_emitted_by_a_profile_rule(r):
 
 
 def test_probe_rules_name_recipes_that_probe():
-    from pitstop.profile.gpu_rules import TF32
-    from pitstop.profile.rules_compute import PROBE_RULES
+    from pitstop.profile.analyze.gpu_rules import TF32
+    from pitstop.profile.analyze.rules_compute import PROBE_RULES
 
     for rule in (*PROBE_RULES, TF32):
         assert recipe(rule.recipe).probe and recipe(rule.recipe).finding, rule.recipe

@@ -54,7 +54,7 @@ def test_build_makes_sdist_and_wheel_that_install_and_run(tmp_path):
     for data in (
         "pitstop/report/schema.json",
         "pitstop/py.typed",
-        "pitstop/profile/rankhook/sitecustomize.py",
+        "pitstop/profile/process/rankhook/sitecustomize.py",
     ):
         assert data in names, data
     assert sdist.stat().st_size > 0

@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
 
         return Profiler
     if name == "StopProfiling":
-        from pitstop.profile.hooks import StopProfiling
+        from pitstop.profile.capture.hooks import StopProfiling
 
         return StopProfiling
     raise AttributeError(f"module 'pitstop' has no attribute {name!r}")

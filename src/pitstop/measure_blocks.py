@@ -14,7 +14,7 @@ degrees of freedom of that sum (the allowance is a constant, the blocks' varianc
 on one round of 6 steps a side, it calls an A/A pair helped (lower bound above 1.05) in 0-4% of
 simulated comparisons where runs spread up to the allowance and 8-13% where they spread twice that
 (``benchmarks/blocks_sim.py``). It is meant to corroborate, not to stand alone:
-``pitstop.profile.confirm`` decides by it only where an independent interval (the in-process probe's
+``pitstop.profile.analyze.confirm`` decides by it only where an independent interval (the in-process probe's
 rounds) agrees.
 """
 

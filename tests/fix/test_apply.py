@@ -16,8 +16,8 @@ from pitstop.fix.apply_verify import verify
 from pitstop.fix.fix import FixConfig, FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_style.py"
 

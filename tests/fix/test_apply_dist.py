@@ -20,9 +20,9 @@ from pitstop.fix.apply_verify import verify
 from pitstop.fix.fix import FixConfig, FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
-from pitstop.profile.ranks import RanksResult
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.ranks import RanksResult
+from pitstop.profile.runs.runner import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ddp_accum.py"

@@ -22,9 +22,9 @@ from pitstop.fix.fix import (
     run_fix,
 )
 from pitstop.fix.patch import apply_patch, dataloader_patch
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 
 @pytest.fixture(autouse=True)

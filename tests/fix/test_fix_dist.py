@@ -12,10 +12,10 @@ from torch import nn
 
 from pitstop.findings import Finding, Severity
 from pitstop.fix import fix, fix_dist
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.ranks import RanksResult
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.ranks import RanksResult
+from pitstop.profile.runs.runner import RunResult
 from pitstop.train.ddp_inject import DDPInjection
 
 ORIG_FORWARD = nn.parallel.DistributedDataParallel.forward
@@ -145,8 +145,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
 
     from pitstop.fix.fixjudge import SPEED_VERDICTS
     from pitstop.fix.fixrun import run_fix
-    from pitstop.profile.merge import ddp_facts
-    from pitstop.profile.runner import run
+    from pitstop.profile.runs.merge import ddp_facts
+    from pitstop.profile.runs.runner import run
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -183,8 +183,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
 
 
 def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(group):
-    from pitstop.profile.comm import CommRecorder
-    from pitstop.profile.rank_worker import RankWorker, identity
+    from pitstop.profile.rank.comm import CommRecorder
+    from pitstop.profile.rank.rank_worker import RankWorker, identity
 
     worker = RankWorker(identity({}), Path("."))
     worker.comm = CommRecorder()
@@ -200,7 +200,7 @@ def test_rank_zero_probes_a_copy_outside_ddp_and_no_collective_gets_through(grou
 
 
 def test_the_report_says_where_probes_ran():
-    from pitstop.profile.dist_rules import probes_on_ranks
+    from pitstop.profile.analyze.dist_rules import probes_on_ranks
 
     f = probes_on_ranks({0: {"pass_s": 0.1}, 1: None, 2: None})
     assert f.id == "profile.probes_ranks" and "probes skipped on ranks 1, 2" in f.evidence

@@ -9,8 +9,8 @@ import pytest
 
 from pitstop.fix.fix import FixConfig, run_fix
 from pitstop.fix.fix_estimate import FixEstimate, estimate
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 
 def result(step_s: float = 0.1, launch_s: float = 2.0, first_s: float = 1.0) -> RunResult:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pitstop.fix.fix import FixConfig, fix_report, run_fix
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 
 @pytest.fixture(autouse=True)

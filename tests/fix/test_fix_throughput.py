@@ -8,9 +8,9 @@ import pytest
 from pitstop.findings import Finding, Severity
 from pitstop.fix.fix import FixConfig, build_candidates, fix_report, run_fix
 from pitstop.measure import HELPED, NO_CHANGE
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 
@@ -74,8 +74,8 @@ def six_cores(monkeypatch):
 
 
 def test_profile_and_fix_give_the_same_count_on_one_machine(tmp_path, six_cores):
-    from pitstop.profile.rules import dataloader_rules
-    from pitstop.profile.timeline import breakdown
+    from pitstop.profile.analyze.rules import dataloader_rules
+    from pitstop.profile.record.timeline import breakdown
 
     steps = [StepRecord(index=i, start_s=0.1 * i, total_s=0.1, data_wait_s=0.08) for i in range(10)]
     loaders = [{"num_workers": 0, "batches_seen": 10, "wait_s": 0.8, "location": "t.py:2"}]

@@ -89,9 +89,9 @@ def test_profiler_export_without_wandb_or_a_run_is_one_line_each(
 def test_lightning_loggers_map_to_their_sinks(fake_wandb, fake_mlflow):
     pytest.importorskip("lightning.pytorch")
     from pitstop.integrations.lightning import logger_sinks
-    from pitstop.profile.mlflow_sink import MlflowSink
-    from pitstop.profile.tensorboard import TensorBoardSink
-    from pitstop.profile.wandb_sink import WandbSink
+    from pitstop.profile.present.mlflow_sink import MlflowSink
+    from pitstop.profile.present.tensorboard import TensorBoardSink
+    from pitstop.profile.present.wandb_sink import WandbSink
 
     run, client, writer = object(), object(), object()
     TensorBoardLogger = type("TensorBoardLogger", (), {"experiment": writer})
@@ -110,9 +110,9 @@ def test_hf_report_to_maps_to_sinks(request):
 
     # after transformers is imported: accelerate's import-time probe for wandb cannot read a fake module
     fake_wandb, _ = request.getfixturevalue("fake_wandb"), request.getfixturevalue("fake_mlflow")
-    from pitstop.profile.mlflow_sink import MlflowSink
-    from pitstop.profile.tensorboard import TensorBoardSink
-    from pitstop.profile.wandb_sink import WandbSink
+    from pitstop.profile.present.mlflow_sink import MlflowSink
+    from pitstop.profile.present.tensorboard import TensorBoardSink
+    from pitstop.profile.present.wandb_sink import WandbSink
 
     args = types.SimpleNamespace(report_to=["tensorboard", "wandb", "mlflow", "comet_ml"], output_dir="out")
     writer = object()

@@ -225,7 +225,7 @@ def test_persistent_workers_keep_serving_after_the_block(unpatched, slow_dataset
 def test_inside_a_pitstop_profile_run_the_cli_measures_and_the_profiler_steps_aside(tmp_path):
     import sys
 
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     script = tmp_path / "train.py"
     script.write_text(

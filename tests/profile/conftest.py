@@ -1,6 +1,6 @@
 import pytest
 
-from pitstop.profile.hooks import Config, Instrumentation
+from pitstop.profile.capture.hooks import Config, Instrumentation
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The time budget the fresh confirmation runs share (``pitstop.profile.budget``): the profiled run's
+"""The time budget the fresh confirmation runs share (``pitstop.profile.confirm.budget``): the profiled run's
 stages, one round's estimate from its start-up, the shares and the line printed before the runs
 (``test_fresh_confirm``: the runs within it)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.profile import budget
-from pitstop.profile.runner import RunResult
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.confirm import budget
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult
 
 
 def run_with(launch_s=None, first_s=2.0, step=0.5, n=4, probes_s=7.0, warmup=1):

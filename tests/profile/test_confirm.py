@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile import confirm
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord, breakdown
+from pitstop.profile.analyze import confirm
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.record.timeline import StepRecord, breakdown
 
 
 def steps(n=10, total=0.1, **parts) -> list[StepRecord]:

@@ -17,10 +17,10 @@ from torch import nn
 from pitstop.findings import Severity
 from pitstop.host import load
 from pitstop.host.load import Competition
-from pitstop.profile import thread_probe
-from pitstop.profile.contention_rules import CONTENTION, NOTED, OVERSUBSCRIBED, contention_findings
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord, breakdown
+from pitstop.profile.analyze.contention_rules import CONTENTION, NOTED, OVERSUBSCRIBED, contention_findings
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.probe import thread_probe
+from pitstop.profile.record.timeline import StepRecord, breakdown
 
 BUSY = Competition(
     seconds=1.0, usable_cores=2, cpus=2, other_busy_cores=1.1, steal_cores=0.0, other_runnable=1.4
@@ -211,7 +211,7 @@ def test_proc_stat_parse(tmp_path):
 def test_probe_loads_a_batch_as_the_main_process_did_and_the_rule_counts_it_timed():
     from torch.utils.data import DataLoader, TensorDataset
 
-    from pitstop.profile.captured import CapturedLoader
+    from pitstop.profile.record.captured import CapturedLoader
 
     ds = TensorDataset(torch.randn(40, 32))
     calls = []
@@ -261,7 +261,7 @@ def test_probe_loads_a_batch_as_the_main_process_did_and_the_rule_counts_it_time
 def test_the_runs_share_of_other_work_reaches_every_ranks_data():
     from types import SimpleNamespace
 
-    from pitstop.profile.runner import note_other_cpu
+    from pitstop.profile.runs.runner import note_other_cpu
 
     other = SimpleNamespace(share=lambda session: 0.31, steal_share=lambda: 0.05)
     ranks = {0: SimpleNamespace(data={}), 1: SimpleNamespace(data={})}
@@ -293,7 +293,7 @@ def test_profile_with_a_hog_on_the_scripts_cores_names_contention(tmp_path):
     thread probe times 1 thread against 2 and the report has the contention finding (its severity is the
     interval's: no timing is asserted); the run's share of other work is measured, and where it reaches
     the note's threshold every other finding says so."""
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     mine = os.sched_getaffinity(0)
     if len(mine) < 2:

@@ -9,7 +9,7 @@ import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
-from pitstop.profile.ddp_timers import SAMPLE, WHAT, TimerRounds, recorded
+from pitstop.profile.rank.ddp_timers import SAMPLE, WHAT, TimerRounds, recorded
 
 
 class Rec:
@@ -128,7 +128,7 @@ def test_backward_after_a_syncing_forward_is_the_current_collective_until_it_ret
 REDUCER = """
 import json, tempfile, torch, torch.distributed as dist
 from torch import nn
-from pitstop.profile import ddp_timers
+from pitstop.profile.rank import ddp_timers
 dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/s", rank=0, world_size=1)
 m = nn.parallel.DistributedDataParallel(nn.Linear(4, 4))
 seen = []

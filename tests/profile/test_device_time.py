@@ -9,11 +9,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from pitstop.findings import Severity
-from pitstop.profile.device_time import DeviceTimer, attribute, device_breakdown, step_device
-from pitstop.profile.hooks import Config, Instrumentation
-from pitstop.profile.result import build_report
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.capture.device_time import DeviceTimer, attribute, device_breakdown, step_device
+from pitstop.profile.capture.hooks import Config, Instrumentation
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.result import build_report
 
 
 class FakeEvent:
@@ -251,7 +251,7 @@ def test_instrumentation_marks_every_phase_in_order():
 
 
 def test_report_shows_device_time_next_to_host_time():
-    from pitstop.profile.runner import RunResult
+    from pitstop.profile.runs.runner import RunResult
 
     dev = gpu_bound_device_step()
     steps = [
@@ -271,7 +271,7 @@ def test_report_shows_device_time_next_to_host_time():
     assert dt["host_forward_s"] == pytest.approx(0.001) and dt["device_forward_s"] == pytest.approx(0.0389)
     from rich.console import Console
 
-    from pitstop.profile.gpu_render import print_gpu
+    from pitstop.profile.present.gpu_render import print_gpu
 
     console = Console(record=True, width=100)
     print_gpu(report, console)

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.profile.export import COLUMNS, export, export_data
-from pitstop.profile.mlflow_sink import mlflow_sink
-from pitstop.profile.wandb_sink import WandbSink, wandb_sink
+from pitstop.profile.present.export import COLUMNS, export, export_data
+from pitstop.profile.present.mlflow_sink import mlflow_sink
+from pitstop.profile.present.wandb_sink import WandbSink, wandb_sink
 
 
 def _step(i: int) -> dict:
@@ -132,7 +132,7 @@ def test_a_failing_sink_is_one_line_and_the_others_still_write(fake_wandb, fake_
 
 
 def test_tensorboard_sink_without_the_package_is_one_line(monkeypatch, capsys, tmp_path):
-    from pitstop.profile.tensorboard import tensorboard_sink
+    from pitstop.profile.present.tensorboard import tensorboard_sink
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     assert export(report(), [tensorboard_sink(tmp_path / "tb")]) == []

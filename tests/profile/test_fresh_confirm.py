@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile import fresh_confirm as fc
-from pitstop.profile.fresh_runs import WARMUP
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.rules import findings_for
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.confirm import fresh_confirm as fc
+from pitstop.profile.confirm.fresh_runs import WARMUP
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 
 JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]
 STEP = 0.1
@@ -178,7 +178,7 @@ def clock(monkeypatch):
     """A fake clock the fresh runs' budget is read from (``SlowRunner`` advances it)."""
     import functools
 
-    from pitstop.profile import fresh_runs
+    from pitstop.profile.confirm import fresh_runs
 
     class Clock:
         t = 0.0
@@ -209,8 +209,8 @@ def test_one_round_of_slow_fresh_runs_decides_where_the_in_process_interval_agre
     assert 0.05 <= lo < f.est_saving_s < hi
     assert "blocks of 3 steps within the runs" in f.evidence and "2.00x" in f.evidence
     # the same fresh runs without an agreeing in-process interval: no interval, info, saying why
-    from pitstop.profile import confirm
-    from pitstop.profile.timeline import breakdown
+    from pitstop.profile.analyze import confirm
+    from pitstop.profile.record.timeline import breakdown
 
     alone = confirm.confirm(
         replace(f, severity=Severity.WARN, data={**amp, "two_process": two}), breakdown(result.steps)

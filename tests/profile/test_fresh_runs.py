@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile import fresh_runs
-from pitstop.profile import malloc_confirm as mc
-from pitstop.profile import workers_confirm as wk
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.rules import findings_for
-from pitstop.profile.runner import RunResult, RunSpec
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.confirm import fresh_runs
+from pitstop.profile.confirm import malloc_confirm as mc
+from pitstop.profile.confirm import workers_confirm as wk
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult, RunSpec
 from pitstop.train.host_memory import GLIBC_ENV
 
 JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]

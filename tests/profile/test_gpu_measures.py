@@ -11,9 +11,10 @@ from torch import nn
 
 from pitstop.bench.measure import Peak
 from pitstop.findings import Severity
-from pitstop.profile import gpu_memory, gpu_probes, mfu
-from pitstop.profile.gpu_rules import memory_findings, mfu_findings, probe_findings
-from pitstop.profile.timeline import StepRecord, breakdown
+from pitstop.profile.analyze.gpu_rules import memory_findings, mfu_findings, probe_findings
+from pitstop.profile.capture import gpu_memory
+from pitstop.profile.probe import gpu_probes, mfu
+from pitstop.profile.record.timeline import StepRecord, breakdown
 
 
 class Events:

@@ -9,8 +9,8 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.host import event_costs
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.record.timeline import StepRecord
 
 
 def steps(n=10, total=0.1, **parts) -> list[StepRecord]:
@@ -205,8 +205,8 @@ def test_mfu_counts_training_passes_only_with_a_sampling_callback(tmp_path):
 
 
 def test_mfu_over_100_percent_is_flagged_not_reported():
-    from pitstop.profile import mfu
-    from pitstop.profile.gpu_rules import mfu_findings
+    from pitstop.profile.analyze.gpu_rules import mfu_findings
+    from pitstop.profile.probe import mfu
 
     m = {
         "flops_per_pass": 2e9,

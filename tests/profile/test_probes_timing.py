@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pitstop.measure import Interval
-from pitstop.profile.probes import Timed, run_probes, saving, timed
+from pitstop.profile.probe.probes import Timed, run_probes, saving, timed
 
 
 def test_timed_gives_medians_and_an_interval_for_every_variant_after_the_first():
@@ -33,7 +33,7 @@ def test_timed_gives_medians_and_an_interval_for_every_variant_after_the_first()
 
 
 def test_a_probes_budget_scales_with_slow_variants_up_to_its_cap():
-    from pitstop.profile.probes import (
+    from pitstop.profile.probe.probes import (
         PROBE_BUDGET_CAP_S,
         PROBE_BUDGET_S,
         PROBE_ROUNDS,

@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 
 from pitstop.cli import main as cli_main
-from pitstop.profile.children import Followed, Follower, _user_target, claim_index
-from pitstop.profile.runner import RunSpec, run
+from pitstop.profile.process.children import Followed, Follower, _user_target, claim_index
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
 HERE = Path(__file__).resolve().parent

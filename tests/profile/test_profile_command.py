@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.profile.command import inspect_executable, launcher_of, resolve_script
-from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+from pitstop.profile.process.command import inspect_executable, launcher_of, resolve_script
+from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
 CONSOLE = """#!{python}
 import sys

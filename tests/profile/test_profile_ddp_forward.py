@@ -23,8 +23,8 @@ SCRIPT = textwrap.dedent(
     import torch, torch.distributed as dist
     from torch import nn
     from torch.nn.modules import module as _module
-    from pitstop.profile.hooks import Config, Instrumentation
-    from pitstop.profile.overrides import Overrides
+    from pitstop.profile.capture.hooks import Config, Instrumentation
+    from pitstop.profile.record.overrides import Overrides
 
     torch.set_num_threads(1)
     case = sys.argv[1]

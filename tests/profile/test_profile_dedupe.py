@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from pitstop.findings import Finding, Severity, dedupe
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.record.timeline import StepRecord
 
 torch.set_num_threads(1)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile import comm, comm_hook, dist_rules, ranks
-from pitstop.profile.merge import quote
+from pitstop.profile.analyze import dist_rules
+from pitstop.profile.rank import comm, comm_hook
+from pitstop.profile.runs import ranks
+from pitstop.profile.runs.merge import quote
 
 
 def summary(rank, step_s=0.1, data=0.0, backward=0.05, exposed=0.0, collective=0.0, rounds=1.0, **kw):

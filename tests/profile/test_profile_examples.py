@@ -12,7 +12,7 @@ import pytest
 
 from pitstop.findings import Severity
 from pitstop.host import cpu
-from pitstop.profile.runner import RunSpec, run
+from pitstop.profile.runs.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -124,7 +124,7 @@ def test_page_faults_are_counted_per_step_and_probed_on_cpu():
     assert hm["new_faults"] <= hm["base_faults"], hm
     assert plain.by_id("host.page_faults") is not None  # a warning or a pass, by the measured time
     # The override keeps freed memory in the child from the start, so the steps themselves stop faulting.
-    from pitstop.profile.overrides import Overrides
+    from pitstop.profile.record.overrides import Overrides
 
     spec = RunSpec(
         command=[sys.executable, str(EXAMPLES / "conv_fp32.py")],
@@ -150,7 +150,7 @@ def test_slow_steps_example_decides_with_intervals_or_says_undecided():
     profiled as `pitstop profile` does, fresh-run confirmation included. Whatever this CPU measures (no
     fast bf16: autocast is not probed; a loaded machine: wide intervals), every warning and every
     measured pass carries the interval that decides it, and an undecided probe says what decides it."""
-    from pitstop.profile.fresh_confirm import confirm_all
+    from pitstop.profile.confirm.fresh_confirm import confirm_all
 
     spec = RunSpec(
         command=[

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from pitstop.findings import Severity
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.probes import run_probes
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.probe.probes import run_probes
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.timeline import StepRecord
 
 torch.set_num_threads(1)
 MODEL = {"param_dtypes": ["float64"], "first_location": "train.py:9", "param_bytes": 8000}
@@ -54,7 +54,7 @@ def _f64_model() -> nn.Module:
 
 
 def test_the_probe_times_float64_against_a_float32_copy():
-    from pitstop.profile.facts import model_facts
+    from pitstop.profile.capture.facts import model_facts
 
     model = _f64_model()
     facts = model_facts(model)

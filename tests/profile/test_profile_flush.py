@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from pitstop.profile.hooks import Config, Instrumentation, write_json_atomic
-from pitstop.profile.result import read_measurements
-from pitstop.profile.runner import _steps_so_far
-from pitstop.profile.timeline import STEPS_LOG, StepsLog, steps_from_log
+from pitstop.profile.capture.hooks import Config, Instrumentation, write_json_atomic
+from pitstop.profile.record.timeline import STEPS_LOG, StepsLog, steps_from_log
+from pitstop.profile.runs.result import read_measurements
+from pitstop.profile.runs.runner import _steps_so_far
 
 
 def _rec(i: int, **extra: object) -> dict[str, object]:
@@ -81,7 +81,7 @@ def test_a_flush_of_a_run_cut_short_is_collected_with_its_steps(tmp_path):
     flushed = json.loads(inst.flush_path.read_text())
     assert "steps" not in flushed and flushed["steps_count"] == 5
     assert _steps_so_far(inst.flush_path) == 5
-    from pitstop.profile.runner import RunSpec
+    from pitstop.profile.runs.runner import RunSpec
 
     res = read_measurements(RunSpec(command=["python", "x.py"]), inst.flush_path, -9, None, 1.0)
     assert res.status == "killed" and [s.index for s in res.warmup_steps + res.steps] == [0, 1, 2, 3, 4]

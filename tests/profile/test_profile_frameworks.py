@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.profile.runner import RunSpec, run
-from pitstop.profile.timeline import PARTS, usable_steps
+from pitstop.profile.record.timeline import PARTS, usable_steps
+from pitstop.profile.runs.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -21,8 +21,8 @@ import jsonschema
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile.render import html_blocks
-from pitstop.profile.runner import RunSpec, run
+from pitstop.profile.present.render import html_blocks
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.html import render_html
 from pitstop.report.jsonfmt import load_schema
 

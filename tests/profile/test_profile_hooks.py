@@ -9,9 +9,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pitstop.profile.facts import finish_optimizer_facts
-from pitstop.profile.hooks import Config, Instrumentation, StopProfiling
-from pitstop.profile.overrides import Overrides
+from pitstop.profile.capture.facts import finish_optimizer_facts
+from pitstop.profile.capture.hooks import Config, Instrumentation, StopProfiling
+from pitstop.profile.record.overrides import Overrides
 
 torch.set_num_threads(1)
 
@@ -209,7 +209,7 @@ def test_cuda_sync_debug_warnings_are_counted_at_the_user_line():
 
 
 def test_steps_holding_a_validation_pass_are_flagged_and_set_apart(instrument):
-    from pitstop.profile.timeline import StepRecord, usable_steps
+    from pitstop.profile.record.timeline import StepRecord, usable_steps
 
     inst = instrument(warmup=0, steps=100, full=True)
     model = nn.Linear(4, 2)

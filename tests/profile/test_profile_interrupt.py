@@ -116,8 +116,8 @@ def test_sigterm_during_the_script_run_keeps_the_steps_and_is_never_healthy(tmp_
 
 
 def _result(status: str = "stopped", data: dict | None = None):
-    from pitstop.profile.runner import RunResult, RunSpec
-    from pitstop.profile.timeline import StepRecord
+    from pitstop.profile.record.timeline import StepRecord
+    from pitstop.profile.runs.runner import RunResult, RunSpec
 
     steps = [
         StepRecord(index=i, start_s=0.01 * i, total_s=0.01, forward_s=0.004, backward_s=0.006)
@@ -128,7 +128,8 @@ def _result(status: str = "stopped", data: dict | None = None):
 
 
 def test_ctrl_c_in_verify_gives_an_interrupted_report(monkeypatch):
-    from pitstop.profile import summary, verify
+    from pitstop.profile import verify
+    from pitstop.profile.analyze import summary
     from pitstop.profile.cli import measured_report
 
     def stopped(*a, **k):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.profile.runner import RunSpec, run
+from pitstop.profile.runs.runner import RunSpec, run
 
 pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from pitstop.profile.stepclock import MAX_CYCLE, PHASES
+from pitstop.profile.capture.stepclock import MAX_CYCLE, PHASES
 
 torch.set_num_threads(1)
 

@@ -3,7 +3,7 @@ steps it saw, all warm-up, and to run longer or lower --warmup), not that it has
 
 from __future__ import annotations
 
-from pitstop.profile.rules import problem_findings
+from pitstop.profile.analyze.rules import problem_findings
 
 
 def _warm(i: int) -> dict:

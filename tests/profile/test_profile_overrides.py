@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pitstop.profile.loaders import apply_loader_overrides as _apply_loader_overrides
-from pitstop.profile.overrides import Overrides
+from pitstop.profile.capture.loaders import apply_loader_overrides as _apply_loader_overrides
+from pitstop.profile.record.overrides import Overrides
 
 
 def test_round_trip_and_empty():

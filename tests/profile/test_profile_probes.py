@@ -9,10 +9,10 @@ from torch import nn
 
 from pitstop.findings import Severity
 from pitstop.matmul import cpu_bf16_line
-from pitstop.profile import probes
-from pitstop.profile.facts import model_facts
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.capture.facts import model_facts
+from pitstop.profile.probe import probes
+from pitstop.profile.record.timeline import StepRecord
 
 
 class TaskModule(nn.Module):

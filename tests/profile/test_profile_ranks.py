@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 
 from pitstop.cli import main as cli_main
-from pitstop.profile import ranks
-from pitstop.profile.merge import merge_dir
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunSpec, run
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.runs import ranks
+from pitstop.profile.runs.merge import merge_dir
+from pitstop.profile.runs.runner import RunSpec, run
 from pitstop.report.jsonfmt import load_schema
 
 pytestmark = pytest.mark.slow
@@ -223,7 +223,7 @@ LATE_SIGTERM = """
 import os, signal
 import torch
 import torch.distributed as dist
-from pitstop.profile import bootstrap
+from pitstop.profile.process import bootstrap
 
 dist.init_process_group("gloo")
 # the launcher's SIGTERM (a peer has failed) arriving after the script ended, while this rank reports

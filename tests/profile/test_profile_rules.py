@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile.facts import GpuSampler
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord, breakdown
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.capture.facts import GpuSampler
+from pitstop.profile.record.timeline import StepRecord, breakdown
 
 
 def steps(n=10, total=0.1, **parts) -> list[StepRecord]:

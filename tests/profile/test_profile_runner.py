@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,7 @@ def test_hung_script_is_stopped_by_the_timeout(tmp_path):
 def test_script_ignoring_sigint_is_killed_and_partial_data_kept(tmp_path, monkeypatch):
     """Ctrl-C (simulated from the progress callback once the script hangs), SIGINT ignored, SIGKILL
     after the grace period: the periodic record is what comes back."""
-    import pitstop.profile.supervise as supervise
+    import pitstop.profile.runs.supervise as supervise
 
     monkeypatch.setattr(supervise, "GRACE_S", 1.0)
     marker = tmp_path / "m"
@@ -295,7 +295,7 @@ def test_trace_writes_a_chrome_trace_and_top_ops(tmp_path):
     # pitstop's own tracks, on torch.profiler's time base: its steps hold the profiler's step markers
     import json
 
-    from pitstop.profile.trace import PID
+    from pitstop.profile.capture.trace import PID
 
     events = json.loads(Path(r.trace_path).read_text())["traceEvents"]
     ours = [e for e in events if e.get("pid") == PID and e.get("ph") == "X"]

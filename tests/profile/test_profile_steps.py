@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pitstop.profile.hooks import Config, Instrumentation
-from pitstop.profile.stepclock import BACKWARDS_BEFORE_FALLBACK, PHASES
+from pitstop.profile.capture.hooks import Config, Instrumentation
+from pitstop.profile.capture.stepclock import BACKWARDS_BEFORE_FALLBACK, PHASES
 
 torch.set_num_threads(1)
 

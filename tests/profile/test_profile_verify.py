@@ -12,7 +12,7 @@ from pitstop.fix.fix import FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
 from pitstop.profile import verify as vf
-from pitstop.profile.summary import unconfirmed
+from pitstop.profile.analyze.summary import unconfirmed
 
 
 def report_with(*findings):
@@ -103,8 +103,8 @@ def test_fix_config_times_the_one_worker_count_the_warning_suggests():
 
 
 def loader_bound_run(spec, **_):
-    from pitstop.profile.runner import RunResult
-    from pitstop.profile.timeline import StepRecord
+    from pitstop.profile.record.timeline import StepRecord
+    from pitstop.profile.runs.runner import RunResult
 
     steps = [
         StepRecord(index=i, start_s=0.1 * i, total_s=0.1, data_wait_s=0.06, forward_s=0.02) for i in range(12)
@@ -117,7 +117,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     tmp_path, monkeypatch, capsys
 ):
     import pitstop.fix.fix as fixmod
-    import pitstop.profile.runner as runner_mod
+    import pitstop.profile.runs.runner as runner_mod
     from pitstop.cli import main
 
     script = tmp_path / "train.py"
@@ -136,7 +136,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
     monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
     monkeypatch.setattr(fixmod, "run_fix", run_fix)
     # no fresh runs of the workers fix: the wait's own model predicts (as where the script cannot re-run)
-    monkeypatch.setattr("pitstop.profile.workers_confirm.maybe_confirm", lambda *a, **k: False)
+    monkeypatch.setattr("pitstop.profile.confirm.workers_confirm.maybe_confirm", lambda *a, **k: False)
     first = tmp_path / "first.json"
     argv = ["profile", "--out-dir", str(out), "--json", str(first), "--", "python", str(script)]
     main([*argv[:1], "--verify", "30", *argv[1:]])

@@ -14,13 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile.rules import findings_for
-from pitstop.profile.rules_progress import progress_rules
-from pitstop.profile.runner import RunResult
-from pitstop.profile.stacks import describe, frames_of
-from pitstop.profile.stepclock import StepClock
-from pitstop.profile.timeline import StepRecord
-from pitstop.profile.watchdog import (
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.analyze.rules_progress import progress_rules
+from pitstop.profile.capture.stacks import describe, frames_of
+from pitstop.profile.capture.stepclock import StepClock
+from pitstop.profile.capture.watchdog import (
     REQUEST_FILE,
     WATCHDOG_FILE,
     Watchdog,
@@ -28,6 +26,8 @@ from pitstop.profile.watchdog import (
     hang_verdict,
     read_watchdog,
 )
+from pitstop.profile.record.timeline import StepRecord
+from pitstop.profile.runs.runner import RunResult
 
 # ----------------------------------------------------------------------------------------- stacks
 
@@ -348,7 +348,7 @@ def test_fix_and_tune_report_a_hung_candidate_as_hung(monkeypatch):
     m = Measured("workers=4", "loader", {})
     m.add(hung)
     assert m.errors[0].startswith("hung at train.py:40") and not m.steps_per_s
-    import pitstop.profile.runner as runner
+    import pitstop.profile.runs.runner as runner
 
     monkeypatch.setattr(runner, "run", lambda spec: hung)
     result, error = script.run_callback(["python", "train.py"], "loader", {})
@@ -385,7 +385,7 @@ def test_describe_kinds_of_collective_and_dataloader_waits():
             _frame("multiprocessing.queues", "Queue.get"),
             _frame("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter._try_get_data"),
             _frame("torch.utils.data.dataloader", "_BaseDataLoaderIter.__next__"),
-            _frame("pitstop.profile.hooks", "_make_next.<locals>.__next__"),
+            _frame("pitstop.profile.capture.hooks", "_make_next.<locals>.__next__"),
             _frame("__main__", "<module>", user=True, code="for x, y in loader:"),
         ]
     )

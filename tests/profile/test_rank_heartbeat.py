@@ -10,8 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from pitstop.profile import rank_worker as rw
-from pitstop.profile import ranks
+from pitstop.profile.rank import rank_worker as rw
+from pitstop.profile.runs import ranks
 
 
 def _state(d: Path, step: int) -> None:
@@ -27,7 +27,7 @@ def test_heartbeat_of_a_killed_rank_is_read_with_its_last_step(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from pitstop.profile.rank_worker import RankWorker, HEARTBEAT, _heartbeat_map, identity
+        from pitstop.profile.rank.rank_worker import RankWorker, HEARTBEAT, _heartbeat_map, identity
         w = RankWorker(identity({{}}), Path({str(d)!r}))
         w._beaten, w._beat_map = -1, _heartbeat_map(w.out / HEARTBEAT)
         for step in (5, 5, 7):

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from pitstop.profile import rank_share, rank_states, rank_stop, ranks
-from pitstop.profile.command import slurm_task
-from pitstop.profile.rank_share import Shared
-from pitstop.profile.rank_worker import Identity, identity
+from pitstop.profile.process.command import slurm_task
+from pitstop.profile.rank import rank_share, rank_states, rank_stop
+from pitstop.profile.rank.rank_share import Shared
+from pitstop.profile.rank.rank_worker import Identity, identity
+from pitstop.profile.runs import ranks
 
 
 def _store(port: int = 0, master: bool = False) -> dist.TCPStore:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from pitstop.profile import rank_stop
+from pitstop.profile.rank import rank_stop
 
 
 def _store(port: int = 0, master: bool = False) -> dist.TCPStore:

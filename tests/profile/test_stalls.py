@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile.stalls import stall_findings
+from pitstop.profile.analyze.stalls import stall_findings
 
 
 def records(n=40, total=0.01, slow=None, warmup=5, **flags):
@@ -123,8 +123,8 @@ def test_a_long_unsampled_step_is_never_called_too_short_to_catch():
 
 
 def test_a_stall_is_not_capped_at_the_breakdowns_step():
-    from pitstop.profile.rules import findings_for
-    from pitstop.profile.timeline import StepRecord
+    from pitstop.profile.analyze.rules import findings_for
+    from pitstop.profile.record.timeline import StepRecord
 
     # the stalled steps hold an eval pass, so the breakdown (10 ms steps) leaves them out
     recs = records(40, slow={10: 1.0, 20: 1.0, 30: 1.0}, eval={10, 20, 30})
@@ -168,7 +168,7 @@ for step in range(200):
 def test_warm_up_heavy_run_with_a_callback_books_it_to_its_step(tmp_path):
     import sys
 
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     script = tmp_path / "warm.py"
     script.write_text(WARMUP_HEAVY)
@@ -185,7 +185,7 @@ def test_warm_up_heavy_run_with_a_callback_books_it_to_its_step(tmp_path):
 def test_watchdog_median_leaves_out_the_warm_up_and_measures_the_load():
     import time
 
-    from pitstop.profile.watchdog import LoadWindow, median_step_s
+    from pitstop.profile.capture.watchdog import LoadWindow, median_step_s
 
     recs = records(8, slow={1: 2.0, 2: 2.0, 3: 2.0, 4: 2.0}, warmup=5)
     assert median_step_s(recs[:5]) == 2.0  # nothing measured yet: the warm-up after step 0 is all there is

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pitstop.findings import Finding, Severity
-from pitstop.profile.summary import unconfirmed, verdict
+from pitstop.profile.analyze.summary import unconfirmed, verdict
 
 
 def f(fid: str, est: float | None, share: float, severity=Severity.INFO, **data) -> Finding:
@@ -63,7 +63,7 @@ def test_reconcile_gives_the_verdict_again_after_the_findings_changed():
     from dataclasses import replace
 
     from pitstop.findings import Report
-    from pitstop.profile.summary import BASIS, basis, reconcile
+    from pitstop.profile.analyze.summary import BASIS, basis, reconcile
 
     loader = f("dataloader.workers", 0.136, 0.38, confirmed=False, saving_ci_s=[-0.6, 0.2])
     b = basis("healthy title", "20 steps", None, steps=20)
@@ -85,9 +85,9 @@ def test_reconcile_gives_the_verdict_again_after_the_findings_changed():
 
 
 def test_a_profile_report_keeps_the_basis_of_its_verdict():
-    from pitstop.profile.runner import RunResult
-    from pitstop.profile.summary import BASIS, reconcile
-    from pitstop.profile.timeline import StepRecord
+    from pitstop.profile.analyze.summary import BASIS, reconcile
+    from pitstop.profile.record.timeline import StepRecord
+    from pitstop.profile.runs.runner import RunResult
 
     steps = [
         StepRecord(index=i, start_s=i * 0.1, total_s=0.1, forward_s=0.05, backward_s=0.04) for i in range(10)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile import trace_analysis as ta
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.capture import trace_analysis as ta
+from pitstop.profile.record.timeline import StepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

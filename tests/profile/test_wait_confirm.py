@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Severity
-from pitstop.profile import wait_confirm as wc
-from pitstop.profile.rules import findings_for
-from pitstop.profile.timeline import StepRecord
+from pitstop.profile.analyze import wait_confirm as wc
+from pitstop.profile.analyze.rules import findings_for
+from pitstop.profile.record.timeline import StepRecord
 
 LOADER = {
     "location": "train.py:12",

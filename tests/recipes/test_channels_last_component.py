@@ -12,8 +12,8 @@ from torch import nn
 
 from pitstop.findings import Severity
 from pitstop.fix.apply import FileEdits, ModelEditor, Unplaced
-from pitstop.profile.rulekit import probe_finding
-from pitstop.profile.timeline import Breakdown
+from pitstop.profile.analyze.rulekit import probe_finding
+from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import channels_last, component, recipe
 
 NHWC = torch.channels_last

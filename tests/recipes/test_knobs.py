@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from pitstop.bench.configs import BASELINE, BenchConfig, ablation
-from pitstop.profile.overrides import Overrides
+from pitstop.profile.record.overrides import Overrides
 from pitstop.recipes import RECIPES, enabled, recipe
 from pitstop.recipes.knobs import DATALOADER_KEYS, Knobs, knob_fields, knobs_of
 

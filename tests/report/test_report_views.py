@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.profile.headline import headline
-from pitstop.profile.render import html_blocks, print_breakdown
+from pitstop.profile.analyze.headline import headline
+from pitstop.profile.present.render import html_blocks, print_breakdown
 from pitstop.report.html import render_html, ticks
 from pitstop.report.terminal import print_report
 
@@ -158,7 +158,7 @@ def test_tensorboard_export_without_the_package_is_one_clear_line(monkeypatch, c
     import sys
 
     from pitstop.cli import main
-    from pitstop.profile.tensorboard import unavailable
+    from pitstop.profile.present.tensorboard import unavailable
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were absent
     assert "pip install" in (unavailable() or "")
@@ -174,7 +174,7 @@ def test_tensorboard_export_writes_the_breakdown_and_the_findings(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from pitstop.profile.tensorboard import write_tensorboard
+    from pitstop.profile.present.tensorboard import write_tensorboard
 
     write_tensorboard(profile_report(), tmp_path / "tb")
     acc = EventAccumulator(str(tmp_path / "tb"))

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.profile.pass_rules import skipped_probe_passes
+from pitstop.profile.analyze.pass_rules import skipped_probe_passes
 from pitstop.report.terminal import print_report
 
 LONG_WHERE = "src/very/deeply/nested/package/with/a/long/path/to/the/training/entry_point_module.py:1234"

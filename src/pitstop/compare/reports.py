@@ -27,7 +27,7 @@ from rich.text import Text
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import blocks
 from pitstop.measure_throughput import throughput_interval, window
-from pitstop.profile.timeline import PART_LABELS, PARTS
+from pitstop.profile.record.timeline import PART_LABELS, PARTS
 from pitstop.report.html import Block, table
 
 LEVEL = 0.95

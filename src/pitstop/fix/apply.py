@@ -36,8 +36,8 @@ from pitstop.fix.fix import FixResult, loader_of
 from pitstop.fix.fix_dist import worker_script
 from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
-from pitstop.profile.command import launcher_for
-from pitstop.profile.runner import CommandError, parse_command
+from pitstop.profile.process.command import launcher_for
+from pitstop.profile.runs.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, recipe
 from pitstop.recipes.registry import DATALOADER_PATCH
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pitstop.profile.overrides import Overrides
+from pitstop.profile.record.overrides import Overrides
 
 
 @dataclass

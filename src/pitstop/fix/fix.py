@@ -25,8 +25,8 @@ from pitstop.host.cpu import usable_cores
 from pitstop.host.precision import device_type, preferred_amp_dtype
 from pitstop.matmul import slower_reason
 from pitstop.measure import Interval
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.rulekit import WARN_SHARE
+from pitstop.profile.analyze.rulekit import WARN_SHARE
+from pitstop.profile.record.overrides import Overrides
 from pitstop.recipes import (
     RECIPES,
     autocast,

@@ -2,7 +2,7 @@
 step times a whole job gives the judge.
 
 Candidates, each from its registry entry (``pitstop.recipes``) and the profile's facts of the ranks
-(``pitstop.profile.merge.ddp_facts``):
+(``pitstop.profile.runs.merge.ddp_facts``):
 
 - ``threads``: each rank gets its share of the cores (usable cores / ranks on this node) as its intra-op
   threads, whatever the script or OMP_NUM_THREADS asked for.
@@ -25,8 +25,8 @@ from typing import Any
 
 from pitstop.fix.candidate import Candidate
 from pitstop.host.cpu import usable_cores
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.runs.runner import RunResult, RunSpec
 from pitstop.recipes import recipe
 
 KINDS = ("threads", "no_sync", "static_graph")

@@ -5,7 +5,7 @@ the candidates are known, a run costs its start-up plus its warm-up and timed st
 of each candidate and of the script as it is, and no verdict comes before ``min_rounds`` rounds. So the
 least ``fix`` takes is what has passed plus ``min_rounds`` rounds, and the most is its ``--budget``
 (which ends the rounds; a run is never cut below ``fixrun.MIN_RUN_S``). The start-up is read off the
-profiled run as ``pitstop profile`` reads it (``pitstop.profile.budget.stages``).
+profiled run as ``pitstop profile`` reads it (``pitstop.profile.confirm.budget.stages``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from pitstop.profile.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 
 @dataclass
@@ -62,7 +62,7 @@ def estimate(
     r: RunResult, candidates: int, warmup: int, steps: int, min_rounds: int, budget_s: float, elapsed_s: float
 ) -> FixEstimate | None:
     """The estimate from run ``r`` of the script; None when it measured no step."""
-    from pitstop.profile.budget import stages
+    from pitstop.profile.confirm.budget import stages
 
     times = [s.total_s for s in r.steps if not s.eval]
     if not times:

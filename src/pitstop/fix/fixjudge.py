@@ -1,6 +1,6 @@
 """`pitstop fix`'s judge: the runs of one configuration, and its verdict from the timing engine.
 
-A configuration's runs are child runs of the user's script (``pitstop.profile.runner``). Each run gives
+A configuration's runs are child runs of the user's script (``pitstop.profile.runs.runner``). Each run gives
 per-step times (its ``StepRecord``s after the warm-up). The speed-up and its verdict are throughput
 (``pitstop.measure_throughput``): steps per wall-clock second over each run's measured window, every
 step counted, the slow spikes and the steps with a no-grad eval pass inside too, since the user's own
@@ -32,7 +32,7 @@ from pitstop.measure import (
     faster_not_by_margin,
 )
 from pitstop.measure_throughput import arm_windows, judge_throughput, pooled
-from pitstop.profile.runner import RunResult
+from pitstop.profile.runs.runner import RunResult
 
 SPEED_VERDICTS = (HELPED, HURT, NO_CHANGE, UNDECIDED)
 

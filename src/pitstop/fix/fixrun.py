@@ -41,8 +41,8 @@ from pitstop.host.cpu import usable_cores
 from pitstop.measure import Progress, Settings, interleave
 from pitstop.measure_plan import log_spread, steps_for_startup
 from pitstop.measure_throughput import rejudge_throughput
-from pitstop.profile.overrides import Overrides
-from pitstop.profile.runner import RunResult, RunSpec, run, stop_on_interrupt
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.runs.runner import RunResult, RunSpec, run, stop_on_interrupt
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 Runner = Callable[[RunSpec], RunResult]
@@ -183,7 +183,7 @@ def run_fix(
     clock: Callable[[], float] = time.monotonic,
 ) -> FixResult:
     """Measure the candidate fixes for ``command`` within ``cfg.budget`` seconds; ``runner`` replaces
-    ``pitstop.profile.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
+    ``pitstop.profile.runs.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
     too) and reports what was measured."""
     cfg = cfg or FixConfig()
     runner = stop_on_interrupt(fix_dist.job_runner(runner or run))  # launches: the slowest rank's steps

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pitstop.fix.fixjudge import SPEED_VERDICTS
-from pitstop.profile.fix_verdicts import (
+from pitstop.profile.confirm.fix_verdicts import (
     CACHE_NAME,
     DISPROVED,
     annotate,
@@ -78,7 +78,7 @@ def record(result: FixResult, out_dir: str | Path | None, cwd: str | None = None
     return path
 
 
-# the reading side lives in pitstop.profile.fix_verdicts (profile reads the cache); served here too
+# the reading side lives in pitstop.profile.confirm.fix_verdicts (profile reads the cache); served here too
 __all__ = [
     "CACHE_NAME",
     "DISPROVED",

@@ -5,7 +5,7 @@
 The report (the same findings as ``pitstop profile``) lands in ``trainer.log_dir`` as
 ``pitstop-profile.json`` / ``.html``, and the step breakdown (``pitstop/step_ms``, ``pitstop/data_wait_ms``
 ..., ``pitstop/mfu`` when measured) goes to every logger the trainer has. The loggers that can hold more
-get the export of ``pitstop.profile.export`` too (each step's parts, the findings table, the headline):
+get the export of ``pitstop.profile.present.export`` too (each step's parts, the findings table, the headline):
 ``TensorBoardLogger`` (its ``SummaryWriter``), ``WandbLogger`` (its run), ``MLFlowLogger`` (its client and
 run id); ``export=False`` leaves it out. Measures on global rank 0.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.integrations.window import WindowCallback, metrics_of
-from pitstop.profile.export import Sink, export
+from pitstop.profile.present.export import Sink, export
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -72,9 +72,9 @@ class PitstopCallback(WindowCallback, Callback):
 def logger_sinks(loggers: list[Any]) -> list[Sink | str]:
     """A sink for each logger that has a TensorBoard writer, a W&B run or an MLflow run (known by class
     name, subclasses included: the ``lightning`` and ``pytorch_lightning`` packages both have them)."""
-    from pitstop.profile.mlflow_sink import mlflow_sink
-    from pitstop.profile.tensorboard import TensorBoardSink
-    from pitstop.profile.wandb_sink import wandb_sink
+    from pitstop.profile.present.mlflow_sink import mlflow_sink
+    from pitstop.profile.present.tensorboard import TensorBoardSink
+    from pitstop.profile.present.wandb_sink import wandb_sink
 
     sinks: list[Sink | str] = []
     for logger in loggers:

@@ -5,7 +5,7 @@
     prof.report().ranked()      # the same Report and findings as ``pitstop profile``
     prof.to_html("profile.html")
 
-The instrumentation is ``pitstop.profile.hooks.Instrumentation``, the one ``pitstop profile`` installs in
+The instrumentation is ``pitstop.profile.capture.hooks.Instrumentation``, the one ``pitstop profile`` installs in
 its child process: installed on enter, removed on exit (nothing stays patched). After ``warmup + steps``
 optimizer steps it stops measuring and training goes on untouched; with ``stop=True`` it raises
 ``StopProfiling`` instead, which the ``with`` block swallows, so the code after it runs. The probes
@@ -16,7 +16,7 @@ memory probe (CPU) leaves glibc malloc keeping freed memory mapped, as ``keep_ho
 
 Exports, only when asked: ``tensorboard=DIR`` writes the step breakdown and findings as TensorBoard event
 files, ``export=("wandb", "mlflow")`` logs them to the W&B / MLflow run already active
-(``pitstop.profile.export``); a package not installed or no active run is said in one line.
+(``pitstop.profile.present.export``); a package not installed or no active run is said in one line.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Profiler:
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self) -> Profiler:
         """Install the instrumentation (what ``with`` does on enter)."""
-        from pitstop.profile.hooks import Config, Instrumentation
+        from pitstop.profile.capture.hooks import Config, Instrumentation
 
         if _active:
             raise RuntimeError("a pitstop.Profiler is already measuring in this process")
@@ -102,9 +102,9 @@ class Profiler:
 
     def finish(self, exc: BaseException | None = None) -> Report:
         """Remove the instrumentation, run the probes, build the report (what ``with`` does on exit)."""
-        from pitstop.profile.hooks import StopProfiling
-        from pitstop.profile.instrumented import describe_error, finalize
-        from pitstop.profile.result import RunSpec, collect_data
+        from pitstop.profile.capture.hooks import StopProfiling
+        from pitstop.profile.process.instrumented import describe_error, finalize
+        from pitstop.profile.runs.result import RunSpec, collect_data
 
         inst = self._inst
         if self.nested:
@@ -149,10 +149,10 @@ class Profiler:
 
     def _export(self, report: Report) -> None:
         """The exports asked for in the constructor (none by default)."""
-        from pitstop.profile.export import Sink, export
-        from pitstop.profile.mlflow_sink import mlflow_sink
-        from pitstop.profile.tensorboard import tensorboard_sink
-        from pitstop.profile.wandb_sink import wandb_sink
+        from pitstop.profile.present.export import Sink, export
+        from pitstop.profile.present.mlflow_sink import mlflow_sink
+        from pitstop.profile.present.tensorboard import tensorboard_sink
+        from pitstop.profile.present.wandb_sink import wandb_sink
 
         sinks: list[Sink | str] = []
         if self.tensorboard is not None:
@@ -168,7 +168,7 @@ class Profiler:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        from pitstop.profile.hooks import StopProfiling
+        from pitstop.profile.capture.hooks import StopProfiling
 
         self.finish(exc)
         return isinstance(exc, StopProfiling) and not self.nested  # the enclosing run's stop is its own
@@ -205,14 +205,14 @@ class Profiler:
         return to_json(self.report())
 
     def to_html(self, path: str | Path) -> Path:
-        from pitstop.profile.render import html_blocks
+        from pitstop.profile.present.render import html_blocks
         from pitstop.report.html import write_html
 
         return write_html(self.report(), path, html_blocks(self.report()))
 
     def _repr_html_(self) -> str:
         """Jupyter: the HTML report in a sandboxed iframe (its styles stay out of the notebook's)."""
-        from pitstop.profile.render import html_blocks
+        from pitstop.profile.present.render import html_blocks
         from pitstop.report.html import esc, render_html
 
         if self._report is None:

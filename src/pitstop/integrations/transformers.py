@@ -6,7 +6,7 @@ The report (the same findings as ``pitstop profile``) lands in ``args.output_dir
 ``pitstop-profile.json`` / ``.html``; the step breakdown (``pitstop/step_ms``, ``pitstop/data_wait_ms``
 ..., ``pitstop/mfu`` when measured) is added to the next log event, which every reporting integration
 (TensorBoard, W&B, ...) and ``state.log_history`` receive. The integrations in ``args.report_to`` that
-can hold more get the export of ``pitstop.profile.export`` too (each step's parts, the findings table, the
+can hold more get the export of ``pitstop.profile.present.export`` too (each step's parts, the findings table, the
 headline): ``tensorboard`` (the TensorBoard callback's writer, or a writer on its folder), ``wandb`` and
 ``mlflow`` (their active runs); ``export=False`` leaves it out. Measures on the main process.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from pitstop.findings import Report
 from pitstop.integrations.window import WindowCallback, metrics_of
-from pitstop.profile.export import Sink, export
+from pitstop.profile.present.export import Sink, export
 
 try:
     from transformers import TrainerCallback
@@ -93,9 +93,9 @@ class PitstopCallback(WindowCallback, TrainerCallback):
 
 def report_to_sinks(args: Any, handler: Any = None) -> list[Sink | str]:
     """A sink for each of ``args.report_to`` that pitstop exports to (tensorboard, wandb, mlflow)."""
-    from pitstop.profile.mlflow_sink import mlflow_sink
-    from pitstop.profile.tensorboard import TensorBoardSink, tensorboard_sink
-    from pitstop.profile.wandb_sink import wandb_sink
+    from pitstop.profile.present.mlflow_sink import mlflow_sink
+    from pitstop.profile.present.tensorboard import TensorBoardSink, tensorboard_sink
+    from pitstop.profile.present.wandb_sink import wandb_sink
 
     report_to = args.report_to if isinstance(args.report_to, list | tuple) else [args.report_to]
     sinks: list[Sink | str] = []

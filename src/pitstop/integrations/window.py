@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pitstop.findings import Report
 from pitstop.integrations.profiler import Profiler
-from pitstop.profile.timeline import PARTS
+from pitstop.profile.record.timeline import PARTS
 
 PREFIX = "pitstop/"
 
@@ -81,7 +81,7 @@ class FitWindow:
 
     def end(self, log_dir: str | Path | None, exc: BaseException | None = None) -> Report | None:
         """Finish (probes run here), write JSON and HTML into ``log_dir``; None when not measuring."""
-        from pitstop.profile.render import html_blocks
+        from pitstop.profile.present.render import html_blocks
         from pitstop.report.html import write_html
         from pitstop.report.jsonfmt import write_json
 

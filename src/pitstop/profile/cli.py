@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from pitstop.findings import Report
-    from pitstop.profile.runner import RunResult, RunSpec
+    from pitstop.profile.runs.runner import RunResult, RunSpec
 
 EXIT_SCRIPT_FAILED = 1
 
@@ -82,11 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from pitstop.profile import summary
-    from pitstop.profile.render import html_blocks, print_breakdown
-    from pitstop.profile.render_ranks import print_ranks
-    from pitstop.profile.runner import CommandError, RunSpec, parse_command, run
-    from pitstop.profile.tensorboard import unavailable as tensorboard_unavailable
+    from pitstop.profile.analyze import summary
+    from pitstop.profile.present.render import html_blocks, print_breakdown
+    from pitstop.profile.present.render_ranks import print_ranks
+    from pitstop.profile.present.tensorboard import unavailable as tensorboard_unavailable
+    from pitstop.profile.runs.runner import CommandError, RunSpec, parse_command, run
 
     o = options_from(ProfileArgs, args)
     cmd = command_after_dashes(args)
@@ -167,14 +167,14 @@ def measured_report(
     say: Callable[[str], None] | None,
     budget_s: float | None = None,
 ) -> Report:
-    """The run's report after its fresh confirmation runs (within ``budget_s``: ``pitstop.profile.budget``)
+    """The run's report after its fresh confirmation runs (within ``budget_s``: ``pitstop.profile.confirm.budget``)
     and ``--verify``; ``meta["timings"]``: the seconds each stage took. Ctrl-C or SIGTERM in any phase
     stops it there: the report holds what was measured, ``meta["interrupted"]`` names the phase (exit
     130), and the verdict says it was cut short (never healthy)."""
-    from pitstop.profile import summary
-    from pitstop.profile.budget import stages
-    from pitstop.profile.fix_verdicts import annotate_profile
-    from pitstop.profile.fresh_confirm import confirm_all
+    from pitstop.profile.analyze import summary
+    from pitstop.profile.confirm.budget import stages
+    from pitstop.profile.confirm.fix_verdicts import annotate_profile
+    from pitstop.profile.confirm.fresh_confirm import confirm_all
 
     phase, report = None, None
     try:
@@ -209,7 +209,7 @@ def measured_report(
 def _interrupted(report: Report, phase: str) -> Report:
     """``report`` marked as stopped by Ctrl-C or SIGTERM during ``phase``: ``meta["interrupted"]`` (exit
     130), the verdict's basis (``summary.interrupted``, given by ``summary.reconcile``) and its error."""
-    from pitstop.profile import summary
+    from pitstop.profile.analyze import summary
 
     report.meta["interrupted"] = phase
     if isinstance(report.meta.get(summary.BASIS), dict):
@@ -224,7 +224,7 @@ def _write_tensorboard(report: Report, log_dir: str | None, err: Console) -> Non
     """``--tensorboard DIR``: the report as TensorBoard event files (nothing without the option)."""
     if not log_dir:
         return
-    from pitstop.profile.tensorboard import write_tensorboard
+    from pitstop.profile.present.tensorboard import write_tensorboard
 
     tb = write_tensorboard(report, log_dir)
     err.print(f"TensorBoard: {tb} (open with: tensorboard --logdir {tb})")

@@ -11,9 +11,9 @@ from pitstop.cliutil import finish, shows_tables, usage_error
 def cmd_merge(args: argparse.Namespace, rest: list[str]) -> int:
     from rich.console import Console
 
-    from pitstop.profile.merge import merge_dir, rank_dirs
-    from pitstop.profile.render import html_blocks, print_breakdown
-    from pitstop.profile.render_ranks import print_ranks
+    from pitstop.profile.present.render import html_blocks, print_breakdown
+    from pitstop.profile.present.render_ranks import print_ranks
+    from pitstop.profile.runs.merge import merge_dir, rank_dirs
 
     if len(rest) != 1:
         return usage_error("usage: pitstop profile merge DIR (the --out-dir every node wrote to)")

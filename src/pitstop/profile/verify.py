@@ -18,7 +18,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import HELPED
-from pitstop.profile.fix_verdicts import annotate
+from pitstop.profile.confirm.fix_verdicts import annotate
 from pitstop.recipes import finding_kinds
 
 DEFAULT_BUDGET_S = 120.0
@@ -50,7 +50,7 @@ def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
     the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try."""
     from pitstop.fix.fix import FixConfig
-    from pitstop.profile.rules import suggested_workers
+    from pitstop.profile.analyze.rules import suggested_workers
 
     if kind == "workers" and f.data.get("suggested_workers"):
         kw.setdefault("workers_values", (int(f.data["suggested_workers"]),))

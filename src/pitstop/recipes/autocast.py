@@ -5,7 +5,7 @@ name). Which command calls which part:
 
 - ``pitstop.train`` (``Amp``, ``TrainConfig.precision``) and ``pitstop bench``'s AMP rows: ``context``;
 - ``pitstop profile --override autocast`` (``Knobs.autocast``, ``pitstop fix``'s runs): ``context`` around
-  each top-level forward (``pitstop.profile.models``);
+  each top-level forward (``pitstop.profile.capture.models``);
 - profile's exit probe: fp32 (``ARMS[0]``) against ``context`` (``ARMS[1]``), stored under ``PROBE``;
   ``as_ran``: the autocast a script's forward ran under, for every probe; ``PHASES`` bound its saving;
 - ``pitstop fix``: ``cannot_help`` on the recorded models;

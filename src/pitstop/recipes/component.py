@@ -11,10 +11,10 @@ commands call it and implement none of it:
   model the hooks find (once ``ready``) and at each top-level forward; ``model_facts`` and
   ``input_facts``: what it records about each model;
 - profile's rules: ``PHASES``, the parts of the step its saving lives in;
-- profile's exit probe: where ``applies`` holds for the model's facts, ``pitstop.profile.probes`` times
+- profile's exit probe: where ``applies`` holds for the model's facts, ``pitstop.profile.probe.probes`` times
   the model as it ran (arm ``ARMS[0]``) against ``apply_model`` on a copy fed ``apply_input`` (``ARMS[1]``)
   through ``pitstop.measure``, and stores the result under ``PROBE``; ``RULE`` is the finding that
-  ``pitstop.profile.rulekit.probe_finding`` makes of it (helps / no gain / undecided, by its interval);
+  ``pitstop.profile.analyze.rulekit.probe_finding`` makes of it (helps / no gain / undecided, by its interval);
 - ``pitstop fix``: ``cannot_help`` on the models' recorded facts; ``fix --apply``: ``edit`` on a
   ``ScriptEditor`` (``pitstop.fix.apply`` places the lines with ``ast``);
 - the code a finding shows: ``SNIPPET``.

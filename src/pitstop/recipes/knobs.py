@@ -1,5 +1,5 @@
 """``Knobs``: the optimization settings, declared once. A run of a script can have them injected
-(``pitstop.profile.overrides.Overrides`` is ``Knobs`` plus the DDP injections), a bench row ablates
+(``pitstop.profile.record.overrides.Overrides`` is ``Knobs`` plus the DDP injections), a bench row ablates
 them (``pitstop.bench.configs.BenchConfig`` is ``Knobs`` plus the row's own settings), and
 ``pitstop.train.TrainConfig.knobs()`` says which ones ``fit`` turns on.
 

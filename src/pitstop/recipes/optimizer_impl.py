@@ -8,7 +8,7 @@ calls which part:
 
 - ``pitstop.train.make_optimizer`` (and so ``fit`` and ``pitstop bench``'s ``fused`` row): ``kwargs``;
 - ``pitstop profile --override optimizer_impl`` (``Knobs.optimizer_impl``, ``pitstop fix``'s runs):
-  ``inject`` on every optimizer's constructor defaults (``pitstop.profile.torchcalls``);
+  ``inject`` on every optimizer's constructor defaults (``pitstop.profile.capture.torchcalls``);
 - profile's exit probe: the optimizer as it ran (``ARMS[0]``) against ``changed`` (``ARMS[1]``), stored
   under ``PROBE``; profile's rules: ``PHASES`` bound its saving;
 - ``pitstop fix``: ``cannot_help`` on the recorded optimizers, ``choose`` the implementation to try;

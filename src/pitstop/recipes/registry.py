@@ -33,7 +33,7 @@ class Recipe:
     train:    how ``pitstop.train`` enables it: ``TrainConfig.<field>`` or a dotted function name.
     bench:    (row name, row title) of each ``pitstop bench`` row that ablates it.
     bench_knob: the ``BenchConfig`` field those rows set, for an entry without a knob (``override``).
-    probe:    key of ``pitstop.profile.probes.run_probes``' result that measures it in the user's process.
+    probe:    key of ``pitstop.profile.probe.probes.run_probes``' result that measures it in the user's process.
     apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
     component: dotted name of the module that holds the whole optimization (``pitstop.recipes.component``:
               its model/input change, probe, rule, snippet and edit); the fields above then name its parts.

@@ -52,7 +52,7 @@ class WorkerMachine:
 
     @classmethod
     def of_run(cls, data: Mapping[str, Any] | None = None, cores: int | None = None) -> WorkerMachine:
-        """This machine as one profiled run saw it: from its ``data`` (``pitstop.profile.runner``'s
+        """This machine as one profiled run saw it: from its ``data`` (``pitstop.profile.runs.runner``'s
         ``RunResult.data``) the other processes' measured CPU share and the local ranks; ``cores``: the
         usable cores where the caller knows them (else this process's)."""
         d = data or {}

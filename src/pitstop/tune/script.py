@@ -1,7 +1,7 @@
 """Script mode: tune what the user's own script builds, inside its own process.
 
 Parent side: ``run_callback`` runs the script through the profile runner with one of the callbacks below
-and returns what it sent back. Child side: the callbacks receive ``pitstop.profile.hooks.Captured`` (the
+and returns what it sent back. Child side: the callbacks receive ``pitstop.profile.capture.hooks.Captured`` (the
 DataLoader the script built with its kwargs and file:line; the model, optimizer and device after the
 warm-up steps), run the same library code as factory mode, and return a JSON-able result. The tune
 arguments cross the process boundary as JSON in the ``PITSTOP_TUNE_ARGS`` environment variable.
@@ -31,7 +31,7 @@ def run_callback(
     Ctrl-C or SIGTERM stopped before the callback returned gives what the tuner wrote to its partial
     file so far (the batch-size search writes one after every size, the loader tuner after every
     point), marked interrupted."""
-    from pitstop.profile.runner import RunSpec, run
+    from pitstop.profile.runs.runner import RunSpec, run
 
     with tempfile.TemporaryDirectory(prefix="pitstop-tune-") as tmp:
         partial = Path(tmp) / "partial.json"

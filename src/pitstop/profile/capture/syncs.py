@@ -1,0 +1,261 @@
+"""Host-sync wrappers: ``Tensor.item/tolist/numpy/cpu/__float__/__int__/__bool__/__index__/__repr__/
+__format__``, counted and timed at the user's line. ``SyncSites`` holds the sites and the per-step count;
+their time goes to the step clock's sync phase."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from typing import Any
+
+import torch
+
+from pitstop.profile.capture.stepclock import SYNC, PhaseClock
+from pitstop.profile.capture.where import is_user_file, location, user_location
+
+clock = time.perf_counter
+SYNC_METHODS = (
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__float__",
+    "__int__",
+    "__bool__",
+    "__index__",
+    "__repr__",
+    "__format__",
+)
+LOOP_GAP_S = 0.0001  # syncs closer than this to the previous one are one per-element loop
+
+
+# The per-element loop's methods (``bool(t[i] == y[i])``, ``t[i].item()``) take no argument: their
+# wrapper has no *args/**kwargs (packing them costs ~0.3 us a call) and counts a repeat call inline.
+_NO_ARGS = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__index__"})
+
+
+class SyncSites:
+    """The run's sync sites and the current step's sync count.
+
+    A site is ``[calls, measured seconds, measured calls, measured loop seconds, code, line, method,
+    bytecode offset]``, keyed (id(code), bytecode offset, method), or (file:line, 0, method) for a
+    device sync found through library code. ``busy``: inside a sync being timed, or inside data loading
+    (data wait, not syncs): calls pass through. ``measuring``: after warm-up, times and measured counts
+    accumulate.
+    """
+
+    def __init__(self, phases: PhaseClock) -> None:
+        self.phases = phases
+        self.busy = False
+        self.measuring = False
+        self.count = 0
+        self.sites: dict[tuple[Any, ...], list[Any]] = {}
+        self.cpu_ignored: dict[tuple[Any, ...], Any] = {}  # sites (-> code) whose CPU syncs do not count
+        self.ignored_code: Any = None  # the last of those seen, for a one-comparison repeat check
+        self.ignored_lasti = -1
+        self.last_site: list[Any] | None = None  # the sync site called last, and its code/offset/method
+        self.last_code: Any = None
+        self.last_lasti = -1
+        self.last_name = ""
+        self.last_end = -1.0
+
+    def new_step(self) -> None:
+        self.count = 0
+        self.last_site = None
+        self.last_code = None
+        self.last_end = -1.0  # no loop spans a step boundary
+
+    def reset_measured(self) -> None:
+        """Forget measured times and counts (the steps they belonged to were dropped)."""
+        for site in self.sites.values():
+            site[1], site[2], site[3] = 0.0, 0, 0.0
+
+    def site(self, key: tuple[Any, ...], code: Any, line: int, name: str, lasti: int = -1) -> list[Any]:
+        site = self.sites.get(key)
+        if site is None:
+            site = self.sites[key] = [0, 0.0, 0, 0.0, code, line, name, lasti]
+        return site
+
+    def record_cuda_sync(self, where: str | None) -> None:
+        """One sync reported by torch's sync debug mode (no duration: it is not ours to time)."""
+        if self.busy:
+            return  # a sync our own wrappers are already timing, or inside data loading
+        self.count += 1
+        site = self.site((where or "<library>", 0, "cuda-sync"), None, 0, "cuda-sync")
+        site[0] += 1
+        site[2] += self.measuring
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (location, method); several call sites on one line add up."""
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for (where, _at, method), (count, time_s, measured, loop_s, code, line, *_) in self.sites.items():
+            at = where if isinstance(where, str) else location(code.co_filename, line)
+            row = rows.setdefault(
+                (at, method),
+                {
+                    "location": at,
+                    "method": method,
+                    "count": 0,
+                    "time_s": 0.0,
+                    "measured_count": 0,
+                    "loop_gap_s": 0.0,
+                },
+            )
+            row["count"] += count
+            row["time_s"] += time_s
+            row["measured_count"] += measured
+            row["loop_gap_s"] += loop_s
+        return list(rows.values())
+
+
+def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
+    """A wrapper for one sync method. Sites are keyed (id(code), bytecode offset, method); only user
+    lines (or, for device tensors, the user line found by walking the stack) become sites.
+
+    Hot path (per-element loops call it thousands of times a step): a CPU tensor at a known site costs one
+    clock read, and the time since the previous sync, when under ``LOOP_GAP_S``, is the per-element loop's
+    cost (the previous call plus the Python between). Device tensors, nesting methods and methods with
+    arguments are timed around the call, under the ``busy`` guard."""
+    getframe = sys._getframe
+
+    if name not in _NO_ARGS:
+
+        @functools.wraps(orig)
+        def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if st.busy:  # nested in a sync we time, or inside DataLoader.__next__ (data wait)
+                return orig(self, *args, **kwargs)
+            return _sync(st, name, orig, self, args, kwargs, getframe(1))
+
+        return wrapper
+
+    @functools.wraps(orig)
+    def wrapper0(self: torch.Tensor) -> Any:
+        if st.busy:
+            return orig(self)
+        frame = getframe(1)
+        # f_lasti (the call's bytecode offset), not f_lineno: the line number is computed by scanning the
+        # code's line table, microseconds in a long function
+        if (
+            frame.f_code is st.last_code
+            and frame.f_lasti == st.last_lasti
+            and name is st.last_name
+            and self.is_cpu
+        ):  # the same call as the previous sync, on the CPU: a per-element loop
+            # _count_cpu and PhaseClock.move inlined: this line runs once per element of the loop
+            t = clock()
+            dt = t - st.last_end
+            site = st.last_site
+            if dt < LOOP_GAP_S:
+                ph = st.phases
+                if ph.spans is None:
+                    if ph.stack:
+                        gap = t - dt - ph.mark
+                        if gap > 0.0:
+                            ph.acc[ph.stack[-1]] += gap
+                    ph.acc[SYNC] += dt
+                    ph.mark = t
+                else:
+                    ph.move(SYNC, dt, t)
+                if st.measuring:
+                    site[3] += dt
+                    site[2] += 1
+            elif st.measuring:
+                site[2] += 1
+            st.last_end = t
+            st.count += 1
+            site[0] += 1
+            return orig(self)
+        if frame.f_code is st.ignored_code and frame.f_lasti == st.ignored_lasti and self.is_cpu:
+            return orig(self)  # the last library call found not to be a sync (Adam's step.item()), again
+        return _sync(st, name, orig, self, (), {}, frame)
+
+    return wrapper0
+
+
+def _sync(st: SyncSites, name: str, orig: Any, t: torch.Tensor, args: Any, kwargs: Any, frame: Any) -> Any:
+    """Any call but a repeat of the previous CPU sync: find (or make) its site, then time it."""
+    code, at = frame.f_code, frame.f_lasti
+    key = (id(code), at, name)  # id(code): hashing a code object hashes its bytecode
+    site = st.sites.get(key)
+    if site is None:
+        if t.is_cpu and st.cpu_ignored.get(key) is code:
+            st.ignored_code, st.ignored_lasti = code, at
+            return orig(t, *args, **kwargs)  # library code's CPU .item() (e.g. the optimizer's step count)
+        return _first_sync(st, name, orig, t, args, kwargs, frame)
+    if name in _NO_ARGS and t.is_cpu:  # a known site, on the CPU: count it as the repeat path does
+        st.last_code, st.last_lasti, st.last_name = code, at, name
+        _count_cpu(st, site)
+        return orig(t, *args, **kwargs)
+    return _timed_sync(st, site, orig, t, args, kwargs)
+
+
+def _count_cpu(st: SyncSites, site: list[Any]) -> None:
+    """One CPU sync at ``site``, not timed around the call: the time since the previous sync, when under
+    ``LOOP_GAP_S``, is the per-element loop's cost (the previous call plus the Python between)."""
+    t = clock()
+    dt = t - st.last_end
+    if dt < LOOP_GAP_S:
+        st.phases.move(SYNC, dt, t)
+        if st.measuring:
+            site[3] += dt
+    st.last_site = site
+    st.last_end = t
+    st.count += 1
+    site[0] += 1
+    site[2] += st.measuring
+
+
+def _first_sync(
+    st: SyncSites, name: str, orig: Any, t: torch.Tensor, args: Any, kwargs: Any, frame: Any
+) -> Any:
+    """A sync from a call site not seen yet: decide whether it counts, and make its site."""
+    code, at = frame.f_code, frame.f_lasti
+    if t.is_cpu:
+        # CPU: no device to wait for; count calls made directly from user code, so the same logic that
+        # finds GPU syncs runs (and is shown) on a CPU run. `.cpu()` of a CPU tensor is a no-op.
+        if name == "cpu" or not user_code(code):
+            st.cpu_ignored[(id(code), at, name)] = code  # the next call from here takes the fast path
+            return orig(t, *args, **kwargs)
+        site = st.site((id(code), at, name), code, frame.f_lineno, name, at)
+    elif user_code(code):
+        site = st.site((id(code), at, name), code, frame.f_lineno, name, at)
+    else:  # on a device, called through library code: the site is the user's line up the stack
+        where = user_location(3) or "<library>"
+        site = st.site((where, 0, name), None, 0, name)
+    return _timed_sync(st, site, orig, t, args, kwargs)
+
+
+def _timed_sync(st: SyncSites, site: list[Any], orig: Any, t: torch.Tensor, args: Any, kwargs: Any) -> Any:
+    st.busy = True
+    start = clock()
+    gap = start - st.last_end
+    if gap < LOOP_GAP_S:  # a per-element loop of syncs: the time since the previous one is the loop's too
+        st.phases.move(SYNC, gap, start)
+    st.phases.enter(SYNC, start)
+    try:
+        return orig(t, *args, **kwargs)
+    finally:
+        end = clock()
+        st.phases.exit(SYNC, end)
+        st.busy = False
+        st.count += 1
+        site[0] += 1
+        if st.measuring:  # time and loop gaps over the measured steps only
+            site[1] += end - start
+            site[2] += 1
+            if gap < LOOP_GAP_S:
+                site[3] += gap
+        st.last_site = site
+        st.last_end = end
+        st.last_code, st.last_lasti, st.last_name = site[4], site[7], site[6]
+
+
+USER_CODE: dict[int, tuple[Any, bool]] = {}
+
+
+def user_code(code: Any) -> bool:
+    hit = USER_CODE.get(id(code))
+    if hit is None or hit[0] is not code:
+        hit = USER_CODE[id(code)] = (code, is_user_file(code.co_filename))
+    return hit[1]

@@ -1,0 +1,149 @@
+"""Measured what-ifs that exist only on CUDA, on the script's own model and last batch.
+
+- fp16 autocast with a GradScaler vs the script's fp32 (bf16 autocast is ``probes.precision`` where the
+  GPU has it);
+- TF32 matmuls (``set_float32_matmul_precision("high")``) vs full fp32, on Ampere and later when the
+  script left matmuls at "highest";
+- host-to-device copies of the batch: pageable and blocking vs pinned and ``non_blocking``, timed with
+  CUDA events (device time) and the host clock (time the host is held).
+
+``cudnn.benchmark`` off vs on is in ``pitstop.profile.probe.probes``. Everything CUDA-specific goes through a
+``Backend`` so the logic runs, and is tested, with fakes on a CPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+COPY_REPS = 7
+
+
+@dataclass
+class Backend:
+    event_factory: Callable[[], Any]
+    synchronize: Callable[[], None]
+    pin: Callable[[Any], Any]
+    capability: Callable[[], tuple[int, int]]
+    get_matmul_precision: Callable[[], str]
+    set_matmul_precision: Callable[[str], None]
+    grad_scaler: Callable[[], Any]
+
+
+def cuda_backend() -> Backend:
+    import torch
+
+    return Backend(
+        event_factory=lambda: torch.cuda.Event(enable_timing=True),
+        synchronize=torch.cuda.synchronize,
+        pin=lambda t: t.pin_memory(),
+        capability=torch.cuda.get_device_capability,
+        get_matmul_precision=torch.get_float32_matmul_precision,
+        set_matmul_precision=torch.set_float32_matmul_precision,
+        grad_scaler=lambda: torch.amp.GradScaler("cuda"),
+    )
+
+
+def run(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    facts: dict[str, Any],
+    base: Callable[[], None],
+    backend: Backend | None = None,
+    device_type: str = "cuda",
+) -> dict[str, Any]:
+    """The applicable probes; each entry has base_s, new_s and saving_s (>0: the change is faster)."""
+    from pitstop.profile.probe.probe_kit import saving, timed
+
+    be = backend or cuda_backend()
+    out: dict[str, Any] = {}
+    fp32 = facts.get("param_dtypes") == ["float32"] and not facts.get("autocast")
+    cap = be.capability()
+    if fp32 and cap >= (7, 0):
+        fp16 = _fp16_step(model, args, kwargs, be, device_type)
+        out["fp16_scaler"] = saving(timed({"fp32": base, "fp16": fp16}, device_type), "fp32", "fp16")
+    if fp32 and cap >= (8, 0) and be.get_matmul_precision() == "highest":
+        tf32 = _with_precision(base, be, "high")
+        out["tf32"] = saving(timed({"fp32": base, "tf32": tf32}, device_type), "fp32", "tf32")
+    tensors = _device_tensors((args, kwargs))
+    if tensors:
+        out["h2d"] = h2d_probe(tensors, tensors[0].device, be)
+    return out
+
+
+def _fp16_step(model: Any, args: Any, kwargs: Any, be: Backend, device_type: str) -> Callable[[], None]:
+    import torch
+
+    from pitstop.profile.probe.probe_kit import first_grad_tensor
+
+    scaler = be.grad_scaler()
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=torch.float16):
+            out = model(*args, **kwargs)
+        t = first_grad_tensor(out)
+        if t is not None:
+            scaler.scale(t.float().mean()).backward()
+
+    return step
+
+
+def _with_precision(fn: Callable[[], None], be: Backend, precision: str) -> Callable[[], None]:
+    def run_it() -> None:
+        prev = be.get_matmul_precision()
+        be.set_matmul_precision(precision)
+        try:
+            fn()
+        finally:
+            be.set_matmul_precision(prev)
+
+    return run_it
+
+
+def _device_tensors(obj: Any) -> list[Any]:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor) and not t.is_cpu]
+
+
+def h2d_probe(tensors: list[Any], device: Any, be: Backend, reps: int = COPY_REPS) -> dict[str, Any]:
+    """The batch's tensors brought back to host memory (as a DataLoader hands them over), then copied to
+    ``device`` again: pageable + blocking vs pinned + non_blocking. Device time from events, host time
+    held from the clock; medians of interleaved repeats after one warm-up round."""
+    pageable = [t.detach().to("cpu") for t in tensors]
+    pinned = [be.pin(t) for t in pageable]
+    nbytes = sum(t.numel() * t.element_size() for t in pageable)
+    times: dict[str, list[tuple[float, float]]] = {"pageable": [], "pinned": []}
+    variants = {"pageable": (pageable, False), "pinned": (pinned, True)}
+    for _ in range(reps + 1):  # the first round warms up
+        for name, (src, nb) in variants.items():
+            be.synchronize()
+            start, end = be.event_factory(), be.event_factory()
+            t0 = time.perf_counter()
+            start.record()
+            for t in src:
+                t.to(device, non_blocking=nb)
+            end.record()
+            host = time.perf_counter() - t0
+            be.synchronize()
+            times[name].append((host, float(start.elapsed_time(end)) / 1000.0))
+    med = {
+        k: (statistics.median(h for h, _ in v[1:]), statistics.median(d for _, d in v[1:]))
+        for k, v in times.items()
+    }
+    return {
+        "bytes": nbytes,
+        "pageable_host_s": med["pageable"][0],
+        "pageable_device_s": med["pageable"][1],
+        "pinned_host_s": med["pinned"][0],
+        "pinned_device_s": med["pinned"][1],
+        "base_s": med["pageable"][0],
+        "new_s": med["pinned"][0],
+        "saving_s": med["pageable"][0] - med["pinned"][0],
+    }
