@@ -17,6 +17,7 @@ from pitstop.bench.rows import FAILED, SKIPPED, Row
 from pitstop.bench.session import Session, make_session
 from pitstop.bench.workloads import Workload
 from pitstop.measure import Arm, Settings, interleave
+from pitstop.measure_clock import time_block
 
 Progress = Callable[[str], None]  # called once per unit of work done, with a short description
 
@@ -87,11 +88,7 @@ def warm_up(
                     and time.monotonic() + live.row.warmup_s[-1] > deadline
                 ):
                     break
-                t = time.perf_counter()
-                live.session.step()
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                live.row.warmup_s.append(time.perf_counter() - t)
+                live.row.warmup_s.append(time_block(live.session.step, 1, live.session.sync))
             # The fastest warm-up step after the first (which pays one-off set-up) sizes the blocks.
             live.estimate_s = min(live.row.warmup_s[1:] or live.row.warmup_s)
             failed = live.session.compile_error()
