@@ -24,7 +24,7 @@ from pitstop.measure import (
     speedup_interval,
     t_quantile,
 )
-from pitstop.measure_plan import log_spread, steps_for_startup
+from pitstop.measure.plan import log_spread, steps_for_startup
 
 
 def noisy(mean: float, n: int, rng: random.Random, sd: float = 0.02) -> list[float]:

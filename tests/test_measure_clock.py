@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.measure_clock import Stopwatch, time_block
+from pitstop.measure.clock import Stopwatch, time_block
 
 
 class FakeClock:

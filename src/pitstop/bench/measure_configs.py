@@ -17,7 +17,7 @@ from pitstop.bench.rows import FAILED, SKIPPED, Row
 from pitstop.bench.session import Session, make_session
 from pitstop.bench.workloads import Workload
 from pitstop.measure import Arm, Settings, interleave
-from pitstop.measure_clock import time_block
+from pitstop.measure.clock import time_block
 
 Progress = Callable[[str], None]  # called once per unit of work done, with a short description
 

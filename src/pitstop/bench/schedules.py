@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pitstop.measure_clock import Stopwatch
+from pitstop.measure.clock import Stopwatch
 
 
 @dataclass

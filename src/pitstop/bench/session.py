@@ -17,7 +17,7 @@ from torch import nn
 
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
-from pitstop.measure_clock import Stopwatch, time_block
+from pitstop.measure.clock import Stopwatch, time_block
 from pitstop.recipes import channels_last
 from pitstop.train import (
     Amp,

@@ -5,7 +5,7 @@ call over a block of calls timed together (bench's blocks of training steps).
 What a timing is made of stays with its caller (a DataLoader window, a training step, a worker restart);
 the reading of the clock is here, so every in-process timer reads the same one and a test can give it
 its own (``clock``). Samples go on to ``pitstop.measure`` (rounds, intervals, verdicts) and
-``pitstop.measure_throughput`` (rates over windows).
+``pitstop.measure.throughput`` (rates over windows).
 """
 
 from __future__ import annotations

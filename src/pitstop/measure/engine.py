@@ -24,7 +24,7 @@ Every "is B faster than A" in pitstop is answered here, in four steps:
    Student t with n - 1 degrees of freedom widens the interval for few rounds by exactly the right
    amount when log ratios are normal, and pairing the candidate with the baseline of its own round
    removes slow drift. The interval is a pure function of the samples, so the same samples give the
-   same interval. Slow steps, where few rounds fit: ``budget_for_rounds``, ``pitstop.measure_blocks``.
+   same interval. Slow steps, where few rounds fit: ``budget_for_rounds``, ``pitstop.measure.within_runs``.
 4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
    above ``1 + min_gain``; *hurt* when the upper bound is below 1; *no change* when the interval lies
    inside ``1 +- min_gain``; otherwise the next round. A candidate still open when the budget ends is
