@@ -1,4 +1,4 @@
-"""How often the interval from blocks of steps within runs (`pitstop.measure_blocks`) calls a change
+"""How often the interval from blocks of steps within runs (`pitstop.measure.within_runs`) calls a change
 helped: a simulation of the slow-step case where one round of fresh runs fits the budget.
 
 Each simulated run has its own speed factor (log-normal, the run spread) and AR(1) step noise (lag-1
@@ -19,7 +19,7 @@ import argparse
 import math
 import random
 
-from pitstop.measure_blocks import RUN_SPREAD, within_runs_interval
+from pitstop.measure.within_runs import RUN_SPREAD, within_runs_interval
 
 
 def run(rng: random.Random, mean: float, run_sd: float, step_sd: float, steps: int) -> list[float]:

@@ -89,7 +89,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.measure_plan import steps_for_startup
+    from pitstop.measure.plan import steps_for_startup
 
     runs = (
         list(SCENARIOS.items())

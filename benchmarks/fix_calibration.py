@@ -59,12 +59,12 @@ def step_fn(units: int) -> Any:
 def compare(cand_units: int, args: argparse.Namespace) -> tuple[str, Any, int, int]:
     """One comparison through the engine: (verdict, interval, rounds, steps per run).
 
-    As in `fix`: the steps per run come from a first baseline run (``measure_plan.steps_for_startup`` of
+    As in `fix`: the steps per run come from a first baseline run (``measure.plan.steps_for_startup`` of
     ``--startup`` and its step time and spread) unless ``--steps`` is given; every run is charged
     ``--startup`` seconds on the engine's clock (not slept), so the budget buys the rounds it buys `fix`
     for a script with that start-up."""
     from pitstop.measure import Arm, Settings, interleave
-    from pitstop.measure_plan import log_spread, steps_for_startup
+    from pitstop.measure.plan import log_spread, steps_for_startup
 
     fns = {"base": step_fn(BASE_UNITS), "cand": step_fn(cand_units)}
     charged = [0.0]

@@ -5,7 +5,7 @@ temporary folder: `pitstop fix --apply --yes --json` measures the candidates and
 helped into the copy; then the original and the patched copy are run plain (no pitstop), alternating,
 ``--rounds`` times each, and each run's own timer (the examples print their throughput over the steps
 after their warm-up; mnist_style does when ``EXAMPLE_STEP_TIMER`` is set) gives steps per wall-clock
-second over the same steps. The realized speed-up is ``pitstop.measure_throughput.throughput_interval``
+second over the same steps. The realized speed-up is ``pitstop.measure.throughput.throughput_interval``
 of those runs (a round: one run of each); it is set beside fix's promise (its throughput speed-up and
 95% interval) with whether the realized figure lies inside the promised interval, the load the
 machine was under (``pitstop.host.load``) and the CPU. Writes benchmarks/results/fix_promise.md.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from pitstop.host.load import OtherCpu, load_average, load_line  # noqa: E402
 from pitstop.host.machine import machine_line  # noqa: E402
 from pitstop.measure import Interval  # noqa: E402
-from pitstop.measure_throughput import Window, pooled, throughput_interval  # noqa: E402
+from pitstop.measure.throughput import Window, pooled, throughput_interval  # noqa: E402
 
 # example -> its arguments (each run's timer covers the steps after the example's 5 warm-up steps)
 EXAMPLES = {
@@ -196,7 +196,7 @@ def report(
         f"- per example: `pitstop fix {fix_args} --apply --yes` on a copy, then the original and "
         f"the patched copy run plain, alternating, {rounds} rounds; realized = throughput (steps per "
         "wall-clock second over the steps the script's own timer covers) of the patched over the original, "
-        "95% interval over the rounds (`pitstop.measure_throughput`)",
+        "95% interval over the rounds (`pitstop.measure.throughput`)",
         f"- {load_line(start)}; other processes used {other:.0%} of the CPUs during the runs; "
         f"the whole benchmark took {wall / 60:.1f} min",
         f"- threads: OMP_NUM_THREADS={THREADS} for every run, fix's and the plain ones"

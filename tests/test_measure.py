@@ -24,7 +24,7 @@ from pitstop.measure import (
     speedup_interval,
     t_quantile,
 )
-from pitstop.measure_plan import log_spread, steps_for_startup
+from pitstop.measure.plan import log_spread, steps_for_startup
 
 
 def noisy(mean: float, n: int, rng: random.Random, sd: float = 0.02) -> list[float]:
@@ -306,3 +306,28 @@ def test_budget_end_decides_a_sure_gain_under_the_margin_helped():
     assert faster_not_by_margin(gain.interval, 0.05)
     _, mid = judge_rounds(base.rounds, gain.rounds, Settings())
     assert mid is None  # the same rounds, read before the end, stay open
+
+
+def test_runs_that_would_not_fit_leave_an_arm_out_first_and_end_the_rounds_later():
+    """``fits``: in round 1 an arm whose run would not fit is left out (the baseline still runs once);
+    later, the first run that would not fit ends the rounds, keeping the runs made."""
+    calls: list[str] = []
+    room = {"base": 2, "fast": 2, "slow": 0}  # runs that still fit, per arm
+
+    def sample(name: str) -> list[float]:
+        calls.append(name)
+        room[name] -= 1
+        return [0.1]
+
+    base, fast, slow = Arm("base"), Arm("fast"), Arm("slow")
+    room["base"] = 0  # the baseline's first run is made even so
+    n = interleave(base, [fast, slow], sample, Settings.every_round(3), fits=lambda name: room[name] > 0)
+    assert calls == ["base", "fast", "fast"] and n == 1  # round 2 (fast, base) stops at the baseline
+    assert slow.left_out and not slow.rounds and slow.verdict is None
+    assert len(fast.rounds) == 2 and fast.verdict == UNDECIDED
+
+
+def test_a_baseline_alone_runs_its_rounds():
+    calls: list[str] = []
+    n = interleave(Arm("base"), [], lambda name: calls.append(name) or [0.1], Settings.every_round(3))
+    assert n == 3 and calls == ["base"] * 3

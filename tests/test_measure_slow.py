@@ -19,8 +19,8 @@ from pitstop.measure import (
     against_bar,
     interleave,
 )
-from pitstop.measure_blocks import RUN_SPREAD, within_runs_interval
-from pitstop.measure_plan import budget_for_rounds
+from pitstop.measure.plan import budget_for_rounds
+from pitstop.measure.within_runs import RUN_SPREAD, within_runs_interval
 
 
 class Clock:

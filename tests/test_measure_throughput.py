@@ -1,4 +1,4 @@
-"""measure_throughput: the speed-up as steps per wall-clock second over the window, spikes included."""
+"""measure.throughput: the speed-up as steps per wall-clock second over the window, spikes included."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from pitstop.measure import HELPED, NO_CHANGE, Arm, Settings, speedup_interval
-from pitstop.measure_throughput import (
+from pitstop.measure.throughput import (
     Window,
     arm_windows,
     judge_throughput,

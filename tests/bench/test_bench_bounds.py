@@ -82,7 +82,7 @@ class _FakeSession:
 
 
 def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_runs():
-    from pitstop.bench.measure_configs import ConfigRun, calibrate, interleave, new_row
+    from pitstop.bench.measure_configs import ConfigRun, calibrate, new_row, time_blocks
 
     lives = []
     for name, est in (("baseline", 100.0), ("fused", 0.001), ("checkpoint", 100.0)):
@@ -91,7 +91,7 @@ def test_blocks_that_cannot_end_before_the_deadline_are_skipped_but_the_first_ru
     calibrate(lives, 1, deadline=time.monotonic() + 1.0)  # 200 s blocks: warm-up estimates kept
     assert [lv.estimate_s for lv in lives] == [100.0, 0.001, 100.0]
     # The fake blocks take no real time: only the predicted ends stop the repeats.
-    assert interleave(lives, 2, 3, 1, deadline=time.monotonic() + 1.0) == 1
+    assert time_blocks(lives, 2, 3, 1, deadline=time.monotonic() + 1.0) == 1
     base, fused, ck = (lv.row for lv in lives)
     assert base.status == MEASURED and base.block_step_s == [100.0]  # the reference is always timed once
     assert fused.status == MEASURED and fused.block_step_s == [0.001] * 2  # repeat 2 began with it

@@ -1,6 +1,6 @@
-"""Warm up configs, then time them interleaved: repeat r runs every config's block once, in a rotated
-order, so drift (thermal, other load on a shared machine) hits all configs alike. Shared by the main
-process and the subprocess worker (compile, DDP)."""
+"""Warm up configs, then time them interleaved through the timing engine (``pitstop.measure.interleave``):
+repeat r runs every config's block once, in a rotated order, so drift (thermal, other load on a shared
+machine) hits all configs alike. Shared by the main process and the subprocess worker (compile, DDP)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pitstop.bench.measure import step_memory
 from pitstop.bench.rows import FAILED, SKIPPED, Row
 from pitstop.bench.session import Session, make_session
 from pitstop.bench.workloads import Workload
+from pitstop.measure import Arm, Settings, interleave
+from pitstop.measure.clock import time_block
 
 Progress = Callable[[str], None]  # called once per unit of work done, with a short description
 
@@ -86,11 +88,7 @@ def warm_up(
                     and time.monotonic() + live.row.warmup_s[-1] > deadline
                 ):
                     break
-                t = time.perf_counter()
-                live.session.step()
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                live.row.warmup_s.append(time.perf_counter() - t)
+                live.row.warmup_s.append(time_block(live.session.step, 1, live.session.sync))
             # The fastest warm-up step after the first (which pays one-off set-up) sizes the blocks.
             live.estimate_s = min(live.row.warmup_s[1:] or live.row.warmup_s)
             failed = live.session.compile_error()
@@ -129,7 +127,7 @@ def calibrate(
         progress("calibration")
 
 
-def interleave(
+def time_blocks(
     lives: list[ConfigRun],
     steps: int,
     repeats: int,
@@ -137,43 +135,60 @@ def interleave(
     progress: Progress | None = None,
     before_block: Callable[[], None] | None = None,
     deadline: float | None = None,
-    rotate: int = 0,
+    on_round: Callable[[int], None] | None = None,
 ) -> int:
-    """Time ``repeats`` blocks of ``steps`` steps per config, rotating the order each repeat. Returns the
-    repeats completed. Stops early (keeping what was measured) before a block predicted (from the
-    config's last block) to end past ``deadline`` (time.monotonic()); in the first repeat such a config,
-    unless it comes first, is skipped with that reason instead."""
-    active = [lv for lv in lives if lv.session is not None]
-    for lv in active:
+    """Time ``repeats`` blocks of ``steps`` steps per config in the timing engine's rotating rounds
+    (``pitstop.measure.interleave``: each config an arm, the first one warmed up the baseline), so drift
+    hits all configs alike. Returns the repeats completed (``on_round`` is told of each). A block
+    predicted (from the config's last block) to end past ``deadline`` (time.monotonic()) is not started:
+    after the first repeat that ends the timing (the blocks already timed are kept); in the first repeat
+    that config, unless it is the baseline, is skipped with that reason instead. The row's verdicts come
+    from its blocks later (``rows.derive``), not from the engine's rounds."""
+    by_name = {lv.config.name: lv for lv in lives if lv.session is not None}
+    if not by_name:
+        return 0
+    for lv in by_name.values():
         lv.row.steps_per_block = steps
-    done = 0
-    for r in range(repeats):
-        if deadline is not None and r > 0 and time.monotonic() > deadline:
-            break
-        k = (r + rotate) % max(1, len(active))
-        for lv in active[k:] + active[:k]:
-            if lv.session is None:
-                continue
-            late = deadline is not None and time.monotonic() + lv.estimate_s * (steps + 1) > deadline
-            if late and r > 0:
-                return done  # the blocks already timed are kept
-            if late and lv is not active[k]:
-                lv.row.status, lv.row.reason = SKIPPED, "the --budget ran out before its timed blocks"
-                lv.session.close()
-                lv.session = None
-                continue
-            try:
-                if before_block:
-                    before_block()
-                lv.row.block_step_s.append(lv.session.block(steps, threads))
-                lv.estimate_s = lv.row.block_step_s[-1]  # under the load the next block will see
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:
-                _fail(lv, f"repeat {r + 1}", e)
-            if progress:
-                progress(f"repeat {r + 1}/{repeats} {lv.config.name}")
-        done += 1
+    arms = {name: Arm(name) for name in by_name}
+    base, *rest = arms.values()
+
+    def sample(name: str) -> list[float] | None:
+        lv, r = by_name[name], len(arms[name].rounds)
+        if lv.session is None:
+            return None  # failed in an earlier block
+        try:
+            if before_block:
+                before_block()
+            lv.row.block_step_s.append(lv.session.block(steps, threads))
+            lv.estimate_s = lv.row.block_step_s[-1]  # under the load the next block will see
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            _fail(lv, f"repeat {r + 1}", e)
+        if progress:
+            progress(f"repeat {r + 1}/{repeats} {name}")
+        return None if lv.session is None else [lv.estimate_s]
+
+    def fits(name: str) -> bool:
+        lv = by_name[name]
+        if deadline is None or lv.session is None:
+            return True
+        return time.monotonic() + lv.estimate_s * (steps + 1) <= deadline
+
+    done = interleave(
+        base,
+        rest,
+        sample,
+        Settings.every_round(repeats),  # every config gets every block: no verdict ends one early
+        fits=fits,
+        on_progress=(lambda p: on_round(p.round)) if on_round else None,
+    )
+    for name, arm in arms.items():
+        lv = by_name[name]
+        if arm.left_out and lv.session is not None:
+            lv.row.status, lv.row.reason = SKIPPED, "the --budget ran out before its timed blocks"
+            lv.session.close()
+            lv.session = None
     return done
 
 

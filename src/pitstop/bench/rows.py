@@ -12,7 +12,7 @@ from typing import Any
 
 from pitstop.bench.configs import Claim
 from pitstop.measure import UNDECIDED, against_bar
-from pitstop.measure_throughput import Window, throughput_interval
+from pitstop.measure.throughput import Window, throughput_interval
 
 MEASURED, SKIPPED, FAILED, TIMEOUT = "measured", "skipped", "failed", "timeout"
 
@@ -82,7 +82,7 @@ def derive(row: Row, flops_per_sample: float | None, peaks: dict[str, float]) ->
 
 
 def _interval(row: Row) -> dict[str, Any] | None:
-    """``measure_throughput.throughput_interval`` of the row's blocks against its reference's, block i
+    """``measure.throughput.throughput_interval`` of the row's blocks against its reference's, block i
     with block i (the same repeat of the rotating rounds), scaled to samples/s where the step sizes
     differ."""
     n = max(1, row.steps_per_block)

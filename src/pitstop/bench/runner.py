@@ -319,7 +319,7 @@ def _warm_up(run: _Run) -> None:
 def _ablate(run: _Run) -> None:
     """Scale the steps so the interleaved blocks (here and in the compile worker) fit what is left of the
     budget, then run the interleaved ablation."""
-    from pitstop.bench.measure_configs import calibrate, interleave
+    from pitstop.bench.measure_configs import calibrate, time_blocks
 
     opts, lives = run.opts, run.lives
     worker_step_s = 0.0
@@ -340,7 +340,7 @@ def _ablate(run: _Run) -> None:
     steps = opts.steps or int(max(1, min(opts.max_steps, share / (opts.repeats * per_step) - TIMER_WARMUP)))
     run.res.steps = steps
     t = time.monotonic()
-    run.res.repeats_done = interleave(
+    run.res.repeats_done = time_blocks(
         lives,
         steps,
         opts.repeats,
@@ -358,7 +358,7 @@ def _collect_rows(run: _Run) -> None:
 
     res = run.res
     res.rows = [lv.row for lv in run.lives]
-    if res.interrupted:  # interleave() did not return: count the repeats from what was kept
+    if res.interrupted:  # time_blocks() did not return: count the repeats from what was kept
         res.repeats_done = min((len(r.block_step_s) for r in res.rows if r.block_step_s), default=0)
     for c in run.configs:
         reason = why_not(c, run.device, run.cuda, run.bf16_ok)

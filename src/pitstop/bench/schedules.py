@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from pitstop.measure.clock import Stopwatch
+
 
 @dataclass
 class ScheduleResult:
@@ -113,10 +115,10 @@ def compare_schedules(
 ) -> ScheduleResult:
     """Steps to ``target`` of each schedule over ``seeds`` seeds; a seed after the first is not started
     when, at the last seed's pace, it would end past ``deadline`` (time.monotonic())."""
-    t0 = time.perf_counter()
+    watch = Stopwatch()
     res = ScheduleResult(task="", target_accuracy=target, horizon=max(ladder))
     for seed in range(seeds):
-        if seed and deadline is not None and time.monotonic() + (time.perf_counter() - t0) / seed > deadline:
+        if seed and deadline is not None and time.monotonic() + watch.elapsed() / seed > deadline:
             break
         for name in ("steplr", "onecycle"):
             task, n, accs = steps_to_target(name, seed, target, ladder)
@@ -125,5 +127,5 @@ def compare_schedules(
             res.accuracy.setdefault(name, []).append(accs)
         if callable(progress):
             progress(f"schedules seed {seed + 1}/{seeds}")
-    res.seconds = time.perf_counter() - t0
+    res.seconds = watch.elapsed()
     return res

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import warnings
 from typing import Any
 
@@ -18,6 +17,7 @@ from torch import nn
 
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
+from pitstop.measure.clock import Stopwatch, time_block
 from pitstop.recipes import enabled
 from pitstop.train import (
     Amp,
@@ -113,17 +113,12 @@ class Session:
         prev = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            self.step()
-            self._sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                self.step()
-            self._sync()
-            return (time.perf_counter() - t0) / steps
+            return time_block(self.step, steps, self.sync, warmup=1)
         finally:
             torch.set_num_threads(prev)
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
+        """Wait for the device's queued work (a no-op off CUDA)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -176,16 +171,16 @@ class LightningPeer(Session):
     def _fit(self, steps: int) -> list[float]:
         pl = self.pl
         stamps: list[float] = []
-        cuda = self.device.type == "cuda"
+        cuda, watch = self.device.type == "cuda", Stopwatch()
 
         class Stamp(pl.Callback):
             def on_train_batch_start(self, *a: Any, **k: Any) -> None:
-                stamps.append(time.perf_counter())
+                stamps.append(watch.elapsed())
 
             def on_train_batch_end(self, *a: Any, **k: Any) -> None:
                 if cuda:
                     torch.cuda.synchronize()
-                stamps.append(time.perf_counter())
+                stamps.append(watch.elapsed())
 
         trainer = pl.Trainer(
             accelerator="gpu" if self.device.type == "cuda" else "cpu",

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     out = Path(argv[1])
 
-    from pitstop.bench.measure_configs import close_all, interleave, warm_up
+    from pitstop.bench.measure_configs import close_all, time_blocks, warm_up
     from pitstop.bench.workloads import WorkloadSpec, build_workload
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -89,10 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         steps = int(json.loads(go.read_text())["steps"])
     payload["phase"] = "timing"
     dump(lives)
-    for r in range(spec["repeats"]):
-        interleave(lives, steps, 1, spec["threads"], before_block=barrier, rotate=r)
-        payload["phase"] = f"repeat {r + 1}"
+
+    def repeat_done(r: int) -> None:
+        payload["phase"] = f"repeat {r}"
         dump(lives)
+
+    time_blocks(lives, steps, spec["repeats"], spec["threads"], before_block=barrier, on_round=repeat_done)
     payload["done"] = True
     dump(lives)
     close_all(lives)

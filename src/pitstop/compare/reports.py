@@ -3,7 +3,7 @@
 The first report is the baseline. For each later one: step time and its parts, steps/s, the findings
 that disappeared or appeared, and the speed-up in throughput (steps per wall-clock second over the
 measured steps, spikes included: the baseline's mean step over this one's) with its interval
-(``pitstop.measure_throughput.throughput_interval``) where both reports carry per-step samples
+(``pitstop.measure.throughput.throughput_interval``) where both reports carry per-step samples
 (``sections.steps`` of a profile report); the ratio of median steps stands beside it. A report is one
 run, so each side's steps are cut into consecutive blocks that stand in for the engine's rounds (block
 i against block i): the interval holds the drift within the runs, not the spread between runs, and the
@@ -26,7 +26,7 @@ from rich.text import Text
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.measure import blocks
-from pitstop.measure_throughput import throughput_interval, window
+from pitstop.measure.throughput import throughput_interval, window
 from pitstop.profile.record.timeline import PART_LABELS, PARTS
 from pitstop.report.html import Block, table
 
@@ -89,7 +89,7 @@ class Ratio:
 
 def throughput_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Ratio:
     """The speed-up of step times ``b`` over ``a`` in steps per wall-clock second, every step counted,
-    with ``measure_throughput.throughput_interval`` over consecutive blocks of about ``BLOCK_STEPS``
+    with ``measure.throughput.throughput_interval`` over consecutive blocks of about ``BLOCK_STEPS``
     steps (3 to 10 a side, the same count both sides). A pure function of the samples: the same reports
     give the same interval. No interval below 3 steps a side per block."""
     if not a or not b:

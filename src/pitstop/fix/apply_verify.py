@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pitstop.fix.fix import FixConfig, FixResult
 from pitstop.fix.fix_dist import job_runner
-from pitstop.measure_throughput import arm_windows, pooled, window
+from pitstop.measure.throughput import arm_windows, pooled, window
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
 
 

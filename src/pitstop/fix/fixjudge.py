@@ -2,7 +2,7 @@
 
 A configuration's runs are child runs of the user's script (``pitstop.profile.runs.runner``). Each run gives
 per-step times (its ``StepRecord``s after the warm-up). The speed-up and its verdict are throughput
-(``pitstop.measure_throughput``): steps per wall-clock second over each run's measured window, every
+(``pitstop.measure.throughput``): steps per wall-clock second over each run's measured window, every
 step counted, the slow spikes and the steps with a no-grad eval pass inside too, since the user's own
 timer sees them; paired by round into an interval and a verdict: *helped*, *hurt*, *no change* or
 *undecided* (budget spent; the last look also calls *helped* an interval wholly above 1 at 99%). The
@@ -31,7 +31,7 @@ from pitstop.measure import (
     Settings,
     faster_not_by_margin,
 )
-from pitstop.measure_throughput import arm_windows, judge_throughput, pooled
+from pitstop.measure.throughput import arm_windows, judge_throughput, pooled
 from pitstop.profile.runs.runner import RunResult
 
 SPEED_VERDICTS = (HELPED, HURT, NO_CHANGE, UNDECIDED)
@@ -128,7 +128,7 @@ def judge(m: Measured, base: Measured, cfg: Any) -> None:
     """Set ``m.median``, ``m.throughput``, ``m.interval``, ``m.speedup``, ``m.verdict`` and ``m.reason``
     against ``base``.
 
-    The speed verdict is the throughput interval's (``measure_throughput.judge_throughput``, at the last
+    The speed verdict is the throughput interval's (``measure.throughput.judge_throughput``, at the last
     look once the rounds are over); failures, overrides that did not apply and a changed loss override
     it. ``cfg`` is the ``FixConfig`` (``min_gain``, ``loss_rtol``, ``min_rounds``)."""
     min_gain, loss_rtol = cfg.min_gain, cfg.loss_rtol

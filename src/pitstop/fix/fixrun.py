@@ -3,7 +3,7 @@
 1. Profile the script once; its findings pick the candidates (``pitstop.fix.fix``), or ``--candidates``
    names them (then the first baseline run is round 1's baseline).
 2. Rotating rounds of the baseline and every open candidate, each run a bounded number of steps, until
-   every candidate's throughput is decided (``pitstop.measure_throughput``) or its share of ``--budget``
+   every candidate's throughput is decided (``pitstop.measure.throughput``) or its share of ``--budget``
    is spent.
 3. While the script waits for data, a compute fix cannot show. So when a loader fix helped, the compute
    candidates judged on speed alone (and those the profile measured a small gain for) are measured again
@@ -39,8 +39,8 @@ from pitstop.fix.fixjudge import HELPED, UNDECIDED, Measured, judge
 from pitstop.fix.patch import dataloader_patch
 from pitstop.host.cpu import usable_cores
 from pitstop.measure import Progress, Settings, interleave
-from pitstop.measure_plan import log_spread, steps_for_startup
-from pitstop.measure_throughput import rejudge_throughput
+from pitstop.measure.plan import log_spread, steps_for_startup
+from pitstop.measure.throughput import rejudge_throughput
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunResult, RunSpec, run, stop_on_interrupt
 from pitstop.recipes.workers import WorkerMachine, choose_workers
@@ -54,7 +54,7 @@ FIRST_STEPS = 20  # timed steps of the runs before the start-up cost is known (`
 
 
 def steps_from_run(r: RunResult) -> int | None:
-    """Timed steps per run for this script from one baseline run: ``measure_plan.steps_for_startup`` of its
+    """Timed steps per run for this script from one baseline run: ``measure.plan.steps_for_startup`` of its
     start-up (wall time less its steps and probes: import, data, model, and the tail after the last
     step), its median step and its within-run spread; at most the steps the script ran when it ended
     early."""

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.measure_clock import Stopwatch
+from pitstop.measure.clock import Stopwatch
 from pitstop.tune.batch_meters import CpuMeter, CudaMeter, is_oom
 from pitstop.tune.steps import SavedState, default_loss, model_device, train_step
 from pitstop.units import MiB

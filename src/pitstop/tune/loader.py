@@ -11,7 +11,7 @@ one rung past the cap by default, so a faster count there is reported. A prefetc
 best only when it is ``min_gain`` faster, so ties go to the cheaper setting. RAM and /dev/shm are
 predicted before a point runs and watched while it runs (memwatch); a setting that would exhaust them
 is rejected with the reason. Finally the script's own setting and the chosen one are measured again,
-interleaved, for the speed-up: batches per wall-clock second over the rounds (``measure_throughput``).
+interleaved, for the speed-up: batches per wall-clock second over the rounds (``measure.throughput``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from pitstop.findings import Finding
 from pitstop.measure import Arm, Interval, Progress, Settings, interleave
-from pitstop.measure_throughput import Window, pooled, throughput_interval
+from pitstop.measure.throughput import Window, pooled, throughput_interval
 from pitstop.recipes.workers import WorkerMachine, choose_workers, worker_cap
 from pitstop.tune.loader_findings import (
     best_finding,

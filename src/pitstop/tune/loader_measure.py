@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pitstop.measure_clock import Stopwatch
+from pitstop.measure.clock import Stopwatch
 from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
 

@@ -23,7 +23,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import page_fault_bound_s
 from pitstop.measure import HELPED, NO_GAIN, UNDECIDED, against_bar
-from pitstop.measure_blocks import PER_BLOCK, RUN_SPREAD
+from pitstop.measure.within_runs import PER_BLOCK, RUN_SPREAD
 from pitstop.profile.analyze.rulekit import MIN_PROBE_GAIN, WARN_SHARE, ms, undecided
 from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import by_finding, recipe
@@ -91,7 +91,7 @@ def _no_interval_reason(probe: dict[str, Any], fresh: bool = False) -> str:
 
 
 def agreeing_blocks(f: Finding, two: dict[str, Any]) -> tuple[float, float] | None:
-    """The fresh runs' saving bounds from blocks of steps within the runs (``pitstop.measure_blocks``),
+    """The fresh runs' saving bounds from blocks of steps within the runs (``pitstop.measure.within_runs``),
     where too few rounds fitted for an interval over rounds, when the in-process probe's own interval
     agrees that the change helps (its lower bound above ``MIN_PROBE_GAIN`` of the probed pass): two
     independent measurements of one saving. None otherwise."""

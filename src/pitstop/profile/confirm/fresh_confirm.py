@@ -28,7 +28,7 @@ from typing import Any
 
 from pitstop.findings import Severity
 from pitstop.host import cpu
-from pitstop.measure_plan import budget_for_rounds
+from pitstop.measure.plan import budget_for_rounds
 from pitstop.profile.confirm import budget, malloc_confirm, workers_confirm
 from pitstop.profile.confirm.fresh_runs import WARMUP, Interrupted, Runner, timed
 from pitstop.profile.record.overrides import Overrides

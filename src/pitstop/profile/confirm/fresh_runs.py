@@ -8,7 +8,7 @@ steps each within ``budget_s``; the per-step times go through ``pitstop.measure`
 base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
 bounds (``pitstop.profile.probe.probe_kit.saving``), the same from blocks of steps within the runs
 (``blocks_saving``), the throughput speed-up with its interval (``throughput``:
-``pitstop.measure_throughput``), or ``errors`` saying why a run measured nothing. Ctrl-C or SIGTERM stops
+``pitstop.measure.throughput``), or ``errors`` saying why a run measured nothing. Ctrl-C or SIGTERM stops
 the runs at once: ``Interrupted`` carries the record of the rounds measured before it.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import replace
 from typing import Any
 
 from pitstop.measure import Arm, Settings, interleave
-from pitstop.measure_blocks import within_runs_interval
-from pitstop.measure_throughput import arm_windows, throughput_interval
+from pitstop.measure.throughput import arm_windows, throughput_interval
+from pitstop.measure.within_runs import within_runs_interval
 from pitstop.profile.runs.runner import RunResult, RunSpec, run, stop_on_interrupt
 
 BUDGET_S = 30.0  # wall time for all the child runs together
@@ -118,7 +118,7 @@ def timed(
 
 
 def blocks_saving(base: list[list[float]], cand: list[list[float]], base_s: float) -> dict[str, Any]:
-    """The saving's bounds from blocks of steps within the runs (``pitstop.measure_blocks``), for
+    """The saving's bounds from blocks of steps within the runs (``pitstop.measure.within_runs``), for
     ``pitstop.profile.analyze.confirm`` where too few rounds fitted for an interval over rounds."""
     iv = within_runs_interval(base, cand)
     if iv is None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from pitstop.measure import Arm, Interval, Settings, interleave
-from pitstop.measure_plan import budget_for_rounds
+from pitstop.measure.plan import budget_for_rounds
 from pitstop.recipes import autocast
 
 PROBE_BUDGET_S, PROBE_BUDGET_CAP_S = 6.0, 30.0  # one probe's rounds; scaled up to the cap for slow passes

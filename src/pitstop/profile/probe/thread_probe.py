@@ -10,7 +10,7 @@ most the usable cores. Where that is fewer than the script's threads, both count
 rounds through ``pitstop.measure`` (``probe_kit.timed``), giving the saving and its interval. The thread
 count is process-wide, so every pass sets its own and the script's count is restored afterwards. The
 probe is bounded: a pass at the script's threads slower than ``MAX_PASS_S`` skips the A/B, saying why;
-a slower pass widens the rounds' budget to hold two rounds (``measure_plan.budget_for_rounds``), up to
+a slower pass widens the rounds' budget to hold two rounds (``measure.plan.budget_for_rounds``), up to
 ``MAX_BUDGET_S``.
 """
 
@@ -25,7 +25,7 @@ import torch
 
 from pitstop.host.cpu import usable_cores
 from pitstop.host.load import CompetitionMeter, fitting_threads
-from pitstop.measure_plan import budget_for_rounds
+from pitstop.measure.plan import budget_for_rounds
 from pitstop.profile.probe.probe_kit import as_script, fwd_bwd, saving, timed
 from pitstop.profile.record.captured import CapturedLoader
 

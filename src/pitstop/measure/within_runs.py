@@ -24,7 +24,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from pitstop.measure import Interval, blocks, t_quantile
+from pitstop.measure.engine import Interval, blocks, t_quantile
 
 PER_BLOCK = 3  # steps per batch mean
 RUN_SPREAD = 0.10  # standard deviation of a whole run's log speed factor, allowed for, not measured

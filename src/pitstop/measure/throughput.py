@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pitstop.measure import HELPED, HURT, NO_CHANGE, Arm, Interval, Settings, decide, t_quantile
+from pitstop.measure.engine import HELPED, HURT, NO_CHANGE, Arm, Interval, Settings, decide, t_quantile
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The clock of pitstop's in-process timings: a ``Stopwatch`` on ``time.perf_counter`` that can leave
-stretches out (an epoch's restart inside a throughput window).
+stretches out (an epoch's restart inside a throughput window), and ``time_block``, the mean time of a
+call over a block of calls timed together (bench's blocks of training steps).
 
 What a timing is made of stays with its caller (a DataLoader window, a training step, a worker restart);
 the reading of the clock is here, so every in-process timer reads the same one and a test can give it
 its own (``clock``). Samples go on to ``pitstop.measure`` (rounds, intervals, verdicts) and
-``pitstop.measure_throughput`` (rates over windows).
+``pitstop.measure.throughput`` (rates over windows).
 """
 
 from __future__ import annotations
@@ -39,4 +40,26 @@ class Stopwatch:
             self.paused_s += self.clock() - t0
 
 
-__all__ = ["Stopwatch"]
+def time_block(
+    fn: Callable[[], object],
+    steps: int,
+    sync: Callable[[], object] | None = None,
+    warmup: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Mean seconds per call over ``steps`` calls of ``fn`` timed as one block, after ``warmup`` untimed
+    calls (torch.utils.benchmark's recipe). ``sync`` (a device synchronize) runs at both ends of the
+    timed region, so queued device work is counted in the block it belongs to."""
+    for _ in range(warmup):
+        fn()
+    if sync is not None:
+        sync()
+    watch = Stopwatch(clock)
+    for _ in range(steps):
+        fn()
+    if sync is not None:
+        sync()
+    return watch.elapsed() / max(steps, 1)
+
+
+__all__ = ["Stopwatch", "time_block"]

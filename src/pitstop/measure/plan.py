@@ -11,7 +11,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from pitstop.measure import MAD_SCALE
+from pitstop.measure.engine import MAD_SCALE
 
 
 def budget_for_rounds(

@@ -24,7 +24,7 @@ Every "is B faster than A" in pitstop is answered here, in four steps:
    Student t with n - 1 degrees of freedom widens the interval for few rounds by exactly the right
    amount when log ratios are normal, and pairing the candidate with the baseline of its own round
    removes slow drift. The interval is a pure function of the samples, so the same samples give the
-   same interval. Slow steps, where few rounds fit: ``budget_for_rounds``, ``pitstop.measure_blocks``.
+   same interval. Slow steps, where few rounds fit: ``budget_for_rounds``, ``pitstop.measure.within_runs``.
 4. **Verdict** (``decide``), after each round once ``min_rounds`` are in: *helped* when the lower bound is
    above ``1 + min_gain``; *hurt* when the upper bound is below 1; *no change* when the interval lies
    inside ``1 +- min_gain``; otherwise the next round. A candidate still open when the budget ends is
@@ -273,6 +273,7 @@ class Arm:
     verdict: str | None = None  # None while open; the baseline never gets one
     decided_at: int | None = None  # the round after which it was decided
     interval: Interval | None = None
+    left_out: bool = False  # its first run would not fit (``interleave``'s ``fits``): never measured
 
     @property
     def steps(self) -> int:
@@ -389,63 +390,86 @@ def interleave(
     clock: Callable[[], float] = time.monotonic,
     on_progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    fits: Callable[[str], bool] | None = None,
 ) -> int:
     """Rotating rounds of ``sample(name)`` over the baseline and the open arms until every arm is decided,
-    ``max_rounds`` are done, or the next round would not fit the budget. ``sample`` returns the step times
-    of one run (optionally with its wall seconds), or None for a run that failed (that round is skipped
-    for its arm). Arms already holding rounds (e.g. a baseline run made earlier) keep them: round ``r``
-    fills ``rounds[r]``. Returns the number of rounds; open arms end ``undecided``."""
+    ``max_rounds`` are done, or the next round would not fit the budget (with no arms, the baseline alone
+    runs its rounds). ``sample`` returns the step times of one run (optionally with its wall seconds), or
+    None for a run that failed (that round is skipped for its arm). Arms already holding rounds (e.g. a
+    baseline run made earlier) keep them: round ``r`` fills ``rounds[r]``. ``fits(name)``: whether a run
+    started now would end in time (a caller's deadline); a run that would not is not started. Past the
+    first round that ends the rounds (the runs made are kept); in the first it leaves that arm out
+    (``Arm.left_out``), but the baseline's first run is always made. Returns the number of complete
+    rounds; open arms end ``undecided``."""
     s = settings or Settings()
     start = clock()
     r = min([len(base.rounds), *(len(a.rounds) for a in arms)])
+    first = r
     last_round_s: float | None = None
     while r < s.max_rounds:
-        open_arms = [a for a in arms if a.verdict is None]
-        if not open_arms or (should_stop and should_stop()):
+        open_arms = [a for a in arms if a.verdict is None and not a.left_out]
+        if (arms and not open_arms) or (should_stop and should_stop()):
             break
         elapsed = clock() - start
         if last_round_s is not None and elapsed + last_round_s > s.budget_s:
             break
         t0 = clock()
-        by_name = {a.name: a for a in [base, *open_arms]}
-        for name in rotated(list(by_name), r):
-            arm = by_name[name]
-            if len(arm.rounds) > r:
-                continue  # measured before the rounds started
-            t1 = clock()
-            got = sample(name)
-            wall = clock() - t1
-            if isinstance(got, tuple):
-                got, wall = got
-            if got is None:
-                arm.rounds.append([])
-                arm.run_s.append(wall)
-            else:
-                arm.add(got, s.warmup, s.k, wall)
+        if not _round(base, open_arms, sample, s, r, clock, fits, first=r == first):
+            break
         r += 1
         last_round_s = clock() - t0
         update_verdicts(base, open_arms, s, r)
         if on_progress:
-            elapsed = clock() - start
-            fit = (s.budget_s - elapsed) / max(last_round_s, 1e-9)  # rounds the budget still holds
-            left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
-            # the rounds the budget still holds, not the cap: "round 2/6, ETA 80 s"
-            on_progress(
-                Progress(
-                    r,
-                    r + left,
-                    elapsed,
-                    left * last_round_s,
-                    {a.name: a.verdict for a in arms},
-                    {a.name: a.interval for a in arms},
-                )
-            )
+            on_progress(_progress(arms, s, r, clock() - start, last_round_s))
     for a in arms:
-        if a.verdict is None:
+        if a.verdict is None and not a.left_out:
             a.interval, v = judge_rounds(base.rounds, a.rounds, s, final=True)
             a.verdict = v or UNDECIDED
             a.decided_at = r if v else None
     return r
+
+
+def _round(
+    base: Arm,
+    open_arms: Sequence[Arm],
+    sample: Sample,
+    s: Settings,
+    r: int,
+    clock: Callable[[], float],
+    fits: Callable[[str], bool] | None,
+    first: bool,
+) -> bool:
+    """Round ``r``: one run of each arm not yet holding it, in the rotated order. False when a run would
+    not fit (``interleave``'s ``fits``) outside the first round: the rounds end there."""
+    by_name = {a.name: a for a in [base, *open_arms]}
+    for name in rotated(list(by_name), r):
+        arm = by_name[name]
+        if len(arm.rounds) > r:
+            continue  # measured before the rounds started
+        if fits is not None and not (first and arm is base) and not fits(name):
+            if arm.rounds or not first:
+                return False
+            arm.left_out = True
+            continue
+        t1 = clock()
+        got = sample(name)
+        wall = clock() - t1
+        if isinstance(got, tuple):
+            got, wall = got
+        if got is None:
+            arm.rounds.append([])
+            arm.run_s.append(wall)
+        else:
+            arm.add(got, s.warmup, s.k, wall)
+    return True
+
+
+def _progress(arms: Sequence[Arm], s: Settings, r: int, elapsed: float, last_round_s: float) -> Progress:
+    """Round ``r``'s progress: the rounds the budget still holds, not the cap ("round 2/6, ETA 80 s")."""
+    fit = (s.budget_s - elapsed) / max(last_round_s, 1e-9)  # rounds the budget still holds
+    left = s.max_rounds - r if fit >= s.max_rounds else min(s.max_rounds - r, max(0, int(fit)))
+    verdicts, intervals = {a.name: a.verdict for a in arms}, {a.name: a.interval for a in arms}
+    return Progress(r, r + left, elapsed, left * last_round_s, verdicts, intervals)
 
 
 __all__ = [
