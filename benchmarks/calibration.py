@@ -111,8 +111,8 @@ def rows_for(
     from pitstop.fix import verdict_cache
     from pitstop.fix.fix import FINDING_KINDS
     from pitstop.fix.fix import run_fix as real_run_fix
+    from pitstop.fix.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
     from pitstop.profile.analyze.confirm import UNTIMED
-    from pitstop.profile.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
 
     report, cmd, err = profile(name, args)
     if report is None:

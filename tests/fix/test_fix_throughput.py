@@ -107,7 +107,7 @@ def test_fix_picks_the_worker_count_from_its_measured_curve_through_recipes_work
 
 
 def test_verify_times_the_count_the_finding_suggests():
-    from pitstop.profile.verify import fix_config
+    from pitstop.fix.verify import fix_config
 
     f = Finding("dataloader.workers", Severity.WARN, "t", data={"usable_cores": 6, "suggested_workers": 5})
     assert fix_config(f, "workers", 30.0).workers_values == (5,)

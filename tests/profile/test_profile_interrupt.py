@@ -128,16 +128,14 @@ def _result(status: str = "stopped", data: dict | None = None):
 
 
 def test_ctrl_c_in_verify_gives_an_interrupted_report(monkeypatch):
-    from pitstop.profile import verify
     from pitstop.profile.analyze import summary
     from pitstop.profile.cli import measured_report
 
     def stopped(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(verify, "verify", stopped)
     result = _result()
-    report = measured_report(result.spec, result, 30.0, None, None)
+    report = measured_report(result.spec, result, 30.0, None, None, verify=stopped)
     summary.reconcile(report)
     assert report.meta["interrupted"] == "--verify"
     ids = [f.id for f in report.findings]

@@ -8,10 +8,10 @@ import pytest
 
 from pitstop.findings import Finding, Report, Severity
 from pitstop.fix import verdict_cache as vc
+from pitstop.fix import verify as vf
 from pitstop.fix.fix import FixResult
 from pitstop.fix.fixjudge import Measured
 from pitstop.measure import Interval
-from pitstop.profile import verify as vf
 from pitstop.profile.analyze.summary import unconfirmed
 
 

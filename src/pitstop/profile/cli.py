@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -66,7 +67,12 @@ class ProfileArgs:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+# ``pitstop profile --verify``: times the top warning's fix (``pitstop.fix.verify.verify``). The CLI hands
+# it in (``pitstop.cli``), as profile's stages sit below fix and may not import it.
+Verify = Callable[["Report", Sequence[str], float, "Path | None"], None]
+
+
+def register(subparsers: argparse._SubParsersAction, verify: Verify | None = None) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser(
         "profile",
         help="run a training script unmodified, time every step, rank what costs time",
@@ -76,10 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_options(p, ProfileArgs)
     add_output_args(p)
-    p.set_defaults(func=cmd_profile)
+    p.set_defaults(func=functools.partial(cmd_profile, verify=verify))
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
+def cmd_profile(args: argparse.Namespace, verify: Verify | None = None) -> int:
     from rich.console import Console
 
     from pitstop.profile.analyze import summary
@@ -102,6 +108,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return usage_error("--budget needs seconds > 0")
     if o.verify is not None and o.verify <= 0:
         return usage_error("--verify needs a budget > 0 seconds")
+    if o.verify is not None and verify is None:
+        return usage_error("--verify runs pitstop fix: use it through the pitstop command")
     if o.tensorboard and (why := tensorboard_unavailable()) is not None:
         return usage_error(why)
     try:
@@ -139,7 +147,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         result = run(spec, out_dir=out_dir, progress=progress)
     say = (lambda m: err.print(m)) if show else None
-    report = measured_report(spec, result, o.verify, out_dir, say, o.budget)
+    report = measured_report(spec, result, o.verify, out_dir, say, o.budget, verify)
     summary.reconcile(report)  # the verdict for the findings as fix's verdicts and --verify left them
     if shows_tables(args):
         print_breakdown(report, Console())
@@ -166,6 +174,7 @@ def measured_report(
     out_dir: Path | None,
     say: Callable[[str], None] | None,
     budget_s: float | None = None,
+    verify: Verify | None = None,
 ) -> Report:
     """The run's report after its fresh confirmation runs (within ``budget_s``: ``pitstop.profile.confirm.budget``)
     and ``--verify``; ``meta["timings"]``: the seconds each stage took. Ctrl-C or SIGTERM in any phase
@@ -190,9 +199,7 @@ def measured_report(
         report = result.report()
         report.meta["timings"] = result.data.get("answer_time") or stages(result).to_dict()
         report.findings = annotate_profile(report.findings, spec.command, out_dir)  # what `fix` measured
-        if verify_s and result.ok:
-            from pitstop.profile.verify import verify
-
+        if verify_s and result.ok and verify is not None:
             phase = "--verify"
             if say:
                 say(f"pitstop profile --verify: timing the top warning's fix (at most {verify_s:.0f} s)")
