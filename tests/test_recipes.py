@@ -13,6 +13,7 @@ import pytest
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
+from pitstop.recipes.component import FORWARD, MODEL, OPTIMIZER
 from pitstop.train.trainer import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
@@ -45,10 +46,12 @@ def test_every_entry_is_complete_and_its_references_exist(r):
         comp = component(r.name)
         assert comp is not None and r.name == comp.NAME and r.snippet == comp.SNIPPET
         assert comp.RULE.recipe == r.name and (r.finding, r.probe) == (comp.FINDING, comp.PROBE)
-        assert all(
-            callable(getattr(comp, f))
-            for f in ("applies", "cannot_help", "apply_model", "apply_input", "edit")
-        )
+        parts = {  # the parts of its surface (pitstop.recipes.component's protocols)
+            MODEL: ("applies", "cannot_help", "apply_model", "apply_input", "rule_fields", "edit"),
+            FORWARD: ("context", "as_ran", "choose", "cannot_help", "rule_fields", "unprobed", "edit"),
+            OPTIMIZER: ("kwargs", "inject", "changed", "choose", "cannot_help", "rules", "edit"),
+        }[comp.SURFACE]
+        assert all(callable(getattr(comp, f)) for f in parts)
     if r.bench:  # the rows set the entry's knob, or a field only a bench row has
         assert r.bench_knob or r.override
     assert not (r.bench_knob and r.override), "a bench row sets the entry's knob"
@@ -123,7 +126,18 @@ def test_every_finding_id_is_emitted_by_a_profile_rule(r):
         or f'recipe("{r.name}").finding' in source
         or re.search(rf'ProbeRule\(\s*"{r.name}"', source)
         or (comp is not None and r.finding == comp.FINDING and f"{r.name}.RULE" in source)
+        or (comp is not None and r.finding == comp.FINDING and _ruled(comp))
     ), r.finding
+
+
+def _ruled(comp) -> bool:
+    """Whether profile's rules judge the component: its RULE among the probe rules, or its ``rules``
+    called for every component of its surface."""
+    from pitstop.profile.analyze import rules_compute
+
+    return comp.RULE in rules_compute.PROBE_RULES or (
+        comp.SURFACE == OPTIMIZER and "components(OPTIMIZER)" in _profile_source()
+    )
 
 
 def test_probe_rules_name_recipes_that_probe():

@@ -30,7 +30,7 @@ from pitstop.profile.runs.runner import RunResult, RunSpec
 @pytest.fixture(autouse=True)
 def _bf16_not_slower(monkeypatch):
     """The fake runners decide how fast autocast is; the check of this CPU's bf16 matmuls stays out."""
-    monkeypatch.setattr("pitstop.fix.fix.slower_reason", lambda dtype, dev: None)
+    monkeypatch.setattr("pitstop.recipes.autocast.slower_reason", lambda dtype, dev: None)
 
 
 TRAIN = """import torch
@@ -124,7 +124,7 @@ def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
     import pitstop.fix.fix as fixmod
 
     monkeypatch.setattr(fixmod, "usable_cores", lambda: 4)
-    monkeypatch.setattr(fixmod, "preferred_amp_dtype", lambda dev: None)
+    monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: None)
     cands, skipped = build_candidates(
         [("workers", "dataloader.workers"), ("amp", "precision.amp"), ("cudnn_benchmark", "cudnn.benchmark")],
         loader_config(tmp_path),
@@ -369,7 +369,7 @@ def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix
     try it against the script as it is, and does try it once more workers removed the wait."""
     config = loader_config(tmp_path)
     monkeypatch.setattr("pitstop.fix.fix.usable_cores", lambda: 4)
-    monkeypatch.setattr("pitstop.fix.fix.preferred_amp_dtype", lambda dev: "bfloat16")
+    monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: "bfloat16")
 
     def step_time(ov: Overrides) -> float:
         return max(0.10 / max(1, ov.dataloader.get("num_workers", 0)), 0.05 - (0.02 if ov.autocast else 0.0))
@@ -626,7 +626,7 @@ def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skippe
 ):
     import pitstop.matmul
 
-    monkeypatch.setattr("pitstop.fix.fix.slower_reason", pitstop.matmul.slower_reason)
+    monkeypatch.setattr("pitstop.recipes.autocast.slower_reason", pitstop.matmul.slower_reason)
     cands, skipped = build_candidates([("amp", "requested")], loader_config(tmp_path), FixConfig())
     assert not cands
     (why,) = skipped

@@ -13,7 +13,7 @@ from pitstop.profile.runs.runner import RunResult, RunSpec
 
 @pytest.fixture(autouse=True)
 def _bf16_not_slower(monkeypatch):
-    monkeypatch.setattr("pitstop.fix.fix.slower_reason", lambda dtype, dev: None)
+    monkeypatch.setattr("pitstop.recipes.autocast.slower_reason", lambda dtype, dev: None)
 
 
 class StoppedAt:

@@ -6,13 +6,13 @@ call, the optimizer's constructor, the DataLoader call), and everything else in 
 byte:
 
 - DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.fix.patch``);
-- foreach / fused: ``foreach=True`` / ``fused=True`` on the optimizer's constructor call;
-- a component's edit (channels_last: ``pitstop.recipes.channels_last.edit``) through ``ModelEditor``:
-  ``model = ...`` after the line that assigns the model, and ``x = ...`` for the forward's first input
-  after the line that moves it with ``.to(...)`` (before the forward's statement when no such line exists);
+- a component's edit (``pitstop.recipes.component``; ``apply_component``), through the editor of its
+  surface: ``ModelEditor`` for the model and the forward (channels_last: ``model = ...`` after the line
+  that assigns the model, and ``x = ...`` for the forward's first input after the line that moves it with
+  ``.to(...)``, before the forward's statement when no such line exists; autocast: the statements from
+  the forward up to the ``.backward()`` call wrapped in ``with torch.autocast(...)``), ``OptimizerEditor``
+  for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call);
 - compile: ``model = torch.compile(model)`` after the line that assigns the model;
-- autocast: the statements from the forward up to the ``.backward()`` call wrapped in
-  ``with torch.autocast(...)`` (forward and loss, not the backward);
 - keep_host_memory, cudnn.benchmark: one line at the top of the script's ``main()`` (or of its
   ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others;
 - the distributed fixes (static_graph, threads, no_sync): ``pitstop.fix.apply_dist``.
@@ -27,7 +27,7 @@ import ast
 import difflib
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,8 @@ from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.runs.runner import CommandError, parse_command
-from pitstop.recipes import by_name, component, recipe
+from pitstop.recipes import by_name, component, components, recipe
+from pitstop.recipes.component import OPTIMIZER
 from pitstop.recipes.registry import DATALOADER_PATCH
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
@@ -148,11 +149,14 @@ def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str
 @dataclass
 class ModelEditor:
     """A component's ``fix --apply`` edit (``pitstop.recipes.component.ScriptEditor``) on one file, at the
-    model's forward call on line ``where``; ``kind`` names the fix in ``Unplaced``'s message."""
+    model's forward call on line ``where``; ``kind`` names the fix in ``Unplaced``'s message; ``setting``:
+    the component's knob in the fix, ``device``: the run's device type."""
 
     fe: FileEdits
     where: int
     kind: str
+    setting: Any = None
+    device: str = "cpu"
 
     def reassign_model(self, value: Callable[[str], str]) -> str:
         return _model_line(self.fe, self.where, value, self.kind)
@@ -174,35 +178,60 @@ class ModelEditor:
             fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + line]))
         return arg.id
 
+    def wrap_forward(self, header: str) -> None:
+        fe = self.fe
+        hit = _innermost(fe.tree(), self.where)
+        if hit is None:
+            raise Unplaced(f"{self.kind}: no statement at line {self.where}")
+        stmt, body = hit
+        i = body.index(stmt)
+        k = next(
+            (
+                j
+                for j in range(i, len(body))
+                if any(
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == "backward"
+                    for n in ast.walk(body[j])
+                )
+            ),
+            None,
+        )
+        last = body[k - 1] if k is not None and k > i else stmt
+        fe.wraps.append(
+            (
+                stmt.lineno - 1,
+                (last.end_lineno or last.lineno) - 1,
+                f"{_indent(fe.text, stmt.lineno)}{header}",
+            )
+        )
+
     def need_torch(self) -> None:
         need_torch(self.fe)
 
 
+@dataclass
+class OptimizerEditor:
+    """An optimizer component's ``fix --apply`` edit (``pitstop.recipes.component.OptimizerEditor``) on
+    the constructor call of every optimizer ``site``'s run recorded; ``fe``: the last file it edited."""
+
+    site: Site
+    setting: Any = None
+    fe: FileEdits | None = None
+
+    def keywords(self, values: Mapping[str, Any]) -> None:
+        opts = self.site.config.get("optimizers") or []
+        if not opts:
+            raise Unplaced(f"{self.site.kind}: no optimizer was recorded")
+        for o in opts:
+            fe, line = self.site.file_at(o.get("location"), "optimizer")
+            fe.text = keyword_edit(fe.text, line, dict(values), o.get("type"))
+            self.fe = fe
+
+
 def edit_compile(fe: FileEdits, where: int) -> None:
     _model_line(fe, where, lambda n: f"torch.compile({n})", "compile")
-    need_torch(fe)
-
-
-def edit_autocast(fe: FileEdits, where: int, device: str, dtype: str) -> None:
-    hit = _innermost(fe.tree(), where)
-    if hit is None:
-        raise Unplaced(f"autocast: no statement at line {where}")
-    stmt, body = hit
-    i = body.index(stmt)
-    k = next(
-        (
-            j
-            for j in range(i, len(body))
-            if any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
-                for n in ast.walk(body[j])
-            )
-        ),
-        None,
-    )
-    last = body[k - 1] if k is not None and k > i else stmt
-    header = f"{_indent(fe.text, stmt.lineno)}with torch.autocast({device!r}, dtype=torch.{dtype}):"
-    fe.wraps.append((stmt.lineno - 1, (last.end_lineno or last.lineno) - 1, header))
     need_torch(fe)
 
 
@@ -302,7 +331,8 @@ def plan(result: FixResult, cwd: str | os.PathLike[str] | None = None) -> Plan:
 
         edits.append(("dataloader", loader))
     for m in chosen:
-        kinds = {m.kind} | ({"foreach"} if m.overrides.get("optimizer_impl") else set())
+        # an optimizer component's knob set beside another fix: its edit too
+        kinds = {m.kind} | {c.NAME for c in components(OPTIMIZER) if m.overrides.get(c.KNOB)}
         for kind in kinds:
             site = Site(kind, m.overrides, config, model_at, file_at, result, cwd)
             edits.append((kind, _kind_edit(site)))
@@ -354,25 +384,23 @@ class Site:
     cwd: str | os.PathLike[str] | None
 
 
-def apply_optimizer_impl(site: Site) -> None:
-    opts = site.config.get("optimizers") or []
-    if not opts:
-        raise Unplaced("foreach: no optimizer was recorded")
-    impl = site.overrides.get("optimizer_impl") or "foreach"
-    for o in opts:
-        fe, line = site.file_at(o.get("location"), "optimizer")
-        fe.text = keyword_edit(fe.text, line, {impl: True}, o.get("type"))
-    fe.changes["optimizer"] = {impl: True}
-
-
 def apply_component(site: Site) -> None:
-    """The edit of the kind's component (``pitstop.recipes.component``), at the model's first forward."""
+    """The edit of the kind's component (``pitstop.recipes.component``) through the editor of its
+    surface: ``OptimizerEditor`` at the recorded optimizers' constructors, else ``ModelEditor`` at the
+    model's first forward (messages name the component's knob); the file records what it changed."""
     comp = component(site.kind)
     if comp is None:
         raise Unplaced(f"{site.kind}: no component holds its edit")
-    fe, line = site.file_at(site.model_at, site.kind)
-    comp.edit(ModelEditor(fe, line, site.kind))
-    fe.changes[site.kind] = True
+    setting = site.overrides.get(comp.KNOB)
+    if comp.SURFACE == OPTIMIZER:
+        editor = OptimizerEditor(site, setting)
+        changes = comp.edit(editor)
+        fe = editor.fe
+    else:
+        fe, line = site.file_at(site.model_at, comp.KNOB)
+        changes = comp.edit(ModelEditor(fe, line, comp.KNOB, setting, device_type(site.config.get("device"))))
+    if fe is not None:
+        fe.changes.update(changes)
 
 
 def apply_float32(site: Site) -> None:
@@ -400,13 +428,6 @@ def apply_compile(site: Site) -> None:
     fe, line = site.file_at(site.model_at, "compile")
     edit_compile(fe, line)
     fe.changes["compile"] = True
-
-
-def apply_autocast(site: Site) -> None:
-    fe, line = site.file_at(site.model_at, "autocast")
-    dtype = site.overrides.get("autocast")
-    edit_autocast(fe, line, device_type(site.config.get("device")), dtype or "bfloat16")
-    fe.changes["autocast"] = dtype
 
 
 def script_file(site: Site) -> FileEdits:

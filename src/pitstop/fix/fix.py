@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pitstop.cliutil import comma_list
 from pitstop.findings import Finding, Severity
@@ -22,22 +22,24 @@ from pitstop.fix.candidate import Candidate
 from pitstop.fix.fixjudge import Measured, judge
 from pitstop.fix.patch import Patch
 from pitstop.host.cpu import usable_cores
-from pitstop.host.precision import device_type, preferred_amp_dtype
-from pitstop.matmul import slower_reason
+from pitstop.host.precision import device_type
 from pitstop.measure import Interval
 from pitstop.profile.analyze.rulekit import WARN_SHARE
 from pitstop.profile.record.overrides import Overrides
 from pitstop.recipes import (
-    RECIPES,
     autocast,
     by_finding,
     component,
     finding_kinds,
     fix_kinds,
+    model_components,
     optimizer_impl,
     recipe,
 )
 from pitstop.recipes.workers import WorkerMachine, choose_workers
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import ModelComponent
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
 FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
@@ -150,22 +152,20 @@ def _persistent_workers(s: _Script, kind: str, why: str) -> Built:
 
 
 def _amp(s: _Script, kind: str, why: str) -> Built:
+    """The autocast component's dtype for this device (``choose``), unless the script autocasts already."""
     why_not = autocast.cannot_help(s.models)
     if why_not:
         return why_not
-    dtype = preferred_amp_dtype(s.dev)
-    if dtype is None and why != "requested":
-        return f"amp: this {s.dev} has no fast low-precision math"
-    if dtype is None and (slow := slower_reason("bfloat16", s.dev)):  # asked for on hardware without it
-        return f"amp: {slow}"
-    dtype = dtype or "bfloat16"
+    dtype = autocast.choose(s.dev, requested=why == "requested")
+    if dtype not in autocast.DTYPES:
+        return dtype  # why none
     return [Candidate(f"autocast {dtype}", kind, Overrides.setting(autocast.KNOB, dtype), why)]
 
 
 def _component(s: _Script, kind: str, why: str) -> Built:
-    """A component's switch (``pitstop.recipes.component``), with why it cannot help, if it says so."""
+    """A model component's switch (``pitstop.recipes.component``), with why it cannot help, if it says so."""
     r, comp = recipe(kind), component(kind)
-    why_not = comp.cannot_help(s.models) if comp else None
+    why_not = cast("ModelComponent", comp).cannot_help(s.models) if comp else None
     return [Candidate(kind, kind, Overrides.setting(r.override, True), why, why_not)]
 
 
@@ -207,7 +207,7 @@ BUILDERS = {
     "workers": _workers,
     "persistent_workers": _persistent_workers,
     "amp": _amp,
-    **{r.name: _component for r in RECIPES if r.component and r.override},
+    **{c.NAME: _component for c in model_components()},
     "foreach": _foreach,
     "cudnn_benchmark": _cudnn_benchmark,
     "host_memory": _host_memory,

@@ -11,7 +11,7 @@ be converted; a mismatch makes every conv convert on the fly. Which command call
   ``model_facts``, ``input_facts``;
 - profile's rules: ``PHASES`` bound its saving; the fresh runs that confirm a probe set ``KNOB``;
 - profile's exit probe: ``applies``, then ``apply_model`` on a copy fed ``apply_input``, timed against the
-  model as it ran (``ARMS``); ``RULE`` makes the finding;
+  model as it ran (``ARMS``); ``RULE`` (with ``rule_fields``) makes the finding;
 - ``pitstop fix``: ``cannot_help``; ``fix --apply``: ``edit``; a finding's code: ``SNIPPET``.
 
 torch is imported inside the functions that touch tensors: the registry, which the CLI reads without
@@ -23,13 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pitstop.recipes.component import ProbeRule, ScriptEditor
+from pitstop.recipes.component import MODEL, ProbeRule, ScriptEditor
 
 if TYPE_CHECKING:
     import torch
 
 NAME = "channels_last"
 KNOB = "channels_last"  # the ``Knobs`` field that turns it on (train, bench, profile's injection)
+SURFACE = MODEL
 FINDING = "memory_format.channels_last"
 PROBE = "channels_last"
 ARMS = ("nchw", "channels_last")
@@ -142,6 +143,11 @@ def applies(facts: Mapping[str, Any]) -> bool:
     return bool(facts.get("conv2d_layers")) and not facts.get(NAME)
 
 
+def rule_fields(model: Mapping[str, Any], probe: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """The fields ``RULE``'s texts take beside the probe's: the model's Conv2d layers."""
+    return {"conv2d_layers": model.get("conv2d_layers")}
+
+
 def cannot_help(models: Sequence[Mapping[str, Any]]) -> str | None:
     """Why the change has nothing to act on: every recorded model has no Conv2d layer and no 4-D input.
     None where nothing was recorded (the fix run still measures it)."""
@@ -153,9 +159,10 @@ def cannot_help(models: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
-def edit(editor: ScriptEditor) -> None:
+def edit(editor: ScriptEditor) -> dict[str, Any]:
     """The model converted after the line that assigns it, and its first input after the line that
     moves it with ``.to(...)`` (else before the forward's statement)."""
     editor.reassign_model(CONVERT.format)
     editor.reassign_input(CONVERT.format)
     editor.need_torch()
+    return {NAME: True}

@@ -1,5 +1,6 @@
 """An optimization as one component: the protocol every per-optimization module in ``pitstop.recipes``
-follows (``pitstop.recipes.channels_last`` is the first), modelled on torchtitan's model converters.
+follows (``pitstop.recipes.channels_last`` is the worked example), modelled on torchtitan's model
+converters.
 
 A component is a plain module: constants and functions, no class to instantiate; a type checker takes
 the module itself as a ``Component``. It holds everything pitstop knows about its optimization; the
@@ -19,15 +20,32 @@ commands call it and implement none of it:
   ``ScriptEditor`` (``pitstop.fix.apply`` places the lines with ``ast``);
 - the code a finding shows: ``SNIPPET``.
 
+Each component declares the ``SURFACE`` it acts on, so a generic caller iterates the ones whose parts it
+calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: the model and its batches,
+channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
+constructor: optimizer_impl), ``PROCESS`` (a process-wide setting). What every one has is ``Component``;
+the parts of one surface are listed in its module.
+
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
-gives only what is its own. The module sits below train, profile and tune, so it imports none of them.
+gives only what is its own. A rule that is more than one ``ProbeRule`` (the optimizer's, one finding per
+site) is a function that takes profile's verdicts as a ``Judge``. The module sits below train, profile and
+tune, so it imports none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from pitstop.findings import Finding, Severity
+
+MODEL = "model"  # the model's parameters and its batches
+FORWARD = "forward"  # the forward pass wrapped (a context), the model as it is
+OPTIMIZER = "optimizer"  # the optimizer's constructor
+PROCESS = "process"  # a process-wide setting
+SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS)
 
 
 @dataclass(frozen=True)
@@ -48,10 +66,41 @@ class ProbeRule:
     at_model: bool = False  # the finding points at the model's first forward call
 
 
+class Judge(Protocol):
+    """Profile's verdicts on a probe result, for a component rule that is a function
+    (``pitstop.profile.analyze.rulekit`` is one): the thresholds stay with profile's rules."""
+
+    def probe_helps(self, probe: dict[str, Any]) -> bool:
+        """Whether the change measured a saving worth counting."""
+        ...
+
+    def saving_verdict(self, probe: dict[str, Any], step_s: float) -> str:
+        """HELPED, NO_GAIN or UNDECIDED (``pitstop.measure``) for the probe's interval against the bar."""
+        ...
+
+    def cost(self, bd: Any, saving: float) -> tuple[float, float]:
+        """The saving per step and its share of the step (``bd``: the run's ``Breakdown``)."""
+        ...
+
+    def sev(self, share: float | None) -> Severity:
+        """The severity of a problem costing ``share`` of the step."""
+        ...
+
+    def undecided(
+        self, name: str, probe: dict[str, Any], step_s: float, evidence: str, where: str | None
+    ) -> Finding:
+        """The info finding for a probe that neither helped nor ruled a gain out."""
+        ...
+
+
 class ScriptEditor(Protocol):
-    """What a component's ``fix --apply`` edit may do to the script, at the model's first forward call.
-    Each method returns the name it wrote the line for; ``pitstop.fix.apply.Unplaced`` when the place
-    cannot be found."""
+    """What a component's ``fix --apply`` edit may do to the script, at the model's first forward call
+    (``MODEL``, ``FORWARD``). ``setting``: the knob's value in the fix (autocast's dtype), ``device``: the
+    run's device type. Each method returns the name it wrote the line for;
+    ``pitstop.fix.apply.Unplaced`` when the place cannot be found."""
+
+    setting: Any
+    device: str
 
     def reassign_model(self, value: Callable[[str], str]) -> str:
         """``model = value("model")`` after the statement that assigns the model called at the forward."""
@@ -62,22 +111,115 @@ class ScriptEditor(Protocol):
         that moves it with ``.to(...)``, else before the forward's statement."""
         ...
 
+    def wrap_forward(self, header: str) -> None:
+        """The statements from the forward's up to the one that calls ``.backward()`` (forward and loss)
+        indented under ``header`` (``with ...:``)."""
+        ...
+
     def need_torch(self) -> None:
         """``import torch`` beside the script's imports, where it has none."""
         ...
 
 
+class OptimizerEditor(Protocol):
+    """What an ``OPTIMIZER`` component's ``fix --apply`` edit may do: keywords on the constructor call of
+    every optimizer the run recorded. ``setting``: the knob's value in the fix."""
+
+    setting: Any
+
+    def keywords(self, values: Mapping[str, Any]) -> None:
+        """``values`` as keyword arguments of each recorded optimizer's constructor call."""
+        ...
+
+
 class Component(Protocol):
-    """One optimization, whole (see the module's docstring for which command calls which part)."""
+    """What every component has, whatever its surface (see the module's docstring for which command
+    calls which part)."""
 
     NAME: str  # its ``pitstop.recipes`` entry's name
     KNOB: str  # the ``pitstop.recipes.knobs.Knobs`` field that turns it on (its entry's ``override``)
+    SURFACE: str  # what it changes: one of ``SURFACES``
     FINDING: str  # the id of the finding its rule makes
     PROBE: str  # the key of its probe's result in ``run_probes``' output
     ARMS: tuple[str, str]  # the probe's arms: as the script ran, with the change
     PHASES: tuple[str, ...]  # the parts of the step (``Breakdown`` fields) its saving lives in
     SNIPPET: str  # the code change a finding shows
-    RULE: ProbeRule  # its probe's result -> finding
+    RULE: ProbeRule  # its probe's result -> finding (texts; a ``rules`` function may apply it per site)
+
+    def edit(self, editor: Any) -> dict[str, Any]:
+        """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL`` and
+        ``FORWARD``, an ``OptimizerEditor`` for ``OPTIMIZER``); what it changed, as the patch records it."""
+        ...
+
+
+class ProbedComponent(Component, Protocol):
+    """A component whose probe times the model's forward+backward (``MODEL``, ``FORWARD``): profile's
+    rules judge its ``RULE`` by ``rulekit.probe_finding``."""
+
+    def rule_fields(
+        self, model: Mapping[str, Any], probe: Mapping[str, Any], device: str
+    ) -> dict[str, Any] | None:
+        """The fields ``RULE``'s texts take beside the probe result's, from the model's facts; None where
+        the probe result has nothing to judge."""
+        ...
+
+
+class ForwardComponent(ProbedComponent, Protocol):
+    """A ``FORWARD`` component: the forward run under a context (autocast)."""
+
+    def context(self, device_type: str, setting: Any) -> AbstractContextManager[Any]:
+        """The context the forward runs under for the knob's value (a no-op for None)."""
+        ...
+
+    def as_ran(self, device_type: str, facts: Mapping[str, Any]) -> AbstractContextManager[Any]:
+        """The context the script's own forward ran under (every probe runs the model so)."""
+        ...
+
+    def choose(self, device_type: str, requested: bool) -> str:
+        """The knob's value ``pitstop fix`` tries here, or why none (a sentence)."""
+        ...
+
+    def cannot_help(self, models: Sequence[Mapping[str, Any]]) -> str | None:
+        """Why the change has nothing to act on in a script whose models' facts these are, or None."""
+        ...
+
+    def unprobed(self, model: Mapping[str, Any], device: str) -> list[Finding]:
+        """What profile says where the probe did not run."""
+        ...
+
+
+class OptimizerComponent(Component, Protocol):
+    """An ``OPTIMIZER`` component: a keyword of the optimizer's constructor (optimizer_impl)."""
+
+    def kwargs(self, on: bool) -> dict[str, Any]:
+        """The constructor keywords ``pitstop.train.make_optimizer`` passes."""
+        ...
+
+    def inject(self, defaults: Any, setting: Any) -> tuple[Any, Any]:
+        """An optimizer's constructor defaults with the knob's value applied, and what was applied."""
+        ...
+
+    def changed(self, opt: Any) -> Any:
+        """The probe's changed arm: a copy of the optimizer with the change."""
+        ...
+
+    def choose(self, device_type: str) -> str:
+        """The knob's value ``pitstop fix`` tries here."""
+        ...
+
+    def cannot_help(self, optimizers: Sequence[Mapping[str, Any]]) -> str | None:
+        """Why the change has nothing to act on for these recorded optimizers, or None."""
+        ...
+
+    def rules(
+        self, bd: Any, optimizers: list[dict[str, Any]], probes: dict[str, Any], judge: Judge
+    ) -> list[Finding]:
+        """Profile's findings for the recorded optimizers and their probe results."""
+        ...
+
+
+class ModelComponent(ProbedComponent, Protocol):
+    """A ``MODEL`` component: the model and its batches changed."""
 
     def wanted(self, setting: Any, model: Any) -> bool:
         """Whether ``pitstop.train`` applies it to ``model`` for the ``TrainConfig`` setting (``"auto"``:
@@ -110,8 +252,4 @@ class Component(Protocol):
 
     def apply_input(self, batch: Any) -> Any:
         """A batch (tensor, tuple, list, dict) as the changed model wants it."""
-        ...
-
-    def edit(self, editor: ScriptEditor) -> None:
-        """The change written into the script, through ``editor``."""
         ...

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from pitstop.recipes import autocast, channels_last, optimizer_impl
+from pitstop.recipes.component import MODEL
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import Component
+    from pitstop.recipes.component import Component, ModelComponent
 
 DATALOADER_PATCH = "pitstop.fix.patch.dataloader_patch"
 
@@ -104,8 +105,9 @@ RECIPES: tuple[Recipe, ...] = (
         train="TrainConfig.precision",
         bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
         probe=autocast.PROBE,
-        apply="pitstop.fix.apply.apply_autocast",
+        apply="pitstop.fix.apply.apply_component",
         site="model",
+        component=autocast.__name__,
     ),
     Recipe(
         "float32",
@@ -140,8 +142,9 @@ RECIPES: tuple[Recipe, ...] = (
         train="pitstop.train.optim.make_optimizer",
         bench=(("fused", "fused optimizer"),),
         probe=optimizer_impl.PROBE,
-        apply="pitstop.fix.apply.apply_optimizer_impl",
+        apply="pitstop.fix.apply.apply_component",
         site="optimizer",
+        component=optimizer_impl.__name__,
     ),
     Recipe(
         "compile",
@@ -278,12 +281,21 @@ def component(name: str) -> Component | None:
     return cast("Component", importlib.import_module(r.component)) if r and r.component else None
 
 
-def components() -> list[Component]:
-    """Every entry's component, in registry order."""
-    return [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]
+def components(*surfaces: str) -> list[Component]:
+    """Every entry's component, in registry order; with ``surfaces``, only those acting on one of them
+    (``pitstop.recipes.component.SURFACES``: a caller iterates the ones whose parts it calls)."""
+    found = [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]
+    return [c for c in found if not surfaces or c.SURFACE in surfaces]
 
 
-def enabled(knobs: object) -> list[Component]:
-    """The components whose knob (``KNOB``) is on in ``knobs`` (a ``pitstop.recipes.knobs.Knobs`` or a
-    record built on it), in registry order: what train, bench and profile's injection apply."""
-    return [c for c in components() if getattr(knobs, c.KNOB, False)]
+def model_components() -> list[ModelComponent]:
+    """The components that change the model and its batches (``MODEL``), in registry order."""
+    return cast("list[ModelComponent]", components(MODEL))
+
+
+def enabled(knobs: object) -> list[ModelComponent]:
+    """The model components whose knob (``KNOB``) is on in ``knobs`` (a ``pitstop.recipes.knobs.Knobs``
+    or a record built on it), in registry order: what train, bench and profile's injection apply to the
+    model and its batches (the other surfaces are applied where they act: the forward's context, the
+    optimizer's constructor)."""
+    return [c for c in model_components() if getattr(knobs, c.KNOB, False)]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pitstop.recipes import components
+from pitstop.recipes import model_components
 from pitstop.recipes.knobs import Knobs
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
 from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
@@ -104,7 +104,7 @@ class TrainConfig:
             c.KNOB: c.wanted(getattr(self, c.KNOB), model)
             if model is not None
             else getattr(self, c.KNOB) is True
-            for c in components()
+            for c in model_components()
         }
         keep = dev == "cpu" if self.keep_host_memory == "auto" else bool(self.keep_host_memory)
         return Knobs(
@@ -147,7 +147,7 @@ def prepare_model(
     applied: dict[str, Any] = {"device": str(env.device), "precision": amp.name, "world_size": env.world_size}
     model = model.to(env.device)
     knobs = cfg.knobs(env.device, model)
-    for comp in components():  # channels_last, ...: each decides "auto" itself (``wanted``)
+    for comp in model_components():  # channels_last, ...: each decides "auto" itself (``wanted``)
         on = getattr(knobs, comp.KNOB)
         if on:
             comp.apply_model(model)

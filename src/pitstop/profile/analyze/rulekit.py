@@ -11,7 +11,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.measure import NO_GAIN, UNDECIDED, against_bar
 from pitstop.profile.record.timeline import PART_LABELS
-from pitstop.recipes import autocast, components, fix_kinds, optimizer_impl, recipe
+from pitstop.recipes import components, fix_kinds, recipe
 from pitstop.recipes.component import ProbeRule  # a component's rule is one (served here to the rules)
 from pitstop.units import duration
 
@@ -63,9 +63,7 @@ PHASE_OF: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(
         [recipe(r).finding or r for r in ("cudnn_benchmark", "tf32")] + ["precision.fp16"], FWD_BWD
     ),
-    autocast.FINDING: autocast.PHASES,
-    **{c.FINDING: c.PHASES for c in components()},
-    optimizer_impl.FINDING: optimizer_impl.PHASES,
+    **{c.FINDING: c.PHASES for c in components()},  # autocast, channels_last, foreach, ...
 }
 
 

@@ -281,8 +281,7 @@ def problem_findings(
     found += probe_rules(bd, model, probes, dev_type)
     found += float64_rules(bd, model, probes)
     found += skipped_probe_passes(probes, dev_type)
-    if model and not probes.get("precision") and not model.get("autocast"):
-        found += unprobed_precision(model, dev_type)
+    found += unprobed_precision(model, probes, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)
     found += host_memory_rules(bd, probes)
     found += contention_findings(bd, data, cores)  # host.oversubscribed / host.contention

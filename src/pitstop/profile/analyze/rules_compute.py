@@ -1,15 +1,14 @@
-"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last (its
-component's rule), cudnn.benchmark, foreach optimizers, keeping freed host memory mapped) and the setup
+"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last and
+foreach through their components' rules, cudnn.benchmark, keeping freed host memory mapped) and the setup
 facts (compile, DataParallel, GPU use). Pure functions from measurements to Findings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pitstop.findings import Finding, Severity
-from pitstop.host import cpu, precision
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
-from pitstop.measure import NO_GAIN
+from pitstop.profile.analyze import rulekit
 from pitstop.profile.analyze.rulekit import (
     FAULTS_WORTH_A_RUN,
     GPU_IDLE_PCT,
@@ -22,52 +21,41 @@ from pitstop.profile.analyze.rulekit import (
     pct,
     probe_finding,
     probe_helps,
-    saving_verdict,
     sev,
-    undecided,
 )
 from pitstop.profile.record.timeline import Breakdown
-from pitstop.recipes import channels_last, recipe
+from pitstop.recipes import components, recipe
+from pitstop.recipes.component import FORWARD, MODEL, OPTIMIZER
 from pitstop.train.host_memory import GLIBC_ENV
 
-PROBE_RULES = (
-    ProbeRule(
-        "amp",
-        title="The model trains in fp32 on hardware with fast {dtype}",
-        evidence="forward+backward on the script's last batch: fp32 {base}, {dtype} autocast {new} (medians, "
-        "measured after the run); this {device} has {hw}",
-        fix="Run forward and loss under autocast({dtype}).{scaler}",
-        pass_title="fp32 kept: {dtype} autocast measured to save under {bar} of the step here",
-        pass_evidence="forward+backward: fp32 {base}, {dtype} {new}",
-        at_model=True,
-    ),
-    channels_last.RULE,
-    ProbeRule(
-        "cudnn_benchmark",
-        title="cudnn.benchmark is off for a conv net with fixed input shapes",
-        evidence="forward+backward: benchmark off {base}, on {new}",
-        fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
-    ),
+if TYPE_CHECKING:
+    from pitstop.recipes.component import ForwardComponent, Judge, OptimizerComponent, ProbedComponent
+
+CUDNN_BENCHMARK = ProbeRule(
+    "cudnn_benchmark",
+    title="cudnn.benchmark is off for a conv net with fixed input shapes",
+    evidence="forward+backward: benchmark off {base}, on {new}",
+    fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
 )
+# the components whose probe times the model's forward+backward (autocast, channels_last, ...), each
+# with its RULE and the fields its texts take (``rule_fields``), in registry order
+PROBED = (FORWARD, MODEL)
+PROBE_RULES = (*(c.RULE for c in components(*PROBED)), CUDNN_BENCHMARK)
 
 
 def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:
-    """The findings of the model probes (``PROBE_RULES``), each from its recipe's probe result: a problem,
-    a pass only where the interval rules out a saving of ``WARN_SHARE`` of the step, or undecided."""
-    dtype = (probes.get(recipe("amp").probe or "") or {}).get("dtype")
-    fields = {
-        "device": device,
-        "hw": "AVX512_BF16/AMX" if device == "cpu" else "tensor cores",
-        "scaler": " With float16 on CUDA, use a GradScaler." if dtype == "float16" else "",
-        "conv2d_layers": model.get("conv2d_layers"),
-        "bar": pct(WARN_SHARE),
-    }
+    """The findings of the model probes, each from its recipe's probe result: every ``PROBED``
+    component's ``RULE`` (with its ``rule_fields``; none where they are None), then cudnn.benchmark's:
+    a problem, a pass only where the interval rules out a saving of ``WARN_SHARE`` of the step, or
+    undecided."""
+    where = model.get("first_location")
+    fields = {"device": device, "bar": pct(WARN_SHARE)}
     out: list[Finding] = []
-    for rule in PROBE_RULES:
-        if rule.recipe == "amp" and not dtype:
-            continue  # not probed: this hardware has no fast low-precision path
-        out += probe_finding(rule, bd, probes, model.get("first_location"), **fields)
-    return out
+    for c in cast("list[ProbedComponent]", components(*PROBED)):
+        own = c.rule_fields(model, probes.get(c.PROBE) or {}, device)
+        if own is not None:
+            out += probe_finding(c.RULE, bd, probes, where, **fields, **own)
+    return out + probe_finding(CUDNN_BENCHMARK, bd, probes, where, **fields)
 
 
 FLOAT64 = ProbeRule(
@@ -211,67 +199,11 @@ def _bounded_per_fault(per_fault: float, isolated: float | None, dropped: float)
 
 
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
-    """One finding per site (optimizer type and the line that built it) whose optimizers run a Python
-    loop over their parameters; optimizers built at one line (one per model part) count together."""
-    sites: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-    for opt in optimizers:
-        if opt.get("impl") == "for-loop":
-            sites.setdefault((opt.get("type"), opt.get("location")), []).append(opt)
-    measured = [p for p in probes.get("optimizer", []) if "saving_s" in p]
-    out: list[Finding] = []
-    for (kind, where), opts in sites.items():
-        # probes from before they carried a location matched by type alone
-        mine = [p for p in measured if p.get("type") == kind and p.get("location", where) == where]
-        p = _site_probe(mine)
-        if p is not None and not probe_helps(p):
-            if saving_verdict(p, bd.median_total_s) != NO_GAIN:  # no faster, but a gain not ruled out
-                what = f"{opt['type']} one step: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])}"
-                out.append(undecided("foreach", p, bd.median_total_s, what, opt.get("location")))
-            continue  # measured: foreach saves under WARN_SHARE of the step here
-        saving, share = cost(bd, p["saving_s"]) if p else (None, None)
-        n = len(opts)
-        params = sum(o.get("params") or 0 for o in opts) or "?"
-        built = f"{n} {kind} optimizers built here run" if n > 1 else f"{kind} runs"
-        evidence = f"{built} a Python loop over {'their' if n > 1 else 'its'} {params} parameter tensors"
-        if p:
-            evidence += f"; one step{' of each' if n > 1 else ''}: as built {ms(p['base_s'])}, foreach {ms(p['new_s'])} (measured after the run)"
-        else:
-            evidence += f"; optimizer time {ms(bd.parts['optimizer_s'])} per step (foreach not measured)"
-        data: dict[str, Any] = {"optimizer": opts[0], "probe": p}
-        if n > 1:
-            data["optimizers"] = opts
-        out.append(
-            Finding(
-                id=recipe("foreach").finding,
-                severity=sev(share),
-                title=f"{kind} uses neither foreach nor fused kernels",
-                evidence=evidence,
-                data=data,
-                fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
-                fix_code=recipe("foreach").code(optimizer=kind, impl="foreach"),
-                location=where,
-                est_saving_s=saving,
-                share=share,
-            )
-        )
-    return out
-
-
-def _site_probe(probes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The foreach probe of one site: its one optimizer's, or the sum over the site's optimizers (each
-    steps once a step), bounds summed too."""
-    if len(probes) < 2:
-        return probes[0] if probes else None
-    out: dict[str, Any] = {
-        "type": probes[0].get("type"),
-        "location": probes[0].get("location"),
-        "members": probes,
-    }
-    for key in ("base_s", "new_s", "saving_s", "saving_lo_s", "saving_hi_s"):
-        vals = [p.get(key) for p in probes]
-        if all(isinstance(v, int | float) for v in vals):
-            out[key] = sum(vals)
-    return out
+    """The findings of every optimizer component (``components(OPTIMIZER)``: foreach), each its own
+    ``rules`` (one finding per site) judged by this package's verdicts (``rulekit``)."""
+    judge = cast("Judge", rulekit)
+    found = cast("list[OptimizerComponent]", components(OPTIMIZER))
+    return [f for c in found for f in c.rules(bd, optimizers, probes, judge)]
 
 
 def setup_rules(
@@ -321,26 +253,11 @@ def setup_rules(
     return out
 
 
-def unprobed_precision(model: dict[str, Any], dev_type: str) -> list[Finding]:
-    """fp32 on fast-low-precision hardware, where the probe could not run (no inputs captured, too slow)."""
-    if model.get("param_dtypes") != ["float32"]:
-        return []
-    if dev_type == "cpu" and not cpu.cpu_has_fast_bf16():
-        return []
-    if dev_type not in ("cpu", "cuda"):
-        return []
-    dtype = precision.preferred_amp_dtype(dev_type)
-    if not dtype:
-        return []
+def unprobed_precision(model: dict[str, Any], probes: dict[str, Any], dev_type: str) -> list[Finding]:
+    """What a ``FORWARD`` component (autocast) says where its probe did not run (``unprobed``)."""
     return [
-        Finding(
-            id=recipe("amp").finding,
-            severity=Severity.INFO,
-            title=f"The model trains in fp32 on hardware with fast {dtype}",
-            evidence="autocast was off during forward; the gain could not be measured in this run "
-            "(`pitstop fix` measures it)",
-            fix=f"Run forward and loss under torch.autocast('{dev_type}', dtype=torch.{dtype}).",
-            fix_code=recipe("amp").code(device=dev_type, dtype=dtype),
-            location=model.get("first_location"),
-        )
+        f
+        for c in cast("list[ForwardComponent]", components(FORWARD))
+        if not probes.get(c.PROBE)
+        for f in c.unprobed(model, dev_type)
     ]

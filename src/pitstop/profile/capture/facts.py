@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pitstop.recipes import components
+from pitstop.recipes import model_components
 
 clock = time.perf_counter
 
@@ -31,7 +31,7 @@ def model_facts(module: torch.nn.Module) -> dict[str, Any]:
         "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
         "device": str(params[0].device) if params else None,
         "conv2d_layers": len(convs),
-        **{k: v for c in components() for k, v in c.model_facts(module).items()},
+        **{k: v for c in model_components() for k, v in c.model_facts(module).items()},
         "compiled": compiled,
         "dataparallel": isinstance(module, torch.nn.DataParallel),
         "ddp": isinstance(module, torch.nn.parallel.DistributedDataParallel),

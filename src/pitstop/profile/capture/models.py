@@ -30,7 +30,7 @@ from torch.nn.modules import module as _module
 
 from pitstop.profile.capture import direct_forward
 from pitstop.profile.capture.where import user_location
-from pitstop.recipes import autocast, components, enabled
+from pitstop.recipes import autocast, enabled, model_components
 from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
 
 if TYPE_CHECKING:
@@ -367,5 +367,5 @@ def forward_facts(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[s
         "autocast_dtype": str(torch.get_autocast_dtype(dev)).replace("torch.", "") if autocast else None,
         "input_shapes": [list(t.shape) for t in inputs[:4]],
         "input_dtypes": sorted({str(t.dtype).replace("torch.", "") for t in inputs}),
-        **{k: v for c in components() for k, v in c.input_facts(inputs).items()},
+        **{k: v for c in model_components() for k, v in c.input_facts(inputs).items()},
     }

@@ -37,8 +37,8 @@ from pitstop.profile.probe.probe_kit import (
     sync,
     timed,
 )
-from pitstop.recipes import autocast, components, optimizer_impl
-from pitstop.recipes.component import Component
+from pitstop.recipes import autocast, model_components, optimizer_impl
+from pitstop.recipes.component import ModelComponent
 from pitstop.train import optim
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
@@ -156,7 +156,7 @@ def _model_probes(
 
         out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
 
-    for comp in components():  # channels_last, ...: the model as it ran vs a changed copy
+    for comp in model_components():  # channels_last, ...: the model as it ran vs a changed copy
         if comp.applies(facts):
             _component_probe(comp, model, inputs, facts, base, out)
 
@@ -176,7 +176,7 @@ def _model_probes(
 
 
 def _component_probe(
-    comp: Component,
+    comp: ModelComponent,
     model: torch.nn.Module,
     inputs: tuple[tuple[Any, ...], dict[str, Any]],
     facts: dict[str, Any],
