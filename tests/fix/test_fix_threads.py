@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import sys
 
+import pytest
 import torch
 
 from pitstop.findings import Finding, Report, Severity
@@ -15,6 +16,8 @@ from pitstop.fix.apply import plan
 from pitstop.fix.fixjudge import Measured
 from pitstop.patching import Patches
 from pitstop.profile.capture.torchcalls import force_threads
+from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.runs.runner import RunSpec, run
 
 
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):
@@ -95,3 +98,21 @@ def test_the_override_holds_against_the_scripts_own_count():
     torch.set_num_threads(2)
     assert torch.get_num_threads() == 2
     torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_a_single_process_run_keeps_the_overrides_thread_count(tmp_path):
+    """What fix's child run does for a threads candidate: the script's own set_num_threads loses."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\ntorch.set_num_threads(2)\nmodel = nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor _ in range(20):\n"
+        "    loss = model(torch.randn(8, 4)).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    spec = RunSpec(
+        command=[sys.executable, str(script)], steps=3, warmup=1, quiet=True, probes=False,
+        overrides=Overrides(num_threads=1),
+    )  # fmt: skip
+    res = run(spec, out_dir=tmp_path / "run")
+    assert res.ok, res.error
+    assert res.data["torch"]["num_threads"] == 1
