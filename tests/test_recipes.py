@@ -61,7 +61,7 @@ def test_every_entry_is_complete_and_its_references_exist(r):
 
 def test_names_findings_and_bench_rows_are_unique():
     assert len(BY_NAME) == len(RECIPES)
-    assert len(BY_FINDING) == len([r for r in RECIPES if r.finding])
+    assert len(BY_FINDING) == sum(len(r.findings) for r in RECIPES)
     rows = [row for r in RECIPES for row, _ in r.bench]
     assert len(rows) == len(set(rows))
     with pytest.raises(KeyError, match="known"):
@@ -88,7 +88,7 @@ def test_fix_candidates_agree_with_the_registry():
     from pitstop.fix.fix import FINDING_KINDS, KINDS
 
     for finding, kind in FINDING_KINDS.items():
-        assert BY_NAME[kind].finding == finding
+        assert finding in BY_NAME[kind].findings
     assert set(KINDS) <= set(BY_NAME)
 
 
@@ -138,6 +138,22 @@ def _ruled(comp) -> bool:
     return comp.RULE in rules_compute.PROBE_RULES or (
         comp.SURFACE == OPTIMIZER and "components(OPTIMIZER)" in _profile_source()
     )
+
+
+def test_an_entry_acts_on_each_of_its_findings():
+    """``also``: the threads entry acts on the contention findings too; every lookup sees them, and a
+    profile rule emits each of them."""
+    from pitstop.recipes import by_finding, finding_kinds
+
+    threads = recipe("threads")
+    assert threads.findings == ("distributed.threads", "host.oversubscribed", "host.contention")
+    source = _profile_source()
+    for fid in threads.findings:
+        assert by_finding(fid) is threads and BY_FINDING[fid] is threads
+        assert finding_kinds()[fid] == "threads"
+    for r in RECIPES:
+        for fid in r.also:
+            assert f'"{fid}"' in source, fid
 
 
 def test_probe_rules_name_recipes_that_probe():

@@ -79,6 +79,7 @@ def test_an_interval_that_does_not_clear_the_bar_is_undecided_and_says_what_deci
     f = _find(CONTENTION, _steps(), data)
     assert f.severity is Severity.INFO and f.data["confirmed"] is False
     assert "not confirmed" in f.evidence and "pitstop compare" in f.fix
+    assert "`pitstop fix --candidates threads` times the whole script at 1 thread " in f.fix
 
 
 def test_a_pass_needs_the_upper_bound_and_the_untimed_rest_below_the_bar():

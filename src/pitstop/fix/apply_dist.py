@@ -1,7 +1,8 @@
 """``fix --apply`` for the distributed fixes (``pitstop.fix.fix_dist``), each named by its registry entry.
 
 - static_graph: ``static_graph=True`` on the ``DistributedDataParallel(...)`` call the profile recorded;
-- threads: ``torch.set_num_threads(n)`` first in the script's main, n being the measured per-rank share;
+- threads: ``torch.set_num_threads(n)`` first in the script's main (its ``__main__`` block, else after
+  its imports), n being the count fix measured: a rank's share of the cores, or the count that fits the free cores;
 - no_sync: ``no_sync_every(k)`` first in the script's main (``pitstop.train.no_sync_every``), the same
   mechanism fix measured, which also keeps an uneven last accumulation's gradients all-reduced. A source
   edit of the loop itself (``with model.no_sync()`` around all but the k-th backward) would need the
@@ -35,7 +36,7 @@ def apply_threads(site: Site) -> None:
     if not n:
         raise Unplaced("threads: the fix recorded no thread count")
     fe = script_file(site)
-    insert_first_line(fe, f"torch.set_num_threads({int(n)})  # usable cores / local ranks, measured by pitstop fix")
+    insert_first_line(fe, f"torch.set_num_threads({int(n)})  # the thread count pitstop fix measured faster")
     need_torch(fe)
     fe.changes["threads"] = int(n)
 

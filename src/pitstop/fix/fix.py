@@ -74,6 +74,7 @@ class FixConfig:
     loss_rtol: float = 0.1
     timeout: float | None = 600.0
     workers_values: tuple[int, ...] | None = None  # default: recipes.workers' count and its cap
+    threads_values: tuple[int, ...] | None = None  # default: the profile's fit and usable cores / ranks
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -126,6 +127,8 @@ class _Script:
     models: list[dict[str, Any]]
     workers_now: int
     machine: WorkerMachine
+    data: dict[str, Any] = field(default_factory=dict)  # the baseline run's data (its probes, torch facts)
+    findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the profile's, id -> data
 
 
 Built = list[Candidate] | str  # the candidates, or why the kind was skipped
@@ -196,6 +199,16 @@ def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a la
     return made or why_not or f"{kind}: nothing to try"
 
 
+def _threads(s: _Script, kind: str, why: str) -> Built:
+    """The thread counts to time (``fix_dist.thread_candidates``): the one the profile's finding ``why``
+    found to fit, where it names one; ``FixConfig.threads_values`` replaces them."""
+    fit = (s.findings.get(why) or {}).get("fit")
+    made, why_not = fix_dist.thread_candidates(
+        why, s.config, s.data, int(fit) if fit else None, s.cfg.threads_values
+    )
+    return made or why_not or f"{kind}: nothing to try"
+
+
 def _switch(s: _Script, kind: str, why: str) -> Built:
     """A recipe whose override is a plain switch: one candidate that turns it on."""
     r = recipe(kind)
@@ -212,6 +225,7 @@ BUILDERS = {
     "cudnn_benchmark": _cudnn_benchmark,
     "host_memory": _host_memory,
     **{k: _distributed for k in fix_dist.KINDS},
+    "threads": _threads,
 }
 
 
@@ -220,9 +234,11 @@ def build_candidates(
     config: dict[str, Any],
     cfg: FixConfig,
     data: dict[str, Any] | None = None,
+    findings: list[Finding] | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     """(kind, why) pairs -> concrete Overrides for this script and machine; plus kinds skipped and why.
-    ``data``: the baseline run's data (its measured other load and ranks decide the worker count)."""
+    ``data``: the baseline run's data (its measured other load and ranks decide the worker count);
+    ``findings``: the profile's (the thread count a contention finding found to fit)."""
     loader = loader_of(config)
     script = _Script(
         config,
@@ -232,6 +248,8 @@ def build_candidates(
         config.get("models") or [],
         int(loader.get("num_workers") or 0),
         WorkerMachine.of_run(data, usable_cores()),
+        data or {},
+        {f.id: f.data for f in findings or []},
     )
     out: list[Candidate] = []
     skipped: list[str] = []

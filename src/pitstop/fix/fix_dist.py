@@ -4,8 +4,10 @@ step times a whole job gives the judge.
 Candidates, each from its registry entry (``pitstop.recipes``) and the profile's facts of the ranks
 (``pitstop.profile.runs.merge.ddp_facts``):
 
-- ``threads``: each rank gets its share of the cores (usable cores / ranks on this node) as its intra-op
-  threads, whatever the script or OMP_NUM_THREADS asked for.
+- ``threads``: the intra-op thread count the profile found to fit the free cores (the contention
+  findings' and the thread probe's ``fit``) and each rank's share of the cores (usable cores / ranks
+  on this node), whatever the script or OMP_NUM_THREADS asked for. It serves a single-process script
+  too (``host.oversubscribed``, ``host.contention``): there the counts are "N threads", not per rank.
 - ``no_sync``: gradient accumulation that all-reduced every micro-batch; the DDP forwards per optimizer
   step (k, the profile's median) become k-1 without sync and one with (``pitstop.train.ddp_inject``).
 - ``static_graph``: ``find_unused_parameters=True`` where the reducer saw the same parameters used every
@@ -37,8 +39,7 @@ def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Candid
     dist = config.get("distributed") or {}
     ddp = dist.get("ddp") or []
     if kind == "threads":
-        n = max(1, usable_cores() // int(config.get("local_world_size") or 1))
-        return [Candidate(f"{n} threads per rank", kind, Overrides(num_threads=n), why)], None
+        return thread_candidates(why, config)
     if not ddp:
         return [], f"{kind}: the script built no DistributedDataParallel model (or was not run by a launcher)"
     if kind == "no_sync":
@@ -56,6 +57,32 @@ def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Candid
             )
         return [Candidate("DDP static_graph", kind, Overrides(ddp_static_graph=True), why)], None
     raise KeyError(kind)
+
+
+def thread_candidates(
+    why: str,
+    config: dict[str, Any],
+    data: dict[str, Any] | None = None,
+    fit: int | None = None,
+    values: tuple[int, ...] | None = None,
+) -> tuple[list[Candidate], str | None]:
+    """The ``threads`` candidates: ``values`` where given, else ``fit`` (the count the profile found to
+    fit the free cores; the thread probe's in ``data`` where none is given) and, where different, the
+    usable cores / local ranks; less the count the script already ran (``data``'s)."""
+    d = data or {}
+    rec = (d.get("probes") or {}).get("threads") or {}
+    launcher = bool(config.get("local_world_size"))  # set where a launch's ranks were merged
+    share = max(1, usable_cores() // int(config.get("local_world_size") or 1))
+    fit = fit or rec.get("fit")
+    counts = values or tuple(sorted({int(fit), share} if fit else {share}))
+    now = int(rec.get("threads") or (d.get("torch") or {}).get("num_threads") or 0)
+    per = " per rank" if launcher else ""
+    made = [
+        Candidate(f"{n} thread{'s' if n != 1 else ''}{per}", "threads", Overrides(num_threads=n), why)
+        for n in counts
+        if n != now and n > 0
+    ]
+    return made, None if made else f"threads: the script already runs {now} intra-op threads"
 
 
 def ddp_location(config: dict[str, Any]) -> str | None:

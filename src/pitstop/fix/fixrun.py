@@ -200,7 +200,7 @@ def run_fix(
             f"{k}: skipped as asked (--skip), suggested by {why}" for k, why in kinds if k in cfg.skip
         ]
         kinds = [(k, why) for k, why in kinds if k not in cfg.skip]
-        cands, skipped = build_candidates(kinds, result.config, cfg, result.run_data)
+        cands, skipped = build_candidates(kinds, result.config, cfg, result.run_data, result.profile_findings)
         result.skipped_candidates = user_skipped + skipped
         measured = [
             Measured(c.name, c.kind, c.overrides.to_dict(), c.why, cannot_help=c.cannot_help) for c in cands
@@ -286,7 +286,11 @@ def _choose(
         best_w = _workers_pick(workers, result, cfg)
         helped = [m for m in helped if m.kind != "workers" or m is best_w]
     later = build_candidates(
-        [(k, w) for k, w in hidden if k not in cfg.skip], result.config, cfg, result.run_data
+        [(k, w) for k, w in hidden if k not in cfg.skip],
+        result.config,
+        cfg,
+        result.run_data,
+        result.profile_findings,
     )[0]
     helped += _on_top_of_loader_fix(helped, measured, later, rounds, result)
     if len(helped) == 1:

@@ -48,7 +48,8 @@ def predicted_speedup(f: Finding, step_s: float) -> tuple[float | None, list[flo
 
 def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
-    the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try."""
+    the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try;
+    for ``host.oversubscribed`` / ``host.contention``, the thread count it found to fit."""
     from pitstop.fix.fix import FixConfig
     from pitstop.profile.analyze.rules import suggested_workers
 
@@ -56,6 +57,8 @@ def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
         kw.setdefault("workers_values", (int(f.data["suggested_workers"]),))
     elif kind == "workers" and f.data.get("usable_cores"):
         kw.setdefault("workers_values", (suggested_workers(int(f.data["usable_cores"])),))
+    if kind == "threads" and f.data.get("fit"):
+        kw.setdefault("threads_values", (int(f.data["fit"]),))
     return FixConfig(candidates=(kind,), budget=budget_s, **kw)
 
 

@@ -28,6 +28,7 @@ class Recipe:
     name:     stable key; where ``pitstop fix`` times it, its candidate kind.
     title:    a few words for tables.
     finding:  id of the profile finding that recommends it (None: no rule recommends it yet).
+    also:     ids of other findings it acts on (the same fix for another cause); ``findings`` lists all.
     override: its knob: the ``pitstop.recipes.knobs.Knobs`` field that turns it on (``dataloader.<key>``
               for a DataLoader keyword); ``Overrides`` injects it, its bench rows set it.
     snippet:  the code change; ``str.format`` fields: {device} {dtype} {impl} {optimizer} {value}.
@@ -48,6 +49,7 @@ class Recipe:
     title: str
     snippet: str
     finding: str | None = None
+    also: tuple[str, ...] = ()
     override: str | None = None
     train: str | None = None
     bench: tuple[tuple[str, str], ...] = ()
@@ -58,6 +60,11 @@ class Recipe:
     untimed: bool = False
     site: str | None = None
     component: str | None = None
+
+    @property
+    def findings(self) -> tuple[str, ...]:
+        """Every finding id it acts on: ``finding`` first, then ``also``."""
+        return (self.finding, *self.also) if self.finding else self.also
 
     def code(self, **fields: object) -> str:
         """The snippet with its fields filled in."""
@@ -226,16 +233,17 @@ RECIPES: tuple[Recipe, ...] = (
     ),
     Recipe(
         "threads",
-        "threads per rank",
-        "torch.set_num_threads({value})  # usable cores / local ranks (or OMP_NUM_THREADS={value})",
+        "intra-op threads",
+        "torch.set_num_threads({value})  # as many as the cores left free (or OMP_NUM_THREADS={value})",
         finding="distributed.threads",
+        also=("host.oversubscribed", "host.contention"),
         override="num_threads",
         apply="pitstop.fix.apply_dist.apply_threads",
     ),
 )
 
 BY_NAME = {r.name: r for r in RECIPES}
-BY_FINDING = {r.finding: r for r in RECIPES if r.finding}
+BY_FINDING = {fid: r for r in RECIPES for fid in r.findings}
 
 
 def by_name(name: str) -> Recipe | None:
@@ -257,13 +265,13 @@ def fix_kinds() -> tuple[str, ...]:
 
 
 def finding_kinds() -> dict[str, str]:
-    """Finding id -> the fix candidate kind that acts on it."""
-    return {r.finding: r.name for r in RECIPES if r.finding and r.fix and r.override}
+    """Finding id -> the fix candidate kind that acts on it (each of an entry's ``findings``)."""
+    return {fid: r.name for r in RECIPES if r.fix and r.override for fid in r.findings}
 
 
 def by_finding(finding_id: str) -> Recipe | None:
-    """The entry whose finding is ``finding_id``, if any."""
-    return next((r for r in RECIPES if r.finding == finding_id), None)
+    """The entry that acts on the finding ``finding_id`` (its ``finding`` or one of ``also``), if any."""
+    return next((r for r in RECIPES if finding_id in r.findings), None)
 
 
 def bench_title(row: str) -> str:

@@ -58,6 +58,15 @@ def _fix(fit: int, workers: int) -> tuple[str, str]:
     return text, f"torch.set_num_threads({fit})  # or: OMP_NUM_THREADS={fit} python train.py"
 
 
+def to_decide(fit: int) -> str:
+    """What decides an undecided contention finding: the whole script timed both ways, interleaved."""
+    return (
+        f"To decide: `pitstop fix --candidates threads` times the whole script at {fit} "
+        f"thread{'s' if fit != 1 else ''} against it as it is, in interleaved runs on this "
+        f"machine (or profile again with OMP_NUM_THREADS={fit} and `pitstop compare` the two reports)."
+    )
+
+
 def contention_findings(bd: Breakdown, data: dict[str, Any], cores: int) -> list[Finding]:
     """``host.oversubscribed`` / ``host.contention`` from the thread probe's record and the run's facts
     (its loaders, its threads); none on a machine where the script's threads fit the free cores."""
@@ -169,8 +178,7 @@ def _measured(bd: Breakdown, rec: dict[str, Any], fid: str, layout: str, workers
     return replace(
         f,
         evidence=f.evidence + untimed,
-        fix=f"{f.fix} To decide: profile again with OMP_NUM_THREADS={fit} and `pitstop compare` the two "
-        "reports, on a machine as busy as this one.",
+        fix=f"{f.fix} {to_decide(fit)}",
     )
 
 
@@ -185,7 +193,7 @@ def _unmeasured(
         title=f"{layout.split(',')[0]} where {fit} fit: not timed",
         evidence=f"{layout}; during the exit probe {seen.text()}; not timed: {why}",
         data={**rec, "workers": workers, "confirmed": False},
-        fix=f"{fix} To decide: profile again with OMP_NUM_THREADS={fit} and `pitstop compare` the two reports.",
+        fix=f"{fix} {to_decide(fit)}",
         fix_code=code,
     )
 

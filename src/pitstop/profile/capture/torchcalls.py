@@ -1,7 +1,7 @@
 """Wrappers of the torch calls that mark a step's phases: ``Tensor.to``/``Tensor.cuda`` (host-to-device
 copies), ``Tensor.backward``/``torch.autograd.backward``/``torch.autograd.grad`` (backward),
 ``Optimizer.__init__`` (optimizers built; the optimizer_impl override) and the global optimizer step
-hooks (the optimizer phase).
+hooks (the optimizer phase); and ``torch.set_num_threads`` under the ``num_threads`` override.
 
 Each wrapper is ``functools.wraps`` of the original (same name, signature, docstring) and calls straight
 through while ``torch.compile``/``torch.export`` trace, so compiled graphs are unchanged.
@@ -37,6 +37,21 @@ def install_torch_patches(inst: ProbePoints, patches: Patches) -> None:
 
     patches.handle(register_optimizer_step_pre_hook(inst.optimizer_begin))
     patches.handle(register_optimizer_step_post_hook(inst.optimizer_end))
+    if inst.cfg.overrides.num_threads:
+        force_threads(patches, int(inst.cfg.overrides.num_threads))
+
+
+def force_threads(patches: Patches, n: int) -> None:
+    """The ``num_threads`` override in this process: n intra-op threads now, and whatever count the
+    script asks for later (a script that sets its own would otherwise undo the fix being timed)."""
+    torch.set_num_threads(n)
+    orig = torch.set_num_threads
+
+    @functools.wraps(orig)
+    def set_num_threads(requested: int) -> None:
+        orig(n)
+
+    patches.patch(torch, "set_num_threads", set_num_threads)
 
 
 def _make_opt_init(inst: ProbePoints, orig: Any) -> Any:

@@ -65,7 +65,7 @@ def model_probes_to_time(result: RunResult) -> list[str]:
         return []
     found, _ = problem_findings(result.steps, result.data)  # the warnings: no verdict needed
     warned = {f.id for f in found if f.severity.rank >= Severity.WARN.rank}
-    return [n for n in wanted if recipe(n).finding in warned]
+    return [n for n in wanted if warned.intersection(recipe(n).findings)]
 
 
 def run_shape(result: RunResult) -> tuple[int, float]:

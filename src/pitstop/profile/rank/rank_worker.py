@@ -165,9 +165,8 @@ class RankWorker:
         inst.backward_listener = self.comm.timers
         if not inst.cfg.full:
             inst.cfg.on_done = self._stop_together
-        threads = inst.cfg.overrides.num_threads
-        if threads:
-            self._force_threads(int(threads))
+        if inst.cfg.overrides.num_threads:  # forced by the capture (torchcalls.force_threads)
+            self._record_threads()
         if threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(signal.SIGTERM, self.on_stop)
@@ -224,16 +223,16 @@ class RankWorker:
         if self._beat_map is not None:
             self._beat_map[:] = b"%12d\n" % step
 
-    def _force_threads(self, n: int) -> None:
-        """The ``num_threads`` override: n intra-op threads, whatever the script asks for later."""
+    def _record_threads(self) -> None:
+        """The count the script asks ``torch.set_num_threads`` for under the ``num_threads`` override
+        (which keeps the override's count), for the rank's facts."""
         import torch
 
-        torch.set_num_threads(n)
         orig = torch.set_num_threads
 
         def set_num_threads(requested: int) -> None:
             self.requested_threads = requested
-            orig(n)
+            orig(requested)
 
         torch.set_num_threads = set_num_threads
         self.inst._extra_undo.append(lambda: setattr(torch, "set_num_threads", orig))
