@@ -13,7 +13,7 @@ import pytest
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
-from pitstop.recipes.component import FORWARD, MODEL, OPTIMIZER
+from pitstop.recipes.component import FORWARD, MODEL, OPTIMIZER, PROCESS
 from pitstop.train.trainer import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
@@ -50,6 +50,7 @@ def test_every_entry_is_complete_and_its_references_exist(r):
             MODEL: ("applies", "cannot_help", "apply_model", "apply_input", "rule_fields", "edit"),
             FORWARD: ("context", "as_ran", "choose", "cannot_help", "rule_fields", "unprobed", "edit"),
             OPTIMIZER: ("kwargs", "inject", "changed", "choose", "cannot_help", "rules", "edit"),
+            PROCESS: ("apply", "scoped", "applies", "changed", "cannot_help", "edit"),
         }[comp.SURFACE]
         assert all(callable(getattr(comp, f)) for f in parts)
     if r.bench:  # the rows set the entry's knob, or a field only a bench row has
@@ -131,12 +132,12 @@ def test_every_finding_id_is_emitted_by_a_profile_rule(r):
 
 
 def _ruled(comp) -> bool:
-    """Whether profile's rules judge the component: its RULE among the probe rules, or its ``rules``
-    called for every component of its surface."""
+    """Whether profile's rules judge the component: its RULE among the probe rules, or its ``rules`` (or,
+    for a process component, its RULE) called for every component of its surface."""
     from pitstop.profile.analyze import rules_compute
 
     return comp.RULE in rules_compute.PROBE_RULES or (
-        comp.SURFACE == OPTIMIZER and "components(OPTIMIZER)" in _profile_source()
+        comp.SURFACE in (OPTIMIZER, PROCESS) and f"components({comp.SURFACE.upper()})" in _profile_source()
     )
 
 
@@ -157,10 +158,10 @@ def test_an_entry_acts_on_each_of_its_findings():
 
 
 def test_probe_rules_name_recipes_that_probe():
-    from pitstop.profile.analyze.gpu_rules import TF32
     from pitstop.profile.analyze.rules_compute import PROBE_RULES
+    from pitstop.recipes import components
 
-    for rule in (*PROBE_RULES, TF32):
+    for rule in (*PROBE_RULES, *(c.RULE for c in components(PROCESS))):
         assert recipe(rule.recipe).probe and recipe(rule.recipe).finding, rule.recipe
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pitstop.recipes import bench_title, channels_last, enabled
+from pitstop.recipes import bench_title, channels_last, enabled, tf32
 from pitstop.recipes.knobs import Knobs
 
 
@@ -28,8 +28,8 @@ class Claim:
 @dataclass(frozen=True)
 class BenchConfig(Knobs):
     """One row of the ablation: the optimization settings it turns on (``Knobs``: ``dataloader``
-    workers and pinning, ``channels_last``, ``autocast``, ``optimizer_impl``, ``compile``) and the ones
-    only a bench row has."""
+    workers and pinning, ``channels_last``, ``autocast``, ``optimizer_impl``, ``compile``, ``tf32``) and
+    the ones only a bench row has."""
 
     name: str
     title: str
@@ -56,6 +56,8 @@ class BenchConfig(Knobs):
         if self.pin_memory:
             parts.append("pin_memory")
         parts += [c.NAME for c in enabled(self)]
+        if self.tf32:
+            parts.append("TF32 matmuls")
         if self.autocast:
             parts.append(f"autocast {self.autocast}")
         if self.compile:
@@ -78,6 +80,8 @@ CLAIMS = {
     "amp_bf16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
     "amp_fp16": Claim("AMP 2-3x faster, 30-50% less memory", "speedup", 2.0, 3.0),
     "compile": Claim("torch.compile 1.3-2x faster training", "speedup", 1.3, 2.0),
+    # the tensor-core rate is several times fp32's; a whole step gains what its matmuls take
+    tf32.NAME: Claim("TF32 tensor cores run fp32 matmuls several times faster (Ampere+)", "speedup"),
     "fused": Claim("fused optimizer: fewer kernels, faster optimizer step", "speedup", 1.0, 1.2),
     "checkpoint": Claim("activation checkpointing about halves activation memory", "activations", 0.4, 0.6),
     # At equal effective batch, 4 accumulated micro-batches should hold about 1/4 of the activations.
@@ -120,6 +124,8 @@ def ablation(
     ]
     if image_input:
         configs.append(_single(channels_last.NAME, **{channels_last.KNOB: True}))
+    if device == "cuda":  # TF32 is a CUDA mode: no row elsewhere
+        configs.append(_single(tf32.NAME, **{tf32.KNOB: True}))
     configs += [
         _single("amp_bf16", autocast="bfloat16"),
         _single("amp_fp16", autocast="float16"),
@@ -155,6 +161,8 @@ def why_not(config: BenchConfig, device: str, cuda_available: bool, bf16_ok: boo
         return "no CUDA device: pinned memory only speeds host-to-GPU copies"
     if config.amp == "float16" and device != "cuda":
         return "no CUDA device: fp16 autocast with GradScaler needs a GPU (CPU autocast uses bf16)"
+    if config.tf32 and device != "cuda":
+        return "no CUDA device: TF32 is a mode of NVIDIA tensor cores"
     if config.amp == "bfloat16" and device == "cuda" and not bf16_ok:
         return "this GPU has no bf16 support (needs compute capability 8.0+)"
     return None

@@ -2,7 +2,8 @@
 
 Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer,
 apply_activation_checkpointing, maybe_compile, scale_loss) or its component (``pitstop.recipes.channels_last``,
-every one whose knob the row's ``Knobs`` turn on: ``pitstop.recipes.enabled``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
+every one whose knob the row's ``Knobs`` turn on: ``pitstop.recipes.enabled``; a process-wide one, tf32, set
+around each step: ``scoped``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -18,7 +19,8 @@ from torch import nn
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
-from pitstop.recipes import enabled
+from pitstop.recipes import components, enabled
+from pitstop.recipes.component import PROCESS
 from pitstop.train import (
     Amp,
     apply_activation_checkpointing,
@@ -27,6 +29,9 @@ from pitstop.train import (
     maybe_compile,
     scale_loss,
 )
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import ProcessComponent
 
 # Marks each forward pass, so the memory probe can read what is held for backward when forward ends.
 FORWARD_MARK = "pitstop.bench.forward"
@@ -68,6 +73,9 @@ class Session:
         self.checkpointed = checkpoint_blocks(model) if config.checkpoint else []
         model.to(self.device)
         self.components = enabled(config)  # channels_last, ...: the model and its batches changed
+        # tf32, ...: process-wide, so set around each step and restored after (the rows interleave)
+        procs = cast("list[ProcessComponent]", components(PROCESS))
+        self.process = [c for c in procs if getattr(config, c.KNOB, False)]
         for comp in self.components:
             comp.apply_model(model)
         self.model: nn.Module = model
@@ -93,6 +101,14 @@ class Session:
         return x, y
 
     def step(self) -> None:
+        if not self.process:
+            return self._step()
+        with contextlib.ExitStack() as settings:
+            for comp in self.process:
+                settings.enter_context(comp.scoped(self.device.type, True))
+            self._step()
+
+    def _step(self) -> None:
         accum = self.config.accumulation
         for _ in range(accum):
             x, y = self._next()

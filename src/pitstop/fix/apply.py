@@ -13,8 +13,9 @@ byte:
   the forward up to the ``.backward()`` call wrapped in ``with torch.autocast(...)``), ``OptimizerEditor``
   for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call);
 - compile: ``model = torch.compile(model)`` after the line that assigns the model;
-- keep_host_memory, cudnn.benchmark: one line at the top of the script's ``main()`` (or of its
-  ``if __name__ == "__main__":`` block, or after its imports), plus the import beside the others;
+- keep_host_memory, cudnn.benchmark, and a process component's edit (tf32: ``first_lines``):
+  lines at the top of the script's ``main()`` (or of its ``if __name__ == "__main__":`` block, or after
+  its imports), plus the import beside the others;
 - the distributed fixes (static_graph, threads, no_sync): ``pitstop.fix.apply_dist``.
 
 ``pitstop.fix.apply_verify`` re-runs the patched script once and compares its speed with the interval
@@ -39,7 +40,7 @@ from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.runs.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, components, recipe
-from pitstop.recipes.component import OPTIMIZER
+from pitstop.recipes.component import OPTIMIZER, PROCESS
 from pitstop.recipes.registry import DATALOADER_PATCH
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
@@ -148,9 +149,10 @@ def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str
 
 @dataclass
 class ModelEditor:
-    """A component's ``fix --apply`` edit (``pitstop.recipes.component.ScriptEditor``) on one file, at the
-    model's forward call on line ``where``; ``kind`` names the fix in ``Unplaced``'s message; ``setting``:
-    the component's knob in the fix, ``device``: the run's device type."""
+    """A component's ``fix --apply`` edit (``pitstop.recipes.component.ScriptEditor``; its ``first_lines``
+    makes it a ``ProcessEditor`` too) on one file, at the model's forward call on line ``where``; ``kind``
+    names the fix in ``Unplaced``'s message; ``setting``: the component's knob in the fix, ``device``: the
+    run's device type."""
 
     fe: FileEdits
     where: int
@@ -206,6 +208,9 @@ class ModelEditor:
                 f"{_indent(fe.text, stmt.lineno)}{header}",
             )
         )
+
+    def first_lines(self, code: str) -> None:  # a process component's edit (where: unused)
+        insert_first_line(self.fe, code)
 
     def need_torch(self) -> None:
         need_torch(self.fe)
@@ -265,7 +270,7 @@ def insert_first_line(fe: FileEdits, code: str, import_line: str | None = None) 
     indent = ""
     if at < len(lines):
         indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
-    fe.inserts.append((at, 1, [indent + code]))
+    fe.inserts.append((at, 1, [indent + line for line in code.splitlines()]))
     if import_line and import_line not in fe.text:
         fe.inserts.append((_after_imports(fe.tree()), 0, [import_line]))
 
@@ -386,8 +391,9 @@ class Site:
 
 def apply_component(site: Site) -> None:
     """The edit of the kind's component (``pitstop.recipes.component``) through the editor of its
-    surface: ``OptimizerEditor`` at the recorded optimizers' constructors, else ``ModelEditor`` at the
-    model's first forward (messages name the component's knob); the file records what it changed."""
+    surface: ``OptimizerEditor`` at the recorded optimizers' constructors, ``ModelEditor`` at the model's
+    first forward (for a ``PROCESS`` one: ``first_lines`` at the top of the script's main; messages name
+    the component's knob); the file records what it changed."""
     comp = component(site.kind)
     if comp is None:
         raise Unplaced(f"{site.kind}: no component holds its edit")
@@ -396,6 +402,9 @@ def apply_component(site: Site) -> None:
         editor = OptimizerEditor(site, setting)
         changes = comp.edit(editor)
         fe = editor.fe
+    elif comp.SURFACE == PROCESS:
+        fe = script_file(site)
+        changes = comp.edit(ModelEditor(fe, 0, comp.KNOB, setting, device_type(site.config.get("device"))))
     else:
         fe, line = site.file_at(site.model_at, comp.KNOB)
         changes = comp.edit(ModelEditor(fe, line, comp.KNOB, setting, device_type(site.config.get("device"))))

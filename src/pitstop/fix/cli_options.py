@@ -22,7 +22,8 @@ class FixArgs:
     candidates: str = opt(
         "auto",
         "auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
-        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory, threads, no_sync, static_graph",
+        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory, tf32, threads, no_sync, "
+        "static_graph",
     )
     skip: str = opt("", "candidates never to try, e.g. compile (same names)")
     min_gain: float = opt(0.05, "speed-up needed to count as helped (0.05)")

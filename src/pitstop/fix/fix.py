@@ -30,16 +30,18 @@ from pitstop.recipes import (
     autocast,
     by_finding,
     component,
+    components,
     finding_kinds,
     fix_kinds,
     model_components,
     optimizer_impl,
     recipe,
 )
+from pitstop.recipes.component import PROCESS
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import ModelComponent
+    from pitstop.recipes.component import ModelComponent, ProcessComponent
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
 FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
@@ -130,6 +132,11 @@ class _Script:
     data: dict[str, Any] = field(default_factory=dict)  # the baseline run's data (its probes, torch facts)
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the profile's, id -> data
 
+    @property
+    def torch(self) -> dict[str, Any]:
+        """Its torch settings at the end of the baseline run (``facts.torch_facts``)."""
+        return self.data.get("torch") or {}
+
 
 Built = list[Candidate] | str  # the candidates, or why the kind was skipped
 
@@ -186,6 +193,16 @@ def _cudnn_benchmark(s: _Script, kind: str, why: str) -> Built:
     return [Candidate("cudnn.benchmark", kind, Overrides(cudnn_benchmark=True), why)]
 
 
+def _process(s: _Script, kind: str, why: str) -> Built:
+    """A process-wide setting's switch (tf32), or why it has nothing to change in this run (its
+    component's ``cannot_help``: e.g. no CUDA device)."""
+    comp = cast("ProcessComponent", component(kind))
+    why_not = comp.cannot_help(s.dev, s.torch)
+    if why_not:
+        return why_not
+    return [Candidate(kind, kind, Overrides.setting(comp.KNOB, True), why)]
+
+
 def _host_memory(s: _Script, kind: str, why: str) -> Built:
     if s.config.get("host_memory"):
         return f"host_memory: the script already called keep_host_memory ({s.config['host_memory']})"
@@ -223,6 +240,7 @@ BUILDERS = {
     **{c.NAME: _component for c in model_components()},
     "foreach": _foreach,
     "cudnn_benchmark": _cudnn_benchmark,
+    **{c.NAME: _process for c in components(PROCESS)},
     "host_memory": _host_memory,
     **{k: _distributed for k in fix_dist.KINDS},
     "threads": _threads,

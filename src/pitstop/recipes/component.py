@@ -23,8 +23,8 @@ commands call it and implement none of it:
 Each component declares the ``SURFACE`` it acts on, so a generic caller iterates the ones whose parts it
 calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: the model and its batches,
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
-constructor: optimizer_impl), ``PROCESS`` (a process-wide setting). What every one has is ``Component``;
-the parts of one surface are listed in its module.
+constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32). What every
+one has is ``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
 gives only what is its own. A rule that is more than one ``ProbeRule`` (the optimizer's, one finding per
@@ -132,6 +132,40 @@ class OptimizerEditor(Protocol):
         ...
 
 
+class ProcessEditor(Protocol):
+    """What a ``PROCESS`` component's ``fix --apply`` edit may do: lines first in the script's main (or
+    its ``if __name__ == "__main__":`` block, or after its imports). ``setting``: the knob's value in the
+    fix, ``device``: the run's device type."""
+
+    setting: Any
+    device: str
+
+    def first_lines(self, code: str) -> None:
+        """``code``'s lines, each indented as the statement they go before."""
+        ...
+
+    def need_torch(self) -> None:
+        """``import torch`` beside the script's imports, where it has none."""
+        ...
+
+
+class DeviceSettings(Protocol):
+    """The device's capability and its fp32 matmul precision, as a ``PROCESS`` component's probe reads and
+    sets them (``pitstop.profile.probe.gpu_probes.Backend`` is one; tests give fakes)."""
+
+    def capability(self) -> tuple[int, int]:
+        """The CUDA compute capability."""
+        ...
+
+    def get_matmul_precision(self) -> str:
+        """``torch.get_float32_matmul_precision()``."""
+        ...
+
+    def set_matmul_precision(self, precision: str) -> None:
+        """``torch.set_float32_matmul_precision(precision)``."""
+        ...
+
+
 class Component(Protocol):
     """What every component has, whatever its surface (see the module's docstring for which command
     calls which part)."""
@@ -148,7 +182,8 @@ class Component(Protocol):
 
     def edit(self, editor: Any) -> dict[str, Any]:
         """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL`` and
-        ``FORWARD``, an ``OptimizerEditor`` for ``OPTIMIZER``); what it changed, as the patch records it."""
+        ``FORWARD``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``); what
+        it changed, as the patch records it."""
         ...
 
 
@@ -252,4 +287,30 @@ class ModelComponent(ProbedComponent, Protocol):
 
     def apply_input(self, batch: Any) -> Any:
         """A batch (tensor, tuple, list, dict) as the changed model wants it."""
+        ...
+
+
+class ProcessComponent(Component, Protocol):
+    """A ``PROCESS`` component: a process-wide setting (tf32); its ``RULE`` is judged by
+    ``rulekit.probe_finding`` with no fields of its own."""
+
+    def apply(self, device_type: str, on: bool) -> dict[str, Any]:
+        """The setting on (or off) for the process where it acts on ``device_type``; what was set ({}:
+        nothing here)."""
+        ...
+
+    def scoped(self, device_type: str, on: bool) -> AbstractContextManager[None]:
+        """``apply`` for a block, the previous settings restored after it."""
+        ...
+
+    def applies(self, model: Mapping[str, Any], device: DeviceSettings) -> bool:
+        """Whether the probe has something to change for the model whose facts these are, on ``device``."""
+        ...
+
+    def changed(self, fn: Callable[[], None], device: DeviceSettings) -> Callable[[], None]:
+        """The probe's changed arm: ``fn`` run with the setting on, restored after."""
+        ...
+
+    def cannot_help(self, device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
+        """Why the setting has nothing to change in a run on ``device_type`` with these torch settings."""
         ...

@@ -37,6 +37,7 @@ class Knobs:
     autocast:       "bfloat16" / "float16": autocast around the forward.
     float32:        a float64 model and its float64 inputs as float32 (the loss and what follows as before).
     cudnn_benchmark: ``torch.backends.cudnn.benchmark = True``.
+    tf32:           TF32 matmuls and convolutions on CUDA (``pitstop.recipes.tf32``; nothing elsewhere).
     optimizer_impl: "foreach" or "fused" set on the optimizer (where supported).
     compile:        ``torch.compile`` the model; errors fall back to eager (recorded).
     keep_host_memory: ``pitstop.train.keep_host_memory()`` before the loop (glibc keeps freed blocks mapped).
@@ -48,6 +49,7 @@ class Knobs:
     autocast: str | None = None
     float32: bool = False
     cudnn_benchmark: bool = False
+    tf32: bool = False
     optimizer_impl: str | None = None
     compile: bool = False
     keep_host_memory: bool = False

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import autocast, channels_last, optimizer_impl
+from pitstop.recipes import autocast, channels_last, optimizer_impl, tf32
 from pitstop.recipes.component import MODEL
 
 if TYPE_CHECKING:
@@ -187,12 +187,16 @@ RECIPES: tuple[Recipe, ...] = (
         untimed=True,
     ),
     Recipe(
-        "tf32",
+        tf32.NAME,
         "TF32 matmuls and convolutions",
-        'torch.set_float32_matmul_precision("high")\ntorch.backends.cudnn.allow_tf32 = True',
-        finding="precision.tf32",
+        tf32.SNIPPET,
+        finding=tf32.FINDING,
+        override=tf32.KNOB,
         train="TrainConfig.tf32",
-        probe="tf32",
+        bench=((tf32.NAME, "TF32 matmuls"),),
+        probe=tf32.PROBE,
+        apply="pitstop.fix.apply.apply_component",
+        component=tf32.__name__,
     ),
     Recipe(
         "activation_checkpointing",

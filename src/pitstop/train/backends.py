@@ -1,20 +1,23 @@
-"""Backend switches that are free speed on CUDA: TF32 matmuls/convs and cuDNN autotuning."""
+"""Backend switches that are free speed on CUDA: TF32 matmuls/convs (``pitstop.recipes.tf32``) and cuDNN
+autotuning."""
 
 from __future__ import annotations
 
 import torch
 
+from pitstop.recipes import tf32 as tf32_component
+
 
 def configure_backends(device: torch.device | str, tf32: bool = True, cudnn_benchmark: bool = True) -> dict:
-    """Turn on TF32 (Ampere+) and ``cudnn.benchmark`` for CUDA; nothing on CPU. Returns what was set.
+    """Turn on TF32 (Ampere+; the tf32 component's ``apply``) and ``cudnn.benchmark`` for CUDA; nothing on
+    CPU. Returns what was set.
 
     cudnn.benchmark picks the fastest conv algorithm per input shape; with shapes that change every
     step it re-tunes each time, so pass ``cudnn_benchmark=False`` for variable-size inputs.
     """
-    if torch.device(device).type != "cuda":
+    dev = torch.device(device).type
+    if dev != "cuda":
         return {}
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    applied = tf32_component.apply(dev, tf32)
     torch.backends.cudnn.benchmark = cudnn_benchmark
-    return {"tf32": tf32, "cudnn_benchmark": cudnn_benchmark}
+    return {**applied, "cudnn_benchmark": cudnn_benchmark}

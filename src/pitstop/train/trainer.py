@@ -96,8 +96,8 @@ class TrainConfig:
         """The optimization settings ``fit`` turns on for ``model`` on ``device``
         (``pitstop.recipes.knobs.Knobs``), with each ``"auto"`` decided: the precision's autocast dtype,
         each model component's own rule (``wanted``; without a model, only a forced ``True``), host memory
-        kept on CPU, cuDNN autotuning on CUDA, and the optimizer ``make_optimizer`` builds (fused where
-        this torch has it for the device, else foreach)."""
+        kept on CPU, cuDNN autotuning and TF32 on CUDA, and the optimizer ``make_optimizer`` builds (fused
+        where this torch has it for the device, else foreach)."""
         dtype = resolve_precision(self.precision, device)
         dev = torch.device(device).type
         on = {
@@ -111,6 +111,7 @@ class TrainConfig:
             autocast=str(dtype).replace("torch.", "") if dtype is not None else None,
             compile=self.compile,
             cudnn_benchmark=self.cudnn_benchmark and dev == "cuda",
+            tf32=self.tf32 and dev == "cuda",
             keep_host_memory=keep,
             optimizer_impl="fused" if fused_supported(torch.optim.AdamW, device) else "foreach",
             **on,

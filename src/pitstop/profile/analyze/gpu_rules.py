@@ -14,7 +14,6 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.profile.analyze.rulekit import (
     MIN_PROBE_GAIN,
-    ProbeRule,
     ms,
     pct,
     probe_finding,
@@ -24,23 +23,13 @@ from pitstop.profile.analyze.rulekit import (
 from pitstop.profile.capture import device_time
 from pitstop.profile.probe import mfu
 from pitstop.profile.record.timeline import Breakdown, StepRecord, usable_steps
-from pitstop.recipes import recipe
+from pitstop.recipes import components, recipe
+from pitstop.recipes.component import PROCESS
 
 IDLE_SHARE = 0.30  # device idle this much of the step: worth a finding
 MEMCPY_SHARE = 0.10
 FRAGMENTED_SHARE = 0.20
 FRAGMENTED_MIN_BYTES = 256 * 2**20
-
-
-TF32 = ProbeRule(
-    "tf32",
-    title="fp32 matmuls run at full precision; TF32 tensor cores are faster here",
-    evidence="forward+backward: float32_matmul_precision 'highest' {base}, 'high' (TF32) {new} (medians, "
-    "measured after the run)",
-    fix="Allow TF32 for matmuls (10-bit mantissa inputs, fp32 accumulation).",
-    pass_title="TF32 measured no faster than full fp32 matmuls for this model",
-    pass_evidence="'highest' {base}, 'high' {new}",
-)
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -311,8 +300,8 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
 
 
 def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
-    """precision.fp16 and precision.tf32 from the GPU probes; the pinned-copy probe's numbers on
-    dataloader.pin_memory."""
+    """precision.fp16 and the process components' findings (precision.tf32) from the GPU probes; the
+    pinned-copy probe's numbers on dataloader.pin_memory."""
     out = list(found)
     fp16 = probes.get("fp16_scaler")
     prec = probes.get("precision") or {}
@@ -337,7 +326,8 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
                 share=share,
             )
         )
-    out += probe_finding(TF32, bd, probes)
+    for comp in components(PROCESS):  # tf32: its RULE on its probe's result
+        out += probe_finding(comp.RULE, bd, probes)
     h2d = probes.get("h2d")
     if h2d:
         for i, f in enumerate(out):

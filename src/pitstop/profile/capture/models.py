@@ -23,19 +23,21 @@ import contextlib
 import functools
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.nn.modules import module as _module
 
 from pitstop.profile.capture import direct_forward
 from pitstop.profile.capture.where import user_location
-from pitstop.recipes import autocast, enabled, model_components
+from pitstop.recipes import autocast, components, enabled, model_components
+from pitstop.recipes.component import PROCESS
 from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
 
 if TYPE_CHECKING:
     from pitstop.profile.capture.patches import Patches
     from pitstop.profile.capture.points import ProbePoints
+    from pitstop.recipes.component import ProcessComponent
 
 is_compiling = torch.compiler.is_compiling
 clock = time.perf_counter
@@ -259,6 +261,9 @@ class ModelHooks:
         inst.captured.models.append(module)
         inst.model_facts[id(module)] = {"first_location": user_location(4)}
         ov = inst.cfg.overrides
+        for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, on the model's device
+            if getattr(ov, comp.KNOB, False):
+                comp.apply(module_device_type(module), True)
         if self.injected:
             self.apply_components(module)
         if ov.float32 and has_float64(module) and id(module) not in self.direct_ids:

@@ -2,8 +2,8 @@
 
 - fp16 autocast with a GradScaler vs the script's fp32 (bf16 autocast is ``probes.precision`` where the
   GPU has it);
-- TF32 matmuls (``set_float32_matmul_precision("high")``) vs full fp32, on Ampere and later when the
-  script left matmuls at "highest";
+- each process-wide setting's arms (``pitstop.recipes.components(PROCESS)``: TF32 matmuls vs full fp32,
+  on Ampere and later when the script left matmuls at "highest"), where its ``applies``;
 - host-to-device copies of the batch: pageable and blocking vs pinned and ``non_blocking``, timed with
   CUDA events (device time) and the host clock (time the host is held).
 
@@ -17,13 +17,21 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+from pitstop.recipes import components
+from pitstop.recipes.component import PROCESS
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import ProcessComponent
 
 COPY_REPS = 7
 
 
 @dataclass
 class Backend:
+    """The CUDA calls the probes make (a ``pitstop.recipes.component.DeviceSettings`` too)."""
+
     event_factory: Callable[[], Any]
     synchronize: Callable[[], None]
     pin: Callable[[Any], Any]
@@ -66,9 +74,10 @@ def run(
     if fp32 and cap >= (7, 0):
         fp16 = _fp16_step(model, args, kwargs, be, device_type)
         out["fp16_scaler"] = saving(timed({"fp32": base, "fp16": fp16}, device_type), "fp32", "fp16")
-    if fp32 and cap >= (8, 0) and be.get_matmul_precision() == "highest":
-        tf32 = _with_precision(base, be, "high")
-        out["tf32"] = saving(timed({"fp32": base, "tf32": tf32}, device_type), "fp32", "tf32")
+    for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32
+        if comp.applies(facts, be):
+            arms = dict(zip(comp.ARMS, (base, comp.changed(base, be)), strict=True))
+            out[comp.PROBE] = saving(timed(arms, device_type), *comp.ARMS)
     tensors = _device_tensors((args, kwargs))
     if tensors:
         out["h2d"] = h2d_probe(tensors, tensors[0].device, be)
@@ -91,18 +100,6 @@ def _fp16_step(model: Any, args: Any, kwargs: Any, be: Backend, device_type: str
             scaler.scale(t.float().mean()).backward()
 
     return step
-
-
-def _with_precision(fn: Callable[[], None], be: Backend, precision: str) -> Callable[[], None]:
-    def run_it() -> None:
-        prev = be.get_matmul_precision()
-        be.set_matmul_precision(precision)
-        try:
-            fn()
-        finally:
-            be.set_matmul_precision(prev)
-
-    return run_it
 
 
 def _device_tensors(obj: Any) -> list[Any]:

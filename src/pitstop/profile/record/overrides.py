@@ -20,7 +20,8 @@ class Overrides(Knobs):
     (``channels_last``: the top-level model, the module that runs forward, and its 4-D float inputs;
     ``autocast``: around the top-level forward; ``float32``: a float64 model at its first forward, its
     float64 inputs, and its float32 outputs float64 again; ``cudnn_benchmark``, ``keep_host_memory``:
-    before the script runs; ``optimizer_impl``: on every optimizer constructed; ``compile``: the
+    before the script runs; ``tf32``: on each model's device (CUDA) at its first forward;
+    ``optimizer_impl``: on every optimizer constructed; ``compile``: the
     top-level model; ``num_threads``: also when the script sets its own, in every rank of a launcher,
     ``pitstop.profile.rank.rank_worker``), and:
 
