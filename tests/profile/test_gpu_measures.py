@@ -120,8 +120,8 @@ class FakeScaler:
         return t * 1024.0
 
 
-def fake_backend(capability=(8, 0), precision="highest", timeline=None):
-    state = {"precision": precision, "set": []}
+def fake_backend(capability=(8, 0), precision="highest", timeline=None, cudnn_benchmark=False):
+    state = {"precision": precision, "set": [], "cudnn_benchmark": cudnn_benchmark}
     scaler = FakeScaler()
     tl = timeline or Events([i * 0.001 for i in range(1000)])
 
@@ -137,6 +137,8 @@ def fake_backend(capability=(8, 0), precision="highest", timeline=None):
         get_matmul_precision=lambda: state["precision"],
         set_matmul_precision=set_precision,
         grad_scaler=lambda: scaler,
+        get_cudnn_benchmark=lambda: state["cudnn_benchmark"],
+        set_cudnn_benchmark=lambda on: state.update(cudnn_benchmark=on),
     )
     return be, state, scaler
 

@@ -13,7 +13,7 @@ byte:
   the forward up to the ``.backward()`` call wrapped in ``with torch.autocast(...)``), ``OptimizerEditor``
   for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call);
 - compile: ``model = torch.compile(model)`` after the line that assigns the model;
-- keep_host_memory, cudnn.benchmark, and a process component's edit (tf32: ``first_lines``):
+- keep_host_memory, and a process component's edit (tf32, cudnn.benchmark: ``first_lines``):
   lines at the top of the script's ``main()`` (or of its ``if __name__ == "__main__":`` block, or after
   its imports), plus the import beside the others;
 - the distributed fixes (static_graph, threads, no_sync): ``pitstop.fix.apply_dist``.
@@ -39,7 +39,7 @@ from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.runs.runner import CommandError, parse_command
-from pitstop.recipes import by_name, component, components, recipe
+from pitstop.recipes import by_name, component, components
 from pitstop.recipes.component import OPTIMIZER, PROCESS
 from pitstop.recipes.registry import DATALOADER_PATCH
 
@@ -461,13 +461,6 @@ def apply_keep_host_memory(site: Site) -> None:
     fe = script_file(site)
     insert_first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
     fe.changes["keep_host_memory"] = True
-
-
-def apply_cudnn_benchmark(site: Site) -> None:
-    fe = script_file(site)
-    insert_first_line(fe, recipe("cudnn_benchmark").snippet)
-    need_torch(fe)
-    fe.changes["cudnn_benchmark"] = True
 
 
 def _kind_edit(site: Site) -> Callable[[], None]:

@@ -187,20 +187,14 @@ def _foreach(s: _Script, kind: str, why: str) -> Built:
     return [Candidate(f"optimizer {impl}", kind, Overrides.setting(optimizer_impl.KNOB, impl), why)]
 
 
-def _cudnn_benchmark(s: _Script, kind: str, why: str) -> Built:
-    if s.dev != "cuda" and why != "requested":
-        return "cudnn_benchmark: no CUDA device in this run"
-    return [Candidate("cudnn.benchmark", kind, Overrides(cudnn_benchmark=True), why)]
-
-
 def _process(s: _Script, kind: str, why: str) -> Built:
-    """A process-wide setting's switch (tf32), or why it has nothing to change in this run (its
-    component's ``cannot_help``: e.g. no CUDA device)."""
+    """A process-wide setting's switch (tf32, cudnn_benchmark), named ``CANDIDATE``, or why it has nothing
+    to change in this run (its component's ``cannot_help``: e.g. no CUDA device)."""
     comp = cast("ProcessComponent", component(kind))
     why_not = comp.cannot_help(s.dev, s.torch)
     if why_not:
         return why_not
-    return [Candidate(kind, kind, Overrides.setting(comp.KNOB, True), why)]
+    return [Candidate(comp.CANDIDATE, kind, Overrides.setting(comp.KNOB, True), why)]
 
 
 def _host_memory(s: _Script, kind: str, why: str) -> Built:
@@ -239,7 +233,6 @@ BUILDERS = {
     "amp": _amp,
     **{c.NAME: _component for c in model_components()},
     "foreach": _foreach,
-    "cudnn_benchmark": _cudnn_benchmark,
     **{c.NAME: _process for c in components(PROCESS)},
     "host_memory": _host_memory,
     **{k: _distributed for k in fix_dist.KINDS},

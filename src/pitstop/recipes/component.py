@@ -23,7 +23,8 @@ commands call it and implement none of it:
 Each component declares the ``SURFACE`` it acts on, so a generic caller iterates the ones whose parts it
 calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: the model and its batches,
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
-constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32). What every
+constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32,
+cudnn_benchmark). What every
 one has is ``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
@@ -150,8 +151,9 @@ class ProcessEditor(Protocol):
 
 
 class DeviceSettings(Protocol):
-    """The device's capability and its fp32 matmul precision, as a ``PROCESS`` component's probe reads and
-    sets them (``pitstop.profile.probe.gpu_probes.Backend`` is one; tests give fakes)."""
+    """The device's capability, its fp32 matmul precision and cuDNN autotuning, as a ``PROCESS``
+    component's probe reads and sets them (``pitstop.profile.probe.gpu_probes.Backend`` is one; tests give
+    fakes)."""
 
     def capability(self) -> tuple[int, int]:
         """The CUDA compute capability."""
@@ -163,6 +165,14 @@ class DeviceSettings(Protocol):
 
     def set_matmul_precision(self, precision: str) -> None:
         """``torch.set_float32_matmul_precision(precision)``."""
+        ...
+
+    def get_cudnn_benchmark(self) -> bool:
+        """``torch.backends.cudnn.benchmark``."""
+        ...
+
+    def set_cudnn_benchmark(self, on: bool) -> None:
+        """``torch.backends.cudnn.benchmark = on``."""
         ...
 
 
@@ -291,8 +301,10 @@ class ModelComponent(ProbedComponent, Protocol):
 
 
 class ProcessComponent(Component, Protocol):
-    """A ``PROCESS`` component: a process-wide setting (tf32); its ``RULE`` is judged by
+    """A ``PROCESS`` component: a process-wide setting (tf32, cudnn_benchmark); its ``RULE`` is judged by
     ``rulekit.probe_finding`` with no fields of its own."""
+
+    CANDIDATE: str  # the name of ``pitstop fix``'s candidate that turns it on
 
     def apply(self, device_type: str, on: bool) -> dict[str, Any]:
         """The setting on (or off) for the process where it acts on ``device_type``; what was set ({}:

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import autocast, channels_last, optimizer_impl, tf32
+from pitstop.recipes import autocast, channels_last, cudnn_benchmark, optimizer_impl, tf32
 from pitstop.recipes.component import MODEL
 
 if TYPE_CHECKING:
@@ -166,14 +166,15 @@ RECIPES: tuple[Recipe, ...] = (
         site="model",
     ),
     Recipe(
-        "cudnn_benchmark",
+        cudnn_benchmark.NAME,
         "cuDNN autotuning",
-        "torch.backends.cudnn.benchmark = True",
-        finding="cudnn.benchmark",
-        override="cudnn_benchmark",
+        cudnn_benchmark.SNIPPET,
+        finding=cudnn_benchmark.FINDING,
+        override=cudnn_benchmark.KNOB,
         train="TrainConfig.cudnn_benchmark",
-        probe="cudnn_benchmark",
-        apply="pitstop.fix.apply.apply_cudnn_benchmark",
+        probe=cudnn_benchmark.PROBE,
+        apply="pitstop.fix.apply.apply_component",
+        component=cudnn_benchmark.__name__,
     ),
     Recipe(
         "host_memory",

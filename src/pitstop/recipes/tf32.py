@@ -33,6 +33,7 @@ NAME = "tf32"
 KNOB = "tf32"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.tf32``)
 SURFACE = PROCESS
 FINDING = "precision.tf32"
+CANDIDATE = "tf32"  # the name of ``pitstop fix``'s candidate
 PROBE = "tf32"
 ARMS = ("fp32", "tf32")
 PHASES = ("forward_s", "backward_s")  # the parts of the step its saving lives in

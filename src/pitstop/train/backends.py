@@ -1,15 +1,16 @@
 """Backend switches that are free speed on CUDA: TF32 matmuls/convs (``pitstop.recipes.tf32``) and cuDNN
-autotuning."""
+autotuning (``pitstop.recipes.cudnn_benchmark``)."""
 
 from __future__ import annotations
 
 import torch
 
+from pitstop.recipes import cudnn_benchmark as cudnn_component
 from pitstop.recipes import tf32 as tf32_component
 
 
 def configure_backends(device: torch.device | str, tf32: bool = True, cudnn_benchmark: bool = True) -> dict:
-    """Turn on TF32 (Ampere+; the tf32 component's ``apply``) and ``cudnn.benchmark`` for CUDA; nothing on
+    """Turn on TF32 (Ampere+) and ``cudnn.benchmark`` for CUDA (each component's ``apply``); nothing on
     CPU. Returns what was set.
 
     cudnn.benchmark picks the fastest conv algorithm per input shape; with shapes that change every
@@ -18,6 +19,4 @@ def configure_backends(device: torch.device | str, tf32: bool = True, cudnn_benc
     dev = torch.device(device).type
     if dev != "cuda":
         return {}
-    applied = tf32_component.apply(dev, tf32)
-    torch.backends.cudnn.benchmark = cudnn_benchmark
-    return {**applied, "cudnn_benchmark": cudnn_benchmark}
+    return {**tf32_component.apply(dev, tf32), **cudnn_component.apply(dev, cudnn_benchmark)}

@@ -300,8 +300,8 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
 
 
 def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
-    """precision.fp16 and the process components' findings (precision.tf32) from the GPU probes; the
-    pinned-copy probe's numbers on dataloader.pin_memory."""
+    """precision.fp16 and the process components' findings (cudnn.benchmark, precision.tf32) from the GPU
+    probes; the pinned-copy probe's numbers on dataloader.pin_memory."""
     out = list(found)
     fp16 = probes.get("fp16_scaler")
     prec = probes.get("precision") or {}
@@ -326,7 +326,7 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
                 share=share,
             )
         )
-    for comp in components(PROCESS):  # tf32: its RULE on its probe's result
+    for comp in components(PROCESS):  # cudnn_benchmark, tf32: its RULE on its probe's result
         out += probe_finding(comp.RULE, bd, probes)
     h2d = probes.get("h2d")
     if h2d:

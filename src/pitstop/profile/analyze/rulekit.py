@@ -60,8 +60,8 @@ PHASE_OF: dict[str, tuple[str, ...]] = {
     "dataloader.slow": ("data_wait_s",),
     recipe("pin_memory").finding or "": ("h2d_s",),
     "sync.item": ("sync_s",),
-    **dict.fromkeys([recipe("cudnn_benchmark").finding or "", "precision.fp16"], FWD_BWD),
-    **{c.FINDING: c.PHASES for c in components()},  # autocast, channels_last, foreach, tf32, ...
+    "precision.fp16": FWD_BWD,
+    **{c.FINDING: c.PHASES for c in components()},  # autocast, channels_last, foreach, tf32, cudnn, ...
 }
 
 

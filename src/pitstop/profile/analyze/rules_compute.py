@@ -1,5 +1,6 @@
 """Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last and
-foreach through their components' rules, cudnn.benchmark, keeping freed host memory mapped) and the setup
+foreach through their components' rules, keeping freed host memory mapped; cudnn.benchmark and TF32 are
+``gpu_rules``') and the setup
 facts (compile, DataParallel, GPU use). Pure functions from measurements to Findings."""
 
 from __future__ import annotations
@@ -31,23 +32,16 @@ from pitstop.train.host_memory import GLIBC_ENV
 if TYPE_CHECKING:
     from pitstop.recipes.component import ForwardComponent, Judge, OptimizerComponent, ProbedComponent
 
-CUDNN_BENCHMARK = ProbeRule(
-    "cudnn_benchmark",
-    title="cudnn.benchmark is off for a conv net with fixed input shapes",
-    evidence="forward+backward: benchmark off {base}, on {new}",
-    fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
-)
 # the components whose probe times the model's forward+backward (autocast, channels_last, ...), each
 # with its RULE and the fields its texts take (``rule_fields``), in registry order
 PROBED = (FORWARD, MODEL)
-PROBE_RULES = (*(c.RULE for c in components(*PROBED)), CUDNN_BENCHMARK)
+PROBE_RULES = tuple(c.RULE for c in components(*PROBED))
 
 
 def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:
     """The findings of the model probes, each from its recipe's probe result: every ``PROBED``
-    component's ``RULE`` (with its ``rule_fields``; none where they are None), then cudnn.benchmark's:
-    a problem, a pass only where the interval rules out a saving of ``WARN_SHARE`` of the step, or
-    undecided."""
+    component's ``RULE`` (with its ``rule_fields``; none where they are None): a problem, a pass only
+    where the interval rules out a saving of ``WARN_SHARE`` of the step, or undecided."""
     where = model.get("first_location")
     fields = {"device": device, "bar": pct(WARN_SHARE)}
     out: list[Finding] = []
@@ -55,7 +49,7 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
         own = c.rule_fields(model, probes.get(c.PROBE) or {}, device)
         if own is not None:
             out += probe_finding(c.RULE, bd, probes, where, **fields, **own)
-    return out + probe_finding(CUDNN_BENCHMARK, bd, probes, where, **fields)
+    return out
 
 
 FLOAT64 = ProbeRule(

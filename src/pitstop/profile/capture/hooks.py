@@ -142,8 +142,6 @@ class Instrumentation:
     # ----------------------------------------------------------------------------------- install
     def install(self) -> None:
         ov = self.cfg.overrides
-        if ov.cudnn_benchmark:
-            torch.backends.cudnn.benchmark = True
         if ov.keep_host_memory:
             kept_now = keep_host_memory()
             if not kept_now.applied:

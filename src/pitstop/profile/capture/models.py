@@ -261,7 +261,7 @@ class ModelHooks:
         inst.captured.models.append(module)
         inst.model_facts[id(module)] = {"first_location": user_location(4)}
         ov = inst.cfg.overrides
-        for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, on the model's device
+        for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, cudnn_benchmark
             if getattr(ov, comp.KNOB, False):
                 comp.apply(module_device_type(module), True)
         if self.injected:

@@ -2,13 +2,13 @@
 
 - fp16 autocast with a GradScaler vs the script's fp32 (bf16 autocast is ``probes.precision`` where the
   GPU has it);
-- each process-wide setting's arms (``pitstop.recipes.components(PROCESS)``: TF32 matmuls vs full fp32,
-  on Ampere and later when the script left matmuls at "highest"), where its ``applies``;
+- each process-wide setting's arms (``pitstop.recipes.components(PROCESS)``: cudnn.benchmark off vs on
+  for a conv net that left it off; TF32 matmuls vs full fp32, on Ampere and later when the script left
+  matmuls at "highest"), where its ``applies``;
 - host-to-device copies of the batch: pageable and blocking vs pinned and ``non_blocking``, timed with
   CUDA events (device time) and the host clock (time the host is held).
 
-``cudnn.benchmark`` off vs on is in ``pitstop.profile.probe.probes``. Everything CUDA-specific goes through a
-``Backend`` so the logic runs, and is tested, with fakes on a CPU.
+Everything CUDA-specific goes through a ``Backend`` so the logic runs, and is tested, with fakes on a CPU.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Backend:
     get_matmul_precision: Callable[[], str]
     set_matmul_precision: Callable[[str], None]
     grad_scaler: Callable[[], Any]
+    get_cudnn_benchmark: Callable[[], bool]
+    set_cudnn_benchmark: Callable[[bool], None]
 
 
 def cuda_backend() -> Backend:
@@ -52,7 +54,15 @@ def cuda_backend() -> Backend:
         get_matmul_precision=torch.get_float32_matmul_precision,
         set_matmul_precision=torch.set_float32_matmul_precision,
         grad_scaler=lambda: torch.amp.GradScaler("cuda"),
+        get_cudnn_benchmark=lambda: bool(torch.backends.cudnn.benchmark),
+        set_cudnn_benchmark=_set_cudnn_benchmark,
     )
+
+
+def _set_cudnn_benchmark(on: bool) -> None:
+    import torch
+
+    torch.backends.cudnn.benchmark = on
 
 
 def run(
@@ -74,7 +84,7 @@ def run(
     if fp32 and cap >= (7, 0):
         fp16 = _fp16_step(model, args, kwargs, be, device_type)
         out["fp16_scaler"] = saving(timed({"fp32": base, "fp16": fp16}, device_type), "fp32", "fp16")
-    for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32
+    for comp in cast("list[ProcessComponent]", components(PROCESS)):  # cudnn_benchmark, tf32
         if comp.applies(facts, be):
             arms = dict(zip(comp.ARMS, (base, comp.changed(base, be)), strict=True))
             out[comp.PROBE] = saving(timed(arms, device_type), *comp.ARMS)

@@ -2,8 +2,9 @@
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
 vs autocast, float64 vs float32 (``probe_float64``), as it ran vs each component's change (NCHW vs
-channels_last: ``pitstop.recipes.channels_last``), cudnn.benchmark off vs on,
-the optimizer's step as it ran vs foreach, and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
+channels_last: ``pitstop.recipes.channels_last``), on CUDA each process-wide setting off vs on
+(cudnn.benchmark, TF32: ``pitstop.profile.probe.gpu_probes``), the optimizer's step as it ran vs foreach,
+and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
 rounds by ``pitstop.measure``, so each saving comes with the bounds of its 95% interval
 (``saving_lo_s``, ``saving_hi_s``), except the malloc one, which cannot be undone in the process and so
 runs last, before then after, and is marked ``confirmed: False``. Each probe is bounded in time and
@@ -160,17 +161,7 @@ def _model_probes(
         if comp.applies(facts):
             _component_probe(comp, model, inputs, facts, base, out)
 
-    if dev == "cuda" and facts.get("conv2d_layers") and not torch.backends.cudnn.benchmark:
-
-        def bench_on() -> None:
-            torch.backends.cudnn.benchmark = True
-            try:
-                base()
-            finally:
-                torch.backends.cudnn.benchmark = False
-
-        out["cudnn_benchmark"] = saving(timed({"off": base, "on": bench_on}, dev), "off", "on")
-    if dev == "cuda":  # fp16+GradScaler, TF32, pinned/non_blocking copies (pitstop.profile.probe.gpu_probes)
+    if dev == "cuda":  # fp16+GradScaler, cudnn.benchmark, TF32, pinned/non_blocking copies (gpu_probes)
         out.update(gpu_probes.run(model, args, kwargs, facts, base))
     return out
 
