@@ -180,6 +180,19 @@ class ModelEditor:
             fe.inserts.append((hit[0].lineno - 1, 0, [_indent(fe.text, hit[0].lineno) + line]))
         return arg.id
 
+    def reassign_indexed(self, value: Callable[[str], str]) -> str | None:
+        fe, where = self.fe, self.where
+        call = _forward_call(fe.tree(), where)
+        arg = call.args[0] if call else None
+        if not (isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name)):
+            return None
+        name = arg.value.id
+        made = _last_assignment(fe.tree(), name, where)
+        if made is None or made.lineno >= where:
+            raise Unplaced(f"{self.kind}: no line making {name} before the forward at line {where}")
+        _after(fe, made, f"{name} = {value(name)}")
+        return name
+
     def wrap_forward(self, header: str) -> None:
         fe = self.fe
         hit = _innermost(fe.tree(), self.where)
@@ -410,27 +423,6 @@ def apply_component(site: Site) -> None:
         changes = comp.edit(ModelEditor(fe, line, comp.KNOB, setting, device_type(site.config.get("device"))))
     if fe is not None:
         fe.changes.update(changes)
-
-
-def apply_float32(site: Site) -> None:
-    """float32 for a float64 model: the model converted after the line that assigns it; its first input
-    after the line that moves it (else before the forward), or, where the forward indexes a tensor
-    (``model(x_all[idx])``), that tensor once after the line that makes it. float64 targets and losses
-    then compute in float64 by type promotion, as before."""
-    fe, line = site.file_at(site.model_at, "float32")
-    editor = ModelEditor(fe, line, "float32")
-    editor.reassign_model("{}.float()".format)
-    call = _forward_call(fe.tree(), line)
-    arg = call.args[0] if call else None
-    if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
-        name = arg.value.id
-        made = _last_assignment(fe.tree(), name, line)
-        if made is None or made.lineno >= line:
-            raise Unplaced(f"float32: no line making {name} before the forward at line {line}")
-        _after(fe, made, f"{name} = {name}.float()")
-    else:
-        editor.reassign_input("{}.float()".format)
-    fe.changes["float32"] = True
 
 
 def apply_compile(site: Site) -> None:

@@ -24,7 +24,8 @@ Each component declares the ``SURFACE`` it acts on, so a generic caller iterates
 calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: the model and its batches,
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
 constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32,
-cudnn_benchmark). What every
+cudnn_benchmark), ``DTYPE`` (``DtypeComponent``: the model's dtype, its inputs converted in and its
+outputs back: float32). What every
 one has is ``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
@@ -46,7 +47,8 @@ MODEL = "model"  # the model's parameters and its batches
 FORWARD = "forward"  # the forward pass wrapped (a context), the model as it is
 OPTIMIZER = "optimizer"  # the optimizer's constructor
 PROCESS = "process"  # a process-wide setting
-SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS)
+DTYPE = "dtype"  # the model's dtype: its inputs converted on the way in, its outputs back on the way out
+SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,12 @@ class ScriptEditor(Protocol):
     def reassign_input(self, value: Callable[[str], str]) -> str:
         """``x = value("x")`` for the forward's first argument ``x`` (a plain name): after the statement
         that moves it with ``.to(...)``, else before the forward's statement."""
+        ...
+
+    def reassign_indexed(self, value: Callable[[str], str]) -> str | None:
+        """Where the forward's first argument indexes a tensor (``model(x_all[idx])``): ``x_all =
+        value("x_all")`` once after the statement that makes it; the name, or None where the argument is
+        no such subscript."""
         ...
 
     def wrap_forward(self, header: str) -> None:
@@ -325,4 +333,31 @@ class ProcessComponent(Component, Protocol):
 
     def cannot_help(self, device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
         """Why the setting has nothing to change in a run on ``device_type`` with these torch settings."""
+        ...
+
+
+class DtypeComponent(Component, Protocol):
+    """A ``DTYPE`` component: the model's dtype changed at its boundary (float32), so the script's code
+    around the forward sees the dtypes it made; not applied to a model called as ``model.forward(x)``,
+    whose inputs cannot be converted. Its ``RULE`` is judged by ``rulekit.probe_finding``; its probe's
+    record names the changed dtype (``ARMS[1]``)."""
+
+    def applies(self, facts: Mapping[str, Any]) -> bool:
+        """Whether the model whose facts these are has something to change (probe, rule)."""
+        ...
+
+    def apply_model(self, model: Any) -> Any:
+        """The model with the change (in place; returned for chaining)."""
+        ...
+
+    def apply_input(self, batch: Any) -> Any:
+        """A batch (tensor, tuple, list, dict) as the changed model wants it."""
+        ...
+
+    def apply_output(self, out: Any) -> Any:
+        """The changed model's output as the script's code after the forward expects it."""
+        ...
+
+    def unprobed(self, model: Mapping[str, Any], probes: Mapping[str, Any]) -> Finding:
+        """What profile says where the model has something to change but the probe did not run."""
         ...

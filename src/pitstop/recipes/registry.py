@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import autocast, channels_last, cudnn_benchmark, optimizer_impl, tf32
+from pitstop.recipes import autocast, channels_last, cudnn_benchmark, float32, optimizer_impl, tf32
 from pitstop.recipes.component import MODEL
 
 if TYPE_CHECKING:
@@ -117,15 +117,16 @@ RECIPES: tuple[Recipe, ...] = (
         component=autocast.__name__,
     ),
     Recipe(
-        "float32",
+        float32.NAME,
         "float32 instead of float64",
-        "model = model.float()  # once, before building the optimizer\nx = x.float()  # each float64 batch",
-        finding="precision.float64",
-        override="float32",
+        float32.SNIPPET,
+        finding=float32.FINDING,
+        override=float32.KNOB,
         train="pitstop.train.float32.float32_model",
-        probe="float32",
-        apply="pitstop.fix.apply.apply_float32",
+        probe=float32.PROBE,
+        apply="pitstop.fix.apply.apply_component",
         site="model",
+        component=float32.__name__,
     ),
     Recipe(
         channels_last.NAME,

@@ -20,7 +20,7 @@ from pitstop.profile.analyze.pass_rules import skipped_probe_passes
 from pitstop.profile.analyze.probe_failures import probe_failure_rules
 from pitstop.profile.analyze.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
 from pitstop.profile.analyze.rules_compute import (
-    float64_rules,
+    dtype_rules,
     host_memory_rules,
     optimizer_rules,
     probe_rules,
@@ -279,7 +279,7 @@ def problem_findings(
     found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
     dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
     found += probe_rules(bd, model, probes, dev_type)
-    found += float64_rules(bd, model, probes)
+    found += dtype_rules(bd, model, probes)  # float32
     found += skipped_probe_passes(probes, dev_type)
     found += unprobed_precision(model, probes, dev_type)
     found += optimizer_rules(bd, data.get("optimizers", []), probes)

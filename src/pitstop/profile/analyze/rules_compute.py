@@ -16,7 +16,6 @@ from pitstop.profile.analyze.rulekit import (
     MIN_FAULTS_TO_TIME,
     MIN_SHARE,
     WARN_SHARE,
-    ProbeRule,
     cost,
     ms,
     pct,
@@ -26,11 +25,17 @@ from pitstop.profile.analyze.rulekit import (
 )
 from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import components, recipe
-from pitstop.recipes.component import FORWARD, MODEL, OPTIMIZER
+from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER
 from pitstop.train.host_memory import GLIBC_ENV
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import ForwardComponent, Judge, OptimizerComponent, ProbedComponent
+    from pitstop.recipes.component import (
+        DtypeComponent,
+        ForwardComponent,
+        Judge,
+        OptimizerComponent,
+        ProbedComponent,
+    )
 
 # the components whose probe times the model's forward+backward (autocast, channels_last, ...), each
 # with its RULE and the fields its texts take (``rule_fields``), in registry order
@@ -52,44 +57,17 @@ def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], de
     return out
 
 
-FLOAT64 = ProbeRule(
-    "float32",
-    title="The model trains in float64; float32 is faster here",
-    evidence="forward+backward on the script's last batch: float64 {base}, float32 {new} (medians, measured "
-    "after the run on a float32 copy of the model)",
-    fix="Train in float32: convert the model once, before building the optimizer, and each float64 batch "
-    "(numpy arrays give float64); keep float64 only where the numerics need it.",
-    pass_title="float32 measured no faster than float64 for this model here",
-    pass_evidence="forward+backward: float64 {base}, float32 {new}",
-    at_model=True,
-)
-
-
-def float64_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any]) -> list[Finding]:
-    """A model with float64 parameters: the float32 probe's finding, or, where it did not run, an info
-    finding saying why (``pitstop fix --candidates float32`` times it on the whole script)."""
-    if "float64" not in (model.get("param_dtypes") or []):
-        return []
-    where = model.get("first_location")
-    found = probe_finding(FLOAT64, bd, probes, where)
-    if found:
-        return found
-    r = recipe(FLOAT64.recipe)
-    p = probes.get(r.probe or "") or {}
-    why = p.get("skipped") or p.get("error") or probes.get("error") or "the model probes did not run"
-    return [
-        Finding(
-            id=r.finding or r.name,
-            severity=Severity.INFO,
-            title="The model trains in float64",
-            evidence=f"float64 parameters ({', '.join(model['param_dtypes'])}); the float32 gain was not "
-            f"measured in this run ({why}). `pitstop fix --candidates {r.name}` measures it",
-            data={"param_dtypes": model["param_dtypes"], "probe": p or None},
-            fix=FLOAT64.fix,
-            fix_code=r.snippet,
-            location=where,
-        )
-    ]
+def dtype_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any]) -> list[Finding]:
+    """For each dtype component with something to change in the model (float32: float64 parameters): its
+    probe's finding (``RULE``), or, where the probe did not run, its ``unprobed`` info finding (``pitstop
+    fix`` times it on the whole script)."""
+    out: list[Finding] = []
+    for c in cast("list[DtypeComponent]", components(DTYPE)):
+        if c.applies(model):
+            out += probe_finding(c.RULE, bd, probes, model.get("first_location")) or [
+                c.unprobed(model, probes)
+            ]
+    return out
 
 
 PAGE_FAULTS = recipe("host_memory").finding

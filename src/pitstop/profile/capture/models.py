@@ -31,13 +31,12 @@ from torch.nn.modules import module as _module
 from pitstop.profile.capture import direct_forward
 from pitstop.profile.capture.where import user_location
 from pitstop.recipes import autocast, components, enabled, model_components
-from pitstop.recipes.component import PROCESS
-from pitstop.train.float32 import float32_inputs, float32_model, float64_outputs, has_float64
+from pitstop.recipes.component import DTYPE, PROCESS
 
 if TYPE_CHECKING:
     from pitstop.profile.capture.patches import Patches
     from pitstop.profile.capture.points import ProbePoints
-    from pitstop.recipes.component import ProcessComponent
+    from pitstop.recipes.component import DtypeComponent, ProcessComponent
 
 is_compiling = torch.compiler.is_compiling
 clock = time.perf_counter
@@ -68,9 +67,12 @@ class ModelHooks:
         self.direct_end = 0.0  # when the last submodule call inside it ended
         ov = inst.cfg.overrides
         self.injected = enabled(ov)  # the components (channels_last, ...) the overrides turn on
-        self.on_inputs = bool(self.injected or ov.autocast or ov.float32)  # override_inputs has work
-        # override_output has work: while an autocast context is open (the list), always under float32
-        self.on_outputs: list[Any] | bool = True if ov.float32 else self.autocast_ctx
+        # the dtype components (float32) the overrides turn on: model, inputs and outputs converted
+        dtype = cast("list[DtypeComponent]", components(DTYPE))
+        self.dtype = [c for c in dtype if getattr(ov, c.KNOB, False)]
+        self.on_inputs = bool(self.injected or ov.autocast or self.dtype)  # override_inputs has work
+        # override_output has work: while an autocast context is open (the list), always under a dtype one
+        self.on_outputs: list[Any] | bool = True if self.dtype else self.autocast_ctx
 
     def install(self, patches: Patches) -> None:
         self.handles = [
@@ -266,8 +268,9 @@ class ModelHooks:
                 comp.apply(module_device_type(module), True)
         if self.injected:
             self.apply_components(module)
-        if ov.float32 and has_float64(module) and id(module) not in self.direct_ids:
-            float32_model(module)
+        if id(module) not in self.direct_ids:  # model.forward(x): its inputs cannot be converted
+            for dt in self.dtype:  # float32
+                dt.apply_model(module)
         if ov.compile:
             try:
                 module.compile()
@@ -290,7 +293,7 @@ class ModelHooks:
                 self.inst.override_errors.append(f"{comp.NAME}: {type(e).__name__}: {e}")
 
     def override_inputs(self, module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """Apply the input overrides (the components', e.g. channels_last; autocast, float32) at a top-level
+        """Apply the input overrides (the components', e.g. channels_last and float32; autocast) at a top-level
         forward; new args or None. Not for a model called as ``model.forward(x)``: its arguments are bound
         already."""
         if id(module) in self.direct_ids:
@@ -306,10 +309,10 @@ class ModelHooks:
             ctx = autocast.context(module_device_type(module), ov.autocast)
             ctx.__enter__()
             self.autocast_ctx.append(ctx)
-        if ov.float32:
-            new = float32_inputs(args if new is None else new)
+        for dt in self.dtype:  # float32
+            new = dt.apply_input(args if new is None else new)
             kwargs = call_kwargs()
-            kwargs.update(float32_inputs(kwargs))
+            kwargs.update(dt.apply_input(kwargs))
         return new
 
     def override_output(self, module: torch.nn.Module, output: Any) -> Any:
@@ -321,8 +324,8 @@ class ModelHooks:
         if self.autocast_ctx:
             self.autocast_ctx.pop().__exit__(None, None, None)
             new = _float_outputs(output)
-        if self.on_outputs is True:  # float32 override: what follows sees the dtype the script made
-            new = float64_outputs(output if new is None else new)
+        for dt in self.dtype:  # float32: what follows sees the dtype the script made
+            new = dt.apply_output(output if new is None else new)
         return new
 
 

@@ -33,11 +33,11 @@ from pitstop.profile.confirm import budget, malloc_confirm, workers_confirm
 from pitstop.profile.confirm.fresh_runs import WARMUP, Interrupted, Runner, timed
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
-from pitstop.recipes import autocast, channels_last, recipe
+from pitstop.recipes import autocast, channels_last, float32, recipe
 from pitstop.train.host_memory import GLIBC_ENV
 
 # recipes whose probe predictions are timed in fresh runs
-MODEL_PROBES = (autocast.NAME, channels_last.NAME, "float32")
+MODEL_PROBES = (autocast.NAME, channels_last.NAME, float32.NAME)
 # per child run up to 20 steps (+3 warm-up); from round 3 a decided interval ends the runs early
 STEPS, MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 20, 3, 6, 60.0
 # slow steps: fewer steps a run (a run's measured part about RUN_MEASURED_S, at least MIN_STEPS) and a

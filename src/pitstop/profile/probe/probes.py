@@ -1,7 +1,7 @@
 """Measured what-ifs, run in the user's process after the script stopped, on its own model and last batch.
 
 A rule may only claim a saving that was measured here: forward+backward of the top-level model in fp32
-vs autocast, float64 vs float32 (``probe_float64``), as it ran vs each component's change (NCHW vs
+vs autocast, float64 vs float32 (each dtype component: ``probe_float64``), as it ran vs each component's change (NCHW vs
 channels_last: ``pitstop.recipes.channels_last``), on CUDA each process-wide setting off vs on
 (cudnn.benchmark, TF32: ``pitstop.profile.probe.gpu_probes``), the optimizer's step as it ran vs foreach,
 and (CPU) glibc's malloc as it was vs freed memory kept mapped. Variants are timed in rotating
@@ -17,7 +17,7 @@ import contextlib
 import copy
 import statistics
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils._pytree import tree_map_only
@@ -38,9 +38,12 @@ from pitstop.profile.probe.probe_kit import (
     sync,
     timed,
 )
-from pitstop.recipes import autocast, model_components, optimizer_impl
-from pitstop.recipes.component import ModelComponent
+from pitstop.recipes import autocast, components, model_components, optimizer_impl
+from pitstop.recipes.component import DTYPE, ModelComponent
 from pitstop.train import optim
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import DtypeComponent
 
 MAX_PASS_S = 5.0  # one forward+backward slower than this: not worth probing at exit
 BUDGET_S = 20.0  # all probes together (more for slow passes: ``PASSES_IN_BUDGET``)
@@ -152,10 +155,11 @@ def _model_probes(
         why = matmul.cpu_bf16_line() if dev == "cpu" else f"no fast bf16/fp16 path on this {dev}"
         out["precision"] = {"dtype": None, "skipped": why}
 
-    if "float64" in (facts.get("param_dtypes") or []):  # float64 training: the float32 gain
-        from pitstop.profile.probe import probe_float64
+    for dt in cast("list[DtypeComponent]", components(DTYPE)):  # float32 for a float64 model
+        if dt.applies(facts):
+            from pitstop.profile.probe import probe_float64
 
-        out["float32"] = probe_float64.run(model, args, kwargs, facts, base, dev)
+            out[dt.PROBE] = probe_float64.run(dt, model, args, kwargs, facts, base, dev)
 
     for comp in model_components():  # channels_last, ...: the model as it ran vs a changed copy
         if comp.applies(facts):
