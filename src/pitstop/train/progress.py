@@ -64,6 +64,11 @@ class TrainProgress:
         if self._progress is not None:
             self._progress.advance(self._task, steps)  # type: ignore[arg-type]
 
+    def note(self, text: str) -> None:
+        """A line above the bar (a decision the user should see); nothing when the bar is off."""
+        if self._progress is not None:
+            self._progress.console.print(text)
+
     def log(self, loss: float, lr: float) -> float:
         """Show loss/lr and the samples/s since the last log; returns that throughput."""
         now = time.perf_counter()

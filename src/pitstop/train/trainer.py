@@ -30,6 +30,7 @@ from pitstop.train.checkpoint_io import (
     save_checkpoint,
 )
 from pitstop.train.compile import maybe_compile, unwrap
+from pitstop.train.compile_auto import AutoCompile
 from pitstop.train.distributed import (
     DistEnv,
     barrier,
@@ -55,7 +56,9 @@ class TrainConfig:
     """Every choice ``fit`` makes, in one place. Defaults are the fast path for this machine.
 
     precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
-    channels_last: 'auto' = on for models with Conv2d; True/False to force.  compile: opt-in ``torch.compile`` with eager fallback.
+    channels_last: 'auto' = on for models with Conv2d; True/False to force.
+    compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = compile after the first eager
+    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process).
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
@@ -72,7 +75,7 @@ class TrainConfig:
     accum_steps: int = 1
     clip_grad_norm: float | None = None
     channels_last: bool | str = "auto"
-    compile: bool = False
+    compile: bool | str = "auto"
     activation_checkpointing: Sequence[Target] = ()
     schedule: str | None = None
     max_lr: float | None = None
@@ -142,7 +145,9 @@ def prepare_model(
     elif strategy != "none":
         raise ValueError(f"distributed must be auto, ddp, fsdp or none, got {cfg.distributed!r}")
     applied["distributed"] = strategy if env.is_distributed else "none"
-    model = maybe_compile(model, cfg.compile)
+    if cfg.compile not in (True, False, "auto"):
+        raise ValueError(f"compile must be True, False or 'auto', got {cfg.compile!r}")
+    model = maybe_compile(model, bool(cfg.compile) and cfg.compile != "auto")
     applied["compile"] = cfg.compile
     applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
     keep = cfg.keep_host_memory
@@ -207,6 +212,7 @@ class _Loop:
     history: list[dict[str, float]] = field(default_factory=list)
     val_history: list[dict[str, float]] = field(default_factory=list)
     prog: Any = None  # the TrainProgress while the loop runs
+    auto: AutoCompile | None = None  # compile='auto' until it has decided
 
     @property
     def nvtx(self) -> bool:
@@ -335,7 +341,28 @@ def _prepare(
         epoch=state.epoch,
         consumed=state.batches_in_epoch,
         done=planned is not None and state.step >= planned,
+        auto=_auto(cfg, env, planned),
     )
+
+
+def _auto(cfg: TrainConfig, env: DistEnv, planned: int | None) -> AutoCompile | None:
+    """The compile='auto' probe, for a single-process run (a mid-run switch is not tried under DDP/FSDP)."""
+    if cfg.compile != "auto" or env.is_distributed or not hasattr(torch, "compile"):
+        return None
+    return AutoCompile(planned, env.device.type)
+
+
+def _decide_compile(lp: _Loop) -> None:
+    """compile='auto' after a step: once the probe has decided, compile (or not) and say why."""
+    assert lp.auto is not None
+    on = lp.auto.decide(lp.step)
+    if on is None:
+        return
+    if on:
+        lp.model = maybe_compile(lp.model)
+    lp.applied["compile"] = lp.auto.decision
+    lp.prog.note(lp.auto.decision)
+    lp.auto = None
 
 
 def _train(
@@ -384,13 +411,13 @@ def _start_epoch(lp: _Loop, resuming: bool) -> Iterator[Any]:
 def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
     """Forward, backward and (every ``accum_steps`` batches) an optimizer step over ``data``, logging and
     checkpointing on their step counts; stops at ``cfg.max_steps`` (``lp.done``)."""
-    cfg, amp, model, nvtx = lp.cfg, lp.amp, lp.model, lp.nvtx
+    cfg, amp, nvtx = lp.cfg, lp.amp, lp.nvtx
     step_samples = 0
     for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
         lp.consumed += 1
-        with sync_context(model, last):
+        with sync_context(lp.model, last):  # lp.model: compile='auto' may compile it mid-run
             with nvtx_range("forward", nvtx), amp.autocast():
-                loss = lp.compute(model, batch)
+                loss = lp.compute(lp.model, batch)
             with nvtx_range("backward", nvtx):
                 amp.backward(scale_loss(loss, cfg.accum_steps))
         n = batch_size(batch)
@@ -407,6 +434,8 @@ def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
         lp.samples += step_samples
         lp.prog.advance(1, step_samples)
         step_samples = 0
+        if lp.auto is not None:
+            _decide_compile(lp)
         if lp.step % cfg.log_every == 0:
             _log(lp)
         if lp.ckpt is not None and cfg.checkpoint_every and lp.step % cfg.checkpoint_every == 0:
