@@ -130,6 +130,7 @@ def prepare_model(
     cl = channels_last.has_conv2d(model) if cfg.channels_last == "auto" else bool(cfg.channels_last)
     if cl:
         channels_last.apply_model(model)
+        channels_last.keep_grad_nhwc(model)  # global pooling's backward would hand back NCHW gradients
     applied["channels_last"] = cl
     if cfg.activation_checkpointing:
         applied["activation_checkpointing"] = apply_activation_checkpointing(
