@@ -7,8 +7,8 @@ Contenders (each in its own worker process, so allocator state, imports and peak
   naive+glibc         the same unmodified loop started with the environment `pitstop launch
                       --allocator glibc` sets (glibc malloc keeps freed blocks mapped): the zero-code route
   pitstop             pitstop.train.fit with TrainConfig() defaults (auto: bf16 where the CPU is fast at
-                      it, fused AdamW, channels_last for conv nets, freed host memory kept mapped, no
-                      per-step host sync, compile only where the steps left pay for it: its decision is
+                      it, fused AdamW, channels_last for conv nets with NHWC gradients kept at global
+                      pooling, freed host memory kept mapped, no per-step host sync, compile only where the steps left pay for it: its decision is
                       stated below the table)
   pitstop-nokeep      the same with keep_host_memory=False (glibc malloc as it comes)
   pitstop-nocl        the same with channels_last=False
