@@ -481,6 +481,8 @@ def main() -> None:
             "",
             *goal_lines(workers, preferred_amp_dtype("cpu") is not None),
             *warmup_lines(workers),
+            "- where the step goes and each lever tried, with what it measured: "
+            "benchmarks/results/train_levers.md",
             "",
         ]
     )
