@@ -24,7 +24,7 @@ def test_keep_grad_nhwc_hooks_global_pooling_once_and_keeps_gradients_equal() ->
     plain, hooked = _net(), _net()
     for m in (plain, hooked):
         channels_last.apply_model(m)
-    assert channels_last.keep_grad_nhwc(hooked) == 1
+    assert channels_last.keep_grad_nhwc(hooked) == 2  # the pooling and the Flatten
     assert channels_last.keep_grad_nhwc(hooked) == 0  # already hooked: not twice
     x = channels_last.apply_input(torch.randn(4, 3, 6, 6))
     seen: list[torch.Tensor] = []
@@ -32,6 +32,24 @@ def test_keep_grad_nhwc_hooks_global_pooling_once_and_keeps_gradients_equal() ->
     for m in (plain, hooked):
         m(x).square().sum().backward()
     assert seen and seen[0].is_contiguous(memory_format=torch.channels_last)
+    for a, b in zip(plain.parameters(), hooked.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_keep_grad_nhwc_at_a_flatten_head_keeps_gradients_equal() -> None:
+    def net() -> torch.nn.Sequential:
+        torch.manual_seed(0)
+        conv = [torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU()]
+        return torch.nn.Sequential(*conv, torch.nn.Flatten(), torch.nn.Linear(4 * 5 * 5, 2))
+
+    plain, hooked = channels_last.apply_model(net()), channels_last.apply_model(net())
+    assert channels_last.keep_grad_nhwc(hooked) == 1
+    seen: list[torch.Tensor] = []
+    hooked[1].register_full_backward_hook(lambda m, gin, gout: seen.append(gout[0]))
+    x = channels_last.apply_input(torch.randn(3, 3, 5, 5))
+    for m in (plain, hooked):
+        m(x).square().sum().backward()
+    assert seen[0].is_contiguous(memory_format=torch.channels_last) and not seen[0].is_contiguous()
     for a, b in zip(plain.parameters(), hooked.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad)
 
@@ -52,3 +70,4 @@ def test_fit_hooks_global_pooling_only_when_channels_last_is_on() -> None:
     fit(off, None, loader, torch.nn.functional.cross_entropy,
         TrainConfig(progress=False, precision="fp32", channels_last=False))  # fmt: skip
     assert len(on[3]._forward_pre_hooks) == 1 and not off[3]._forward_pre_hooks
+    assert len(on[4]._forward_pre_hooks) == 1  # the Flatten (a no-op there: its input is 1x1)
