@@ -307,6 +307,11 @@ class ModelComponent(ProbedComponent, Protocol):
         """A batch (tensor, tuple, list, dict) as the changed model wants it."""
         ...
 
+    def train_model(self, model: Any) -> Any:
+        """What ``pitstop.train`` adds after ``apply_model``, where it owns the training loop (hooks on the
+        backward, say); profile's injection and fix never call it. Returns what it did."""
+        ...
+
 
 class ProcessComponent(Component, Protocol):
     """A ``PROCESS`` component: a process-wide setting (tf32, cudnn_benchmark); its ``RULE`` is judged by

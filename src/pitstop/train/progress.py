@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -64,6 +65,11 @@ class TrainProgress:
         if self._progress is not None:
             self._progress.advance(self._task, steps)  # type: ignore[arg-type]
 
+    def note(self, text: str) -> None:
+        """A line above the bar (a decision the user should see); nothing when the bar is off."""
+        if self._progress is not None:
+            self._progress.console.print(text)
+
     def log(self, loss: float, lr: float) -> float:
         """Show loss/lr and the samples/s since the last log; returns that throughput."""
         now = time.perf_counter()
@@ -72,3 +78,15 @@ class TrainProgress:
         if self._progress is not None:
             self._progress.update(self._task, info=f"loss {loss:.4f}  lr {lr:.2e}  {rate:,.0f} samples/s")  # type: ignore[arg-type]
         return rate
+
+
+def nvtx_fetches(it: Iterable[Any], nvtx: bool) -> Iterable[Any]:
+    """The loader with an NVTX 'data' range around each fetch (Nsight then shows loader stalls)."""
+    it = iter(it)
+    while True:
+        with nvtx_range("data", nvtx):
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+        yield batch

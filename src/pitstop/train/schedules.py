@@ -55,3 +55,28 @@ def cyclic(
     return torch.optim.lr_scheduler.CyclicLR(
         optimizer, base_lr=base_lr, max_lr=max_lr, step_size_up=step_size_up, **kwargs
     )
+
+
+def make_scheduler(
+    schedule: str | None,
+    optimizer: torch.optim.Optimizer,
+    n_batches: int,
+    epochs: int,
+    accum_steps: int,
+    max_lr: float,
+    base_lr: float | None = None,
+    max_steps: int | None = None,
+) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """``pitstop.train``'s ``schedule``: None, "onecycle" (its cycle ends where training ends, at
+    ``max_steps`` where that comes first) or "cyclic" (from ``base_lr``, by default a tenth of ``max_lr``)."""
+    if schedule is None:
+        return None
+    if schedule == "onecycle":
+        planned = total_steps(n_batches, epochs, accum_steps)
+        if max_steps is not None and max_steps < planned:
+            return one_cycle(optimizer, max_lr, max_steps, epochs=1)
+        return one_cycle(optimizer, max_lr, n_batches, epochs, accum_steps)
+    if schedule == "cyclic":
+        base = base_lr if base_lr is not None else max_lr / 10
+        return cyclic(optimizer, base, max_lr, n_batches, accum_steps=accum_steps)
+    raise ValueError(f"schedule must be None, 'onecycle' or 'cyclic', got {schedule!r}")

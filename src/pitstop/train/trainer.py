@@ -31,6 +31,7 @@ from pitstop.train.checkpoint_io import (
     save_checkpoint,
 )
 from pitstop.train.compile import maybe_compile, unwrap
+from pitstop.train.compile_auto import AutoCompile
 from pitstop.train.distributed import (
     DistEnv,
     barrier,
@@ -45,8 +46,8 @@ from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import fused_supported, make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher
-from pitstop.train.progress import TrainProgress, nvtx_range
-from pitstop.train.schedules import cyclic, one_cycle, total_steps
+from pitstop.train.progress import TrainProgress, nvtx_fetches, nvtx_range
+from pitstop.train.schedules import make_scheduler, total_steps
 
 OptimizerLike = torch.optim.Optimizer | Callable[[torch.nn.Module], torch.optim.Optimizer] | None
 
@@ -56,7 +57,9 @@ class TrainConfig:
     """Every choice ``fit`` makes, in one place. Defaults are the fast path for this machine.
 
     precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
-    channels_last: 'auto' = on for models with Conv2d; True/False to force.  compile: opt-in ``torch.compile`` with eager fallback.
+    channels_last: 'auto' = on for models with Conv2d; True/False to force.
+    compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = compile after the first eager
+    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process).
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
@@ -73,7 +76,7 @@ class TrainConfig:
     accum_steps: int = 1
     clip_grad_norm: float | None = None
     channels_last: bool | str = "auto"
-    compile: bool = False
+    compile: bool | str = "auto"
     activation_checkpointing: Sequence[Target] = ()
     schedule: str | None = None
     max_lr: float | None = None
@@ -152,6 +155,7 @@ def prepare_model(
         on = getattr(knobs, comp.KNOB)
         if on:
             comp.apply_model(model)
+            comp.train_model(model)  # what only a loop that owns the backward adds (e.g. NHWC gradients)
         applied[comp.KNOB] = on
     if cfg.activation_checkpointing:
         applied["activation_checkpointing"] = apply_activation_checkpointing(
@@ -167,27 +171,14 @@ def prepare_model(
     elif strategy != "none":
         raise ValueError(f"distributed must be auto, ddp, fsdp or none, got {cfg.distributed!r}")
     applied["distributed"] = strategy if env.is_distributed else "none"
-    model = maybe_compile(model, cfg.compile)
+    if cfg.compile not in (True, False, "auto"):
+        raise ValueError(f"compile must be True, False or 'auto', got {cfg.compile!r}")
+    model = maybe_compile(model, bool(cfg.compile) and cfg.compile != "auto")
     applied["compile"] = cfg.compile
     applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
     # auto: on for CPU only; on CUDA the step's tensors live in the caching allocator
     applied["host_memory"] = str(keep_host_memory()) if knobs.keep_host_memory else "off"
     return model, applied
-
-
-def _make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, n_batches: int) -> Any:
-    if cfg.schedule is None:
-        return None
-    max_lr = cfg.max_lr if cfg.max_lr is not None else cfg.lr
-    if cfg.schedule == "onecycle":
-        planned = total_steps(n_batches, cfg.epochs, cfg.accum_steps)
-        if cfg.max_steps is not None and cfg.max_steps < planned:  # the cycle ends where training ends
-            return one_cycle(optimizer, max_lr, cfg.max_steps, epochs=1)
-        return one_cycle(optimizer, max_lr, n_batches, cfg.epochs, cfg.accum_steps)
-    if cfg.schedule == "cyclic":
-        base = cfg.base_lr if cfg.base_lr is not None else max_lr / 10
-        return cyclic(optimizer, base, max_lr, n_batches, accum_steps=cfg.accum_steps)
-    raise ValueError(f"schedule must be None, 'onecycle' or 'cyclic', got {cfg.schedule!r}")
 
 
 def _gather_rng(env: DistEnv) -> list[dict[str, Any]]:
@@ -230,6 +221,7 @@ class _Loop:
     history: list[dict[str, float]] = field(default_factory=list)
     val_history: list[dict[str, float]] = field(default_factory=list)
     prog: Any = None  # the TrainProgress while the loop runs
+    auto: AutoCompile | None = None  # compile='auto' until it has decided
 
     @property
     def nvtx(self) -> bool:
@@ -323,7 +315,10 @@ def _prepare(
     if scheduler is None and cfg.schedule is not None:
         if n_batches is None:
             raise ValueError("config.schedule needs a loader with a length")
-        scheduler = _make_scheduler(cfg, optimizer, n_batches)
+        max_lr = cfg.max_lr if cfg.max_lr is not None else cfg.lr
+        scheduler = make_scheduler(
+            cfg.schedule, optimizer, n_batches, cfg.epochs, cfg.accum_steps, max_lr, cfg.base_lr, cfg.max_steps
+        )
     applied["accum_steps"] = cfg.accum_steps
 
     state = TrainState()
@@ -358,7 +353,28 @@ def _prepare(
         epoch=state.epoch,
         consumed=state.batches_in_epoch,
         done=planned is not None and state.step >= planned,
+        auto=_auto(cfg, env, planned),
     )
+
+
+def _auto(cfg: TrainConfig, env: DistEnv, planned: int | None) -> AutoCompile | None:
+    """The compile='auto' probe, for a single-process run (a mid-run switch is not tried under DDP/FSDP)."""
+    if cfg.compile != "auto" or env.is_distributed or not hasattr(torch, "compile"):
+        return None
+    return AutoCompile(planned, env.device.type)
+
+
+def _decide_compile(lp: _Loop) -> None:
+    """compile='auto' after a step: once the probe has decided, compile (or not) and say why."""
+    assert lp.auto is not None
+    on = lp.auto.decide(lp.step)
+    if on is None:
+        return
+    if on:
+        lp.model = maybe_compile(lp.model)
+    lp.applied["compile"] = lp.auto.decision
+    lp.prog.note(lp.auto.decision)
+    lp.auto = None
 
 
 def _train(
@@ -407,13 +423,13 @@ def _start_epoch(lp: _Loop, resuming: bool) -> Iterator[Any]:
 def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
     """Forward, backward and (every ``accum_steps`` batches) an optimizer step over ``data``, logging and
     checkpointing on their step counts; stops at ``cfg.max_steps`` (``lp.done``)."""
-    cfg, amp, model, nvtx = lp.cfg, lp.amp, lp.model, lp.nvtx
+    cfg, amp, nvtx = lp.cfg, lp.amp, lp.nvtx
     step_samples = 0
-    for batch, last in accumulate(_timed(data, nvtx), cfg.accum_steps):
+    for batch, last in accumulate(nvtx_fetches(data, nvtx), cfg.accum_steps):
         lp.consumed += 1
-        with sync_context(model, last):
+        with sync_context(lp.model, last):  # lp.model: compile='auto' may compile it mid-run
             with nvtx_range("forward", nvtx), amp.autocast():
-                loss = lp.compute(model, batch)
+                loss = lp.compute(lp.model, batch)
             with nvtx_range("backward", nvtx):
                 amp.backward(scale_loss(loss, cfg.accum_steps))
         n = batch_size(batch)
@@ -430,6 +446,8 @@ def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
         lp.samples += step_samples
         lp.prog.advance(1, step_samples)
         step_samples = 0
+        if lp.auto is not None:
+            _decide_compile(lp)
         if lp.step % cfg.log_every == 0:
             _log(lp)
         if lp.ckpt is not None and cfg.checkpoint_every and lp.step % cfg.checkpoint_every == 0:
@@ -464,15 +482,3 @@ def _log(lp: _Loop) -> None:
     lp.history.append(row)
     if lp.on_log is not None and lp.env.is_main:
         lp.on_log(row)
-
-
-def _timed(it: Iterable[Any], nvtx: bool) -> Iterable[Any]:
-    """The loader with an NVTX 'data' range around each fetch (Nsight then shows loader stalls)."""
-    it = iter(it)
-    while True:
-        with nvtx_range("data", nvtx):
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-        yield batch

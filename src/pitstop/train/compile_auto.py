@@ -1,0 +1,91 @@
+"""``TrainConfig(compile='auto')``: compile only where the steps left pay for the compilation.
+
+``torch.compile`` costs its compilation up front and saves a share of every later step. Whether it pays
+depends on how many steps the run has left and how long one takes, so the decision is taken in the run:
+after ``warmup`` eager steps (allocations, primitive caches) the next ``probe`` steps are timed, and the
+model is compiled when
+
+    steps left x median eager step x SAVING[device] > COMPILE_S[device]
+
+The constants are stated, not guessed per model. CPU: ``torch.compile`` measured 1.04-1.08x the eager
+fast path (bf16, channels_last, fused AdamW) on the 5-conv benchmark net on a 2-core AMD EPYC with
+AVX512_BF16 (``benchmarks/results/train_vs_peers.md``), so a 5% saving; its compilation took 4.3 s with
+inductor's cache warm and over a minute cold on a loaded machine, so 60 s is charged. CUDA: 1.3-2x in
+``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s. For the benchmark net
+on that CPU (about 22 ms a step) the rule compiles when more than ~55,000 steps are left. A run whose
+length is unknown (a loader without ``len`` and no ``max_steps``) is not compiled. ``compile=True`` or
+``False`` overrides the rule; the decision and its numbers are in ``FitResult.applied['compile']``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pitstop.measure import clean
+
+SAVING = {"cpu": 0.05, "cuda": 0.20}  # share of an eager step compile saves (see the module docstring)
+COMPILE_S = {"cpu": 60.0, "cuda": 60.0}  # seconds of compilation charged against the saving
+WARMUP_STEPS = 5
+PROBE_STEPS = 20
+
+
+@dataclass
+class AutoCompile:
+    """Times the first eager steps and decides once whether to compile (``decide`` after each step)."""
+
+    planned: int | None  # optimizer steps the run will take in all; None when unknown
+    device: str = "cpu"
+    warmup: int = WARMUP_STEPS
+    probe: int = PROBE_STEPS
+    clock: Callable[[], float] = time.perf_counter
+    decision: str | None = None  # the printed line, once decided
+    compile: bool = False
+    _last: float | None = None
+    _times: list[float] = field(default_factory=list)
+    _seen: int = 0
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+    def decide(self, step: int) -> bool | None:
+        """Call after each optimizer step (``step``: steps done so far). Returns None while probing, then
+        once True (compile now) or False, with ``decision`` saying why."""
+        now = self.clock()
+        if self._last is not None and self._seen >= self.warmup:
+            self._times.append(now - self._last)
+        self._last = now
+        self._seen += 1
+        if self.planned is None:
+            return self._done(False, "off: the run's length is unknown (no len(loader), no max_steps)")
+        if len(self._times) < self.probe:
+            if self.planned - step <= 0:
+                return self._done(False, "off: the run ended before the probe")
+            return None
+        step_s = statistics.median(clean(self._times).kept)
+        return self._done(*rule(self.planned - step, step_s, self.device))
+
+    def _done(self, on: bool, why: str) -> bool:
+        self.compile, self.decision = on, f"compile auto: {why}"
+        return on
+
+
+def rule(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
+    """Whether compiling now pays for itself over ``steps_left`` steps of ``step_s`` seconds, and why."""
+    saving = SAVING.get(device, SAVING["cpu"])
+    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
+    gain = steps_left * step_s * saving
+    text = (
+        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {saving:.0%} saving = {gain:.1f} s "
+        f"{'>' if gain > cost else '<='} {cost:.0f} s compilation"
+    )
+    return gain > cost, ("on: " if gain > cost else "off: ") + text
+
+
+def break_even_steps(step_s: float, device: str) -> int:
+    """Steps left at which the rule starts compiling, for an eager step of ``step_s`` seconds."""
+    saving = SAVING.get(device, SAVING["cpu"])
+    return int(COMPILE_S.get(device, COMPILE_S["cpu"]) / (step_s * saving)) + 1
