@@ -1,9 +1,9 @@
 """One ablation config made runnable: model, optimizer and an endless loader, and ``step()``.
 
 Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer,
-apply_activation_checkpointing, maybe_compile, scale_loss) or its component (``pitstop.recipes.channels_last``,
+apply_activation_checkpointing, scale_loss) or its component (``pitstop.recipes.channels_last``,
 every one whose knob the row's ``Knobs`` turn on: ``pitstop.recipes.enabled``; a process-wide one, tf32, set
-around each step: ``scoped``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
+around each step: ``scoped``; one that wraps the model's call, compile: ``wrap``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
 from pitstop.recipes import components, enabled
-from pitstop.recipes.component import PROCESS
+from pitstop.recipes.component import PROCESS, WRAP
 from pitstop.train import (
     Amp,
     apply_activation_checkpointing,
     make_grad_scaler,
     make_optimizer,
-    maybe_compile,
     scale_loss,
 )
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import ProcessComponent
+    from pitstop.recipes.component import ProcessComponent, WrapComponent
 
 # Marks each forward pass, so the memory probe can read what is held for backward when forward ends.
 FORWARD_MARK = "pitstop.bench.forward"
@@ -85,7 +84,12 @@ class Session:
         self.batches = iter(self.loader)
         dtype = getattr(torch, config.amp) if config.amp else None
         self.amp = Amp(self.device, dtype, make_grad_scaler(self.device, dtype))
-        self.forward: nn.Module = maybe_compile(model) if config.compile else model
+        # compile, ...: the model's call wrapped (the optimizer keeps the plain model's parameters)
+        wraps = cast("list[WrapComponent]", components(WRAP))
+        self.wraps = [c for c in wraps if getattr(config, c.KNOB, False)]
+        self.forward: nn.Module = model
+        for comp in self.wraps:
+            self.forward = comp.wrap(self.forward)
         self.steps_done = 0
 
     @property
@@ -119,8 +123,8 @@ class Session:
         self.steps_done += 1
 
     def compile_error(self) -> BaseException | None:
-        """The error torch.compile fell back to eager on (pitstop.train's fallback), if any."""
-        return getattr(self.forward, "failed", None)
+        """The error a wrapper of the model's call (torch.compile) fell back to eager on, if any."""
+        return next((e for c in self.wraps if (e := c.failed(self.forward)) is not None), None)
 
     def block(self, steps: int, threads: int) -> float:
         """Mean seconds per step over one block of ``steps`` steps, after one untimed step that re-warms

@@ -11,8 +11,9 @@ byte:
   that assigns the model, and ``x = ...`` for the forward's first input after the line that moves it with
   ``.to(...)``, before the forward's statement when no such line exists; autocast: the statements from
   the forward up to the ``.backward()`` call wrapped in ``with torch.autocast(...)``), ``OptimizerEditor``
-  for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call);
-- compile: ``model = torch.compile(model)`` after the line that assigns the model;
+  for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call); compile
+  and float32 through ``ModelEditor`` too (``model = torch.compile(model)`` after the line that assigns
+  the model);
 - keep_host_memory, and a process component's edit (tf32, cudnn.benchmark: ``first_lines``):
   lines at the top of the script's ``main()`` (or of its ``if __name__ == "__main__":`` block, or after
   its imports), plus the import beside the others;
@@ -248,11 +249,6 @@ class OptimizerEditor:
             self.fe = fe
 
 
-def edit_compile(fe: FileEdits, where: int) -> None:
-    _model_line(fe, where, lambda n: f"torch.compile({n})", "compile")
-    need_torch(fe)
-
-
 def _main_top(fe: FileEdits) -> int:
     """0-based line before which a statement runs first in the script's main (or module)."""
     tree = fe.tree()
@@ -423,12 +419,6 @@ def apply_component(site: Site) -> None:
         changes = comp.edit(ModelEditor(fe, line, comp.KNOB, setting, device_type(site.config.get("device"))))
     if fe is not None:
         fe.changes.update(changes)
-
-
-def apply_compile(site: Site) -> None:
-    fe, line = site.file_at(site.model_at, "compile")
-    edit_compile(fe, line)
-    fe.changes["compile"] = True
 
 
 def script_file(site: Site) -> FileEdits:

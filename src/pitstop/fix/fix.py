@@ -37,11 +37,11 @@ from pitstop.recipes import (
     optimizer_impl,
     recipe,
 )
-from pitstop.recipes.component import PROCESS
+from pitstop.recipes.component import PROCESS, WRAP
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import ModelComponent, ProcessComponent
+    from pitstop.recipes.component import ModelComponent, ProcessComponent, WrapComponent
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
 FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
@@ -197,6 +197,12 @@ def _process(s: _Script, kind: str, why: str) -> Built:
     return [Candidate(comp.CANDIDATE, kind, Overrides.setting(comp.KNOB, True), why)]
 
 
+def _wrap(s: _Script, kind: str, why: str) -> Built:
+    """A wrapper of the model's call (compile): one candidate, named ``CANDIDATE``, that turns it on."""
+    comp = cast("WrapComponent", component(kind))
+    return [Candidate(comp.CANDIDATE, kind, Overrides.setting(comp.KNOB, True), why)]
+
+
 def _host_memory(s: _Script, kind: str, why: str) -> Built:
     if s.config.get("host_memory"):
         return f"host_memory: the script already called keep_host_memory ({s.config['host_memory']})"
@@ -234,6 +240,7 @@ BUILDERS = {
     **{c.NAME: _component for c in model_components()},
     "foreach": _foreach,
     **{c.NAME: _process for c in components(PROCESS)},
+    **{c.NAME: _wrap for c in components(WRAP)},
     "host_memory": _host_memory,
     **{k: _distributed for k in fix_dist.KINDS},
     "threads": _threads,

@@ -1,9 +1,9 @@
 """The registry of optimizations: one ``Recipe`` per optimization (finding id, Overrides field, snippet,
 train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``. An
 optimization that is one component (``pitstop.recipes.component``) has its own module here
-(``channels_last``, ``autocast``, ``optimizer_impl``, ``tf32``, ``cudnn_benchmark``, ``float32``), which
-its entry names; each declares the surface it acts on (the model, the forward, the optimizer, the process,
-the model's dtype), and ``components(surface)`` lists those of one. ``pitstop.recipes.knobs.Knobs`` is the
+(``channels_last``, ``autocast``, ``optimizer_impl``, ``tf32``, ``cudnn_benchmark``, ``float32``,
+``compile``), which its entry names; each declares the surface it acts on (the model, the forward, the
+optimizer, the process, the model's dtype, the model's call wrapped), and ``components(surface)`` lists those of one. ``pitstop.recipes.knobs.Knobs`` is the
 one record of the optimization settings, each recipe's ``override`` the name of its knob there."""
 
 from pitstop.recipes.registry import (

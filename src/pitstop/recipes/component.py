@@ -25,7 +25,7 @@ calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: 
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
 constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32,
 cudnn_benchmark), ``DTYPE`` (``DtypeComponent``: the model's dtype, its inputs converted in and its
-outputs back: float32). What every
+outputs back: float32), ``WRAP`` (``WrapComponent``: the model's call wrapped, torch.compile). What every
 one has is ``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
@@ -48,7 +48,8 @@ FORWARD = "forward"  # the forward pass wrapped (a context), the model as it is
 OPTIMIZER = "optimizer"  # the optimizer's constructor
 PROCESS = "process"  # a process-wide setting
 DTYPE = "dtype"  # the model's dtype: its inputs converted on the way in, its outputs back on the way out
-SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE)
+WRAP = "wrap"  # the model's call wrapped (compiled), its parameters and the script's code as they are
+SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE, WRAP)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class Judge(Protocol):
 
 class ScriptEditor(Protocol):
     """What a component's ``fix --apply`` edit may do to the script, at the model's first forward call
-    (``MODEL``, ``FORWARD``). ``setting``: the knob's value in the fix (autocast's dtype), ``device``: the
+    (``MODEL``, ``FORWARD``, ``DTYPE``, ``WRAP``). ``setting``: the knob's value in the fix (autocast's dtype), ``device``: the
     run's device type. Each method returns the name it wrote the line for;
     ``pitstop.fix.apply.Unplaced`` when the place cannot be found."""
 
@@ -192,15 +193,15 @@ class Component(Protocol):
     KNOB: str  # the ``pitstop.recipes.knobs.Knobs`` field that turns it on (its entry's ``override``)
     SURFACE: str  # what it changes: one of ``SURFACES``
     FINDING: str  # the id of the finding its rule makes
-    PROBE: str  # the key of its probe's result in ``run_probes``' output
+    PROBE: str | None  # the key of its probe's result in ``run_probes``' output (None: no probe, compile)
     ARMS: tuple[str, str]  # the probe's arms: as the script ran, with the change
     PHASES: tuple[str, ...]  # the parts of the step (``Breakdown`` fields) its saving lives in
     SNIPPET: str  # the code change a finding shows
-    RULE: ProbeRule  # its probe's result -> finding (texts; a ``rules`` function may apply it per site)
+    RULE: ProbeRule  # its probe's result -> finding (texts; a ``rules`` or ``findings`` function may apply it)
 
     def edit(self, editor: Any) -> dict[str, Any]:
-        """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL`` and
-        ``FORWARD``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``); what
+        """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL``,
+        ``FORWARD``, ``DTYPE`` and ``WRAP``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``); what
         it changed, as the patch records it."""
         ...
 
@@ -365,4 +366,40 @@ class DtypeComponent(Component, Protocol):
 
     def unprobed(self, model: Mapping[str, Any], probes: Mapping[str, Any]) -> Finding:
         """What profile says where the model has something to change but the probe did not run."""
+        ...
+
+
+class WrapComponent(Component, Protocol):
+    """A ``WRAP`` component: the model's call wrapped (torch.compile), the model and the script's code as
+    they are. No in-process probe (``PROBE`` None): its ``findings`` say where it is not used, ``pitstop
+    fix`` times it on the whole script (its candidate named ``CANDIDATE``)."""
+
+    CANDIDATE: str  # the name of ``pitstop fix``'s candidate that turns it on
+
+    def wrap(self, model: Any, **kwargs: Any) -> Any:
+        """The model wrapped (train, bench), falling back to the plain model where the wrapper fails."""
+        ...
+
+    def failed(self, model: Any) -> BaseException | None:
+        """The error ``wrap``'s model fell back on, if any."""
+        ...
+
+    def inner(self, model: Any) -> Any:
+        """The model inside the wrapper, or None where ``model`` is none."""
+        ...
+
+    def install(self) -> None:
+        """Profile's injection, once before the script runs."""
+        ...
+
+    def inject(self, module: Any) -> str | None:
+        """Profile's injection on a model found (in place); why it could not, or None."""
+        ...
+
+    def model_facts(self, module: Any) -> dict[str, Any]:
+        """What profile records about a model for this optimization (merged into its model facts)."""
+        ...
+
+    def findings(self, model: Mapping[str, Any], torch_facts: Mapping[str, Any]) -> list[Finding]:
+        """Profile's findings for the model's facts and the run's torch facts."""
         ...

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from pitstop.recipes import autocast, channels_last, cudnn_benchmark, float32, optimizer_impl, tf32
+from pitstop.recipes import compile as torch_compile
 from pitstop.recipes.component import MODEL
 
 if TYPE_CHECKING:
@@ -155,16 +156,18 @@ RECIPES: tuple[Recipe, ...] = (
         component=optimizer_impl.__name__,
     ),
     Recipe(
-        "compile",
-        "torch.compile",
-        "model = torch.compile(model)",
-        finding="compile.none",
-        override="compile",
+        torch_compile.NAME,
+        torch_compile.CANDIDATE,
+        torch_compile.SNIPPET,
+        finding=torch_compile.FINDING,
+        override=torch_compile.KNOB,
         train="TrainConfig.compile",
-        bench=(("compile", "torch.compile"),),
-        apply="pitstop.fix.apply.apply_compile",
+        bench=((torch_compile.NAME, "torch.compile"),),
+        probe=torch_compile.PROBE,
+        apply="pitstop.fix.apply.apply_component",
         untimed=True,
         site="model",
+        component=torch_compile.__name__,
     ),
     Recipe(
         cudnn_benchmark.NAME,

@@ -7,14 +7,11 @@ model is compiled when
 
     steps left x median eager step x SAVING[device] > COMPILE_S[device]
 
-The constants are stated, not guessed per model. CPU: ``torch.compile`` measured 1.04-1.08x the eager
-fast path (bf16, channels_last, fused AdamW) on the 5-conv benchmark net on a 2-core AMD EPYC with
-AVX512_BF16 (``benchmarks/results/train_vs_peers.md``), so a 5% saving; its compilation took 4.3 s with
-inductor's cache warm and over a minute cold on a loaded machine, so 60 s is charged. CUDA: 1.3-2x in
-``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s. For the benchmark net
-on that CPU (about 22 ms a step) the rule compiles when more than ~55,000 steps are left. A run whose
-length is unknown (a loader without ``len`` and no ``max_steps``) is not compiled. ``compile=True`` or
-``False`` overrides the rule; the decision and its numbers are in ``FitResult.applied['compile']``.
+The constants (``SAVING``, ``COMPILE_S``) and the rule (``pays``) are the compile component's
+(``pitstop.recipes.compile``), stated, not guessed per model; for the benchmark net on a 2-core CPU (about
+22 ms a step) the rule compiles when more than ~55,000 steps are left. A run whose length is unknown (a
+loader without ``len`` and no ``max_steps``) is not compiled. ``compile=True`` or ``False`` overrides the
+rule; the decision and its numbers are in ``FitResult.applied['compile']``.
 """
 
 from __future__ import annotations
@@ -25,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pitstop.measure import clean
+from pitstop.recipes.compile import COMPILE_S, SAVING, break_even_steps
+from pitstop.recipes.compile import pays as rule
 
-SAVING = {"cpu": 0.05, "cuda": 0.20}  # share of an eager step compile saves (see the module docstring)
-COMPILE_S = {"cpu": 60.0, "cuda": 60.0}  # seconds of compilation charged against the saving
 WARMUP_STEPS = 5
 PROBE_STEPS = 20
 
@@ -73,19 +70,4 @@ class AutoCompile:
         return on
 
 
-def rule(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
-    """Whether compiling now pays for itself over ``steps_left`` steps of ``step_s`` seconds, and why."""
-    saving = SAVING.get(device, SAVING["cpu"])
-    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
-    gain = steps_left * step_s * saving
-    text = (
-        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {saving:.0%} saving = {gain:.1f} s "
-        f"{'>' if gain > cost else '<='} {cost:.0f} s compilation"
-    )
-    return gain > cost, ("on: " if gain > cost else "off: ") + text
-
-
-def break_even_steps(step_s: float, device: str) -> int:
-    """Steps left at which the rule starts compiling, for an eager step of ``step_s`` seconds."""
-    saving = SAVING.get(device, SAVING["cpu"])
-    return int(COMPILE_S.get(device, COMPILE_S["cpu"]) / (step_s * saving)) + 1
+__all__ = ["COMPILE_S", "PROBE_STEPS", "SAVING", "WARMUP_STEPS", "AutoCompile", "break_even_steps", "rule"]

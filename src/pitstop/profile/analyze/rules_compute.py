@@ -1,7 +1,7 @@
 """Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last and
 foreach through their components' rules, keeping freed host memory mapped; cudnn.benchmark and TF32 are
 ``gpu_rules``') and the setup
-facts (compile, DataParallel, GPU use). Pure functions from measurements to Findings."""
+facts (compile through its component, DataParallel, GPU use). Pure functions from measurements to Findings."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pitstop.profile.analyze.rulekit import (
 )
 from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import components, recipe
-from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER
+from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, WRAP
 from pitstop.train.host_memory import GLIBC_ENV
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         Judge,
         OptimizerComponent,
         ProbedComponent,
+        WrapComponent,
     )
 
 # the components whose probe times the model's forward+backward (autocast, channels_last, ...), each
@@ -181,21 +182,9 @@ def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dic
 def setup_rules(
     model: dict[str, Any], torch_facts: dict[str, Any], gpu: dict[str, Any] | None
 ) -> list[Finding]:
-    out: list[Finding] = []
     where = model.get("first_location")
-    if model and not model.get("compiled") and not torch_facts.get("dynamo_graphs"):
-        out.append(
-            Finding(
-                id=recipe("compile").finding,
-                severity=Severity.INFO,
-                title="The model is not compiled",
-                evidence="torch.compile was not used; its gain depends on the model and is not measured by a "
-                "profile run (compiling takes minutes). `pitstop fix` measures it.",
-                fix="Try torch.compile; keep it if `pitstop fix` shows a gain.",
-                fix_code=recipe("compile").snippet,
-                location=where,
-            )
-        )
+    # compile: its info finding where the model ran uncompiled (``pitstop fix`` times it)
+    out = [f for c in cast("list[WrapComponent]", components(WRAP)) for f in c.findings(model, torch_facts)]
     if model.get("dataparallel"):
         out.append(
             Finding(

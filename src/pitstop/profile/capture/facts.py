@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from pitstop.recipes import model_components
+from pitstop.recipes import components, model_components
+from pitstop.recipes.component import WRAP
 
 clock = time.perf_counter
 
@@ -23,7 +24,6 @@ def model_facts(module: torch.nn.Module) -> dict[str, Any]:
     params = list(module.parameters())
     convs = [m for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
     inner = getattr(module, "_orig_mod", module)
-    compiled = inner is not module or getattr(module, "_compiled_call_impl", None) is not None
     return {
         "type": type(inner).__name__,
         "params": sum(p.numel() for p in params),
@@ -32,7 +32,7 @@ def model_facts(module: torch.nn.Module) -> dict[str, Any]:
         "device": str(params[0].device) if params else None,
         "conv2d_layers": len(convs),
         **{k: v for c in model_components() for k, v in c.model_facts(module).items()},
-        "compiled": compiled,
+        **{k: v for c in components(WRAP) for k, v in c.model_facts(module).items()},  # compiled
         "dataparallel": isinstance(module, torch.nn.DataParallel),
         "ddp": isinstance(module, torch.nn.parallel.DistributedDataParallel),
         "training": module.training,

@@ -31,12 +31,12 @@ from torch.nn.modules import module as _module
 from pitstop.profile.capture import direct_forward
 from pitstop.profile.capture.where import user_location
 from pitstop.recipes import autocast, components, enabled, model_components
-from pitstop.recipes.component import DTYPE, PROCESS
+from pitstop.recipes.component import DTYPE, PROCESS, WRAP
 
 if TYPE_CHECKING:
     from pitstop.profile.capture.patches import Patches
     from pitstop.profile.capture.points import ProbePoints
-    from pitstop.recipes.component import DtypeComponent, ProcessComponent
+    from pitstop.recipes.component import DtypeComponent, ProcessComponent, WrapComponent
 
 is_compiling = torch.compiler.is_compiling
 clock = time.perf_counter
@@ -70,11 +70,15 @@ class ModelHooks:
         # the dtype components (float32) the overrides turn on: model, inputs and outputs converted
         dtype = cast("list[DtypeComponent]", components(DTYPE))
         self.dtype = [c for c in dtype if getattr(ov, c.KNOB, False)]
+        wraps = cast("list[WrapComponent]", components(WRAP))  # compile: each model found, in place
+        self.wraps = [c for c in wraps if getattr(ov, c.KNOB, False)]
         self.on_inputs = bool(self.injected or ov.autocast or self.dtype)  # override_inputs has work
         # override_output has work: while an autocast context is open (the list), always under a dtype one
         self.on_outputs: list[Any] | bool = True if self.dtype else self.autocast_ctx
 
     def install(self, patches: Patches) -> None:
+        for comp in self.wraps:
+            comp.install()
         self.handles = [
             _module.register_module_forward_pre_hook(self.pre),
             _module.register_module_forward_hook(self.post, with_kwargs=True, always_call=True),
@@ -271,11 +275,10 @@ class ModelHooks:
         if id(module) not in self.direct_ids:  # model.forward(x): its inputs cannot be converted
             for dt in self.dtype:  # float32
                 dt.apply_model(module)
-        if ov.compile:
-            try:
-                module.compile()
-            except Exception as e:  # compile setup failed: stay eager, say so
-                inst.compile_error = f"{type(e).__name__}: {e}"
+        for wrap in self.wraps:  # compile: stays eager where its setup fails, and says so
+            failed = wrap.inject(module)
+            if failed is not None:
+                inst.compile_error = failed
 
     # ---------------------------------------------------------------------------- overrides
     def apply_components(self, module: torch.nn.Module) -> None:

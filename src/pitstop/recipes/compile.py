@@ -1,0 +1,174 @@
+"""``torch.compile`` as one component (``pitstop.recipes.component``) whose ``SURFACE`` is the model's
+call, wrapped: the model's parameters and the script's code as they are. All that pitstop knows and does
+about it.
+
+``torch.compile`` traces the model into graphs (dynamo) and generates fused kernels for them (inductor): it
+costs its compilation up front, at the first call (seconds to minutes), and saves a share of every later
+step. A failure to compile falls back to eager, and says so. Which command calls which part:
+
+- ``pitstop.train`` (``TrainConfig.compile``; ``pitstop.train.compile.maybe_compile`` serves ``wrap``
+  under the name scripts use) and ``pitstop bench``'s compile rows (a row whose ``Knobs.compile`` is on):
+  ``wrap``, then ``failed`` (a bench row that fell back to eager measures nothing); ``pitstop.train``'s
+  ``compile='auto'`` (``pitstop.train.compile_auto``): ``pays``, after timing the first eager steps;
+  ``pitstop.train.unwrap``: ``inner``;
+- ``pitstop profile --override compile`` (``Knobs.compile``, ``pitstop fix``'s runs;
+  ``pitstop.profile.capture.models``): ``install`` once, ``inject`` on each model found;
+- profile's facts (``pitstop.profile.capture.facts``): ``model_facts``; profile's rules
+  (``rules_compute.setup_rules``): ``findings``, the info finding ``RULE`` words (no probe: compiling
+  takes too long to time in the script's process, so ``PROBE`` is None and ``pitstop fix`` times it on
+  the whole script);
+- ``pitstop fix``: its candidate, named ``CANDIDATE``; ``fix --apply``: ``edit`` (a ``ScriptEditor``);
+- a finding's code: ``SNIPPET``.
+
+torch is imported only inside the functions that use it (the wrapper module,
+``pitstop.recipes.compile_fallback``, imports it), so the registry reads this without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pitstop.findings import Finding, Severity
+from pitstop.recipes.component import WRAP, ProbeRule, ScriptEditor
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "compile"
+KNOB = "compile"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.compile``)
+SURFACE = WRAP
+FINDING = "compile.none"
+CANDIDATE = "torch.compile"  # the name of ``pitstop fix``'s candidate
+PROBE = None  # no in-process probe: compiling takes minutes; ``pitstop fix`` times it on the whole script
+ARMS = ("eager", "compiled")
+PHASES = ("forward_s", "backward_s")  # the parts of the step its saving lives in
+SNIPPET = "model = torch.compile(model)"
+CONVERT = "torch.compile({})"  # what fix --apply assigns to the model
+
+# compile='auto' (``pays``): the share of an eager step compile saves, and the seconds of compilation
+# charged against it, per device; stated, not guessed per model. CPU: ``torch.compile`` measured
+# 1.04-1.08x the eager fast path (bf16, channels_last, fused AdamW) on the 5-conv benchmark net on a 2-core
+# AMD EPYC with AVX512_BF16 (``benchmarks/results/train_vs_peers.md``), so a 5% saving; its compilation
+# took 4.3 s with inductor's cache warm and over a minute cold on a loaded machine, so 60 s is charged.
+# CUDA: 1.3-2x in ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s.
+SAVING = {"cpu": 0.05, "cuda": 0.20}
+COMPILE_S = {"cpu": 60.0, "cuda": 60.0}
+
+RULE = ProbeRule(
+    NAME,
+    title="The model is not compiled",
+    evidence="torch.compile was not used; its gain depends on the model and is not measured by a profile run "
+    "(compiling takes minutes). `pitstop fix` measures it.",
+    fix="Try torch.compile; keep it if `pitstop fix` shows a gain.",
+)
+
+
+def wrap(model: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.Module:
+    """``torch.compile(model)`` behind a fallback to eager (``compile_fallback.CompiledWithFallback``), or
+    ``model`` itself, with a warning, where this torch cannot compile it (no ``torch.compile``, an unknown
+    backend)."""
+    import warnings
+
+    import torch
+
+    if not hasattr(torch, "compile"):
+        warnings.warn(
+            "torch.compile is not available in this torch; training eagerly", RuntimeWarning, stacklevel=2
+        )
+        return model
+    from pitstop.recipes.compile_fallback import CompiledWithFallback
+
+    try:
+        return CompiledWithFallback(model, **compile_kwargs)
+    except Exception as exc:  # e.g. an unknown backend name fails eagerly
+        warnings.warn(f"torch.compile unavailable ({exc}); training eagerly", RuntimeWarning, stacklevel=2)
+        return model
+
+
+def failed(model: Any) -> BaseException | None:
+    """The error ``wrap``'s model fell back to eager on, if any (None for a model ``wrap`` left as it was)."""
+    return getattr(model, "failed", None)
+
+
+def inner(model: Any) -> Any:
+    """The model inside compile's wrapper (``wrap``'s, or ``torch.compile``'s ``OptimizedModule``), or None
+    where ``model`` is no such wrapper."""
+    import torch
+
+    from pitstop.recipes.compile_fallback import CompiledWithFallback
+
+    if isinstance(model, CompiledWithFallback):
+        return model.module
+    orig = getattr(model, "_orig_mod", None)  # torch.compile's wrapper
+    return orig if isinstance(orig, torch.nn.Module) else None
+
+
+def pays(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
+    """Whether compiling now pays for itself over ``steps_left`` steps of ``step_s`` seconds (eager) on
+    ``device``: steps left x step x ``SAVING`` > ``COMPILE_S``; and why, in words."""
+    saving = SAVING.get(device, SAVING["cpu"])
+    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
+    gain = steps_left * step_s * saving
+    text = (
+        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {saving:.0%} saving = {gain:.1f} s "
+        f"{'>' if gain > cost else '<='} {cost:.0f} s compilation"
+    )
+    return gain > cost, ("on: " if gain > cost else "off: ") + text
+
+
+def break_even_steps(step_s: float, device: str) -> int:
+    """Steps left at which ``pays`` starts compiling, for an eager step of ``step_s`` seconds."""
+    saving = SAVING.get(device, SAVING["cpu"])
+    return int(COMPILE_S.get(device, COMPILE_S["cpu"]) / (step_s * saving)) + 1
+
+
+def install() -> None:
+    """Profile's injection, once before the script runs: dynamo's errors fall back to eager (the script's
+    own ``torch.compile`` calls too)."""
+    import torch._dynamo as dynamo
+
+    dynamo.config.suppress_errors = True
+
+
+def inject(module: torch.nn.Module) -> str | None:
+    """Profile's injection on a model found: ``module.compile()`` in place (its object and hooks stay);
+    why it stays eager (the setup's error), or None."""
+    try:
+        module.compile()
+    except Exception as e:  # compile setup failed: stay eager, say so
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def model_facts(module: torch.nn.Module) -> dict[str, Any]:
+    """What profile records about a model: ``compiled``, by ``torch.compile(model)`` (the
+    ``OptimizedModule`` was called) or ``model.compile()`` (in place)."""
+    orig = getattr(module, "_orig_mod", module)
+    return {"compiled": orig is not module or getattr(module, "_compiled_call_impl", None) is not None}
+
+
+def findings(model: Mapping[str, Any], torch_facts: Mapping[str, Any]) -> list[Finding]:
+    """Profile's finding for a model that ran uncompiled, with no dynamo graph in the process: info, as
+    ``RULE`` words it (``pitstop fix`` times it); none where nothing was recorded or it was compiled."""
+    if not model or model.get("compiled") or torch_facts.get("dynamo_graphs"):
+        return []
+    return [
+        Finding(
+            id=FINDING,
+            severity=Severity.INFO,
+            title=RULE.title,
+            evidence=RULE.evidence,
+            fix=RULE.fix,
+            fix_code=SNIPPET,
+            location=model.get("first_location"),
+        )
+    ]
+
+
+def edit(editor: ScriptEditor) -> dict[str, Any]:
+    """``model = torch.compile(model)`` after the line that assigns the model called at the forward, with
+    ``import torch`` where the script has none."""
+    editor.reassign_model(CONVERT.format)
+    editor.need_torch()
+    return {KNOB: True}
