@@ -139,12 +139,12 @@ def test_inject_compiles_in_place_or_says_why_not(fake_compile):
     assert torch_compile.inject(Stubborn(2, 2)) == "TypeError: no"
 
 
-def test_install_lets_dynamo_fall_back_to_eager(monkeypatch):
+def test_install_lets_dynamo_fall_back_to_eager():
     import torch._dynamo as dynamo
 
-    monkeypatch.setattr(dynamo.config, "suppress_errors", False)
-    torch_compile.install()
-    assert dynamo.config.suppress_errors is True
+    with dynamo.config.patch(suppress_errors=False):  # restored after (monkeypatch's undo hides it)
+        torch_compile.install()
+        assert dynamo.config.suppress_errors is True
 
 
 def test_profile_injects_it_into_each_model_found(monkeypatch):

@@ -197,7 +197,7 @@ class Component(Protocol):
     ARMS: tuple[str, str]  # the probe's arms: as the script ran, with the change
     PHASES: tuple[str, ...]  # the parts of the step (``Breakdown`` fields) its saving lives in
     SNIPPET: str  # the code change a finding shows
-    RULE: ProbeRule  # its probe's result -> finding (texts; a ``rules`` or ``findings`` function may apply it)
+    RULE: ProbeRule  # its probe's result -> finding (texts; ``rules``, ``findings`` may apply it)
 
     def edit(self, editor: Any) -> dict[str, Any]:
         """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL``,
