@@ -190,7 +190,7 @@ class Instrumentation:
 
     def record_cuda_sync(self) -> None:
         """One sync reported by torch's sync debug mode, counted at the user's line."""
-        if not self.syncs.busy:
+        if not (self.syncs.busy or self.syncs.light):  # the stack walk only where the sync counts
             self.syncs.record_cuda_sync(user_location(3))
 
     # ---------------------------------------------------------------------------- step boundaries
@@ -212,7 +212,7 @@ class Instrumentation:
         self._h2d_events = []
         self._faults0 = minor_page_faults() if faults is None else faults
         self._eval_seen = False
-        self.syncs.new_step()
+        self.syncs.new_step(len(self.records) - self.cfg.warmup)
         if not self._warm_done and len(self.records) >= self.cfg.warmup:
             self._warmup_finished()
 
@@ -222,9 +222,9 @@ class Instrumentation:
         faults = minor_page_faults()
         start = self.clock.step_start or now
         rec = self.clock.times(now)  # the phases and total_s, in a fresh dict: the record grows from it
-        rec.update(index=n, start_s=start - self.t0, syncs=self.syncs.count, minor_faults=faults - self._faults0,
-                   warmup=n < self.cfg.warmup, traced=bool(self.tracer is not None and self.tracer.active),
-                   eval=self._eval_seen)  # fmt: skip
+        rec.update(index=n, start_s=start - self.t0, minor_faults=faults - self._faults0, warmup=n < self.cfg.warmup,
+                   traced=bool(self.tracer is not None and self.tracer.active), eval=self._eval_seen)  # fmt: skip
+        self.syncs.close_step(rec)  # the step's sync count (estimated where the step was not sampled)
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
