@@ -9,8 +9,8 @@ steps), each in a fresh process, the order rotated every round so drift of a sha
 Per example: the overhead (profiled / plain ms/step) with its 95% Student t interval over the rounds'
 paired ratios (``pitstop.measure.speedup_interval``), the per-step cost in microseconds it implies
 (plain ms/step times the overhead), and a verdict per bar: < 5% on every example, < 2% where plain steps
-take 15 ms or more on a quiet machine. "met": the whole interval is under the bar; "not met": the whole interval is over it;
-"undecided": it straddles the bar. Rounds go on (``--min-rounds`` to ``--max-rounds``) until every bar
+take 15 ms or more on a quiet machine. "met": the whole interval is under the bar; "not met": the
+whole interval is over it; "undecided": it straddles the bar. Rounds go on (``--min-rounds`` to ``--max-rounds``) until every bar
 of the example is decided or its share of ``--budget-s`` is spent. ``--inproc-rounds N`` adds the same
 in one process (runpy, bare vs instrumented), where process start-up noise cancels out.
 
