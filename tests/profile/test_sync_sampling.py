@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from pitstop.profile.rules import sync_rules
-from pitstop.profile.syncs import SAMPLE_EVERY, SAMPLE_FIRST
+from pitstop.profile.stepclock import PhaseClock
+from pitstop.profile.syncs import SAMPLE_EVERY, SAMPLE_FIRST, SyncSites
 from pitstop.profile.timeline import StepRecord, breakdown
 
 torch.set_num_threads(1)
@@ -59,3 +60,16 @@ def test_the_warmup_and_first_measured_steps_are_all_timed(instrument):
     assert all(r.get("sync_sampled", True) and r["syncs"] == 4 for r in inst.records)
     (row,) = inst.sync_site_rows()
     assert "sampled_steps" not in row
+
+
+def test_cuda_sync_debug_mode_is_off_on_steps_not_sampled(monkeypatch):
+    modes: list[object] = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    st = SyncSites(PhaseClock())
+    st.cuda_debug = True
+    sampled_next = (SAMPLE_FIRST // SAMPLE_EVERY + 1) * SAMPLE_EVERY  # the first sampled step after them
+    for i in range(-2, sampled_next + 1):
+        st.new_step(i)
+    # on through the warm-up and the first measured steps, off after them, on for the next sampled step
+    assert modes == [0, "warn"]
+    assert not st.light

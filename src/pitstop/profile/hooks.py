@@ -185,7 +185,7 @@ class Instrumentation:
 
     def _install_cuda_sync_debug(self) -> None:
         if not self._cuda_debug_on and torch.cuda.is_initialized():
-            self._cuda_debug_on = True
+            self._cuda_debug_on = self.syncs.cuda_debug = True  # warn mode off on steps not sampled
             install_cuda_sync_debug(self.record_cuda_sync, self.patches, self._extra_undo)
 
     def record_cuda_sync(self) -> None:

@@ -57,6 +57,7 @@ class SyncSites:
         self.phases = phases
         self.busy = False
         self.light = False
+        self.cuda_debug = False  # torch's sync debug mode on (a warning per sync): off on steps not sampled
         self.measuring = False
         self.count = 0
         self.sites: dict[tuple[Any, ...], list[Any]] = {}
@@ -74,7 +75,10 @@ class SyncSites:
 
     def new_step(self, measured_index: int = -1) -> None:
         """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
-        self.light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
+        light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
+        if light != self.light and self.cuda_debug:
+            torch.cuda.set_sync_debug_mode(0 if light else "warn")
+        self.light = light
         self.count = 0
         self.last_site = None
         self.last_code = None
