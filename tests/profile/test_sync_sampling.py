@@ -48,6 +48,7 @@ def test_syncs_are_timed_on_sampled_steps_and_scaled_to_all(instrument):
     n_measured = inst.syncs.steps_measured
     assert row["measured_steps"] == n_measured and row["sampled_steps"] == inst.syncs.steps_sampled
     assert abs(row["measured_count"] - per_step * n_measured) < 1e-6
+    assert row["count"] == per_step * (warmup + n_measured)
     steps = [StepRecord.from_dict(r) for r in inst.records if not r["warmup"]]
     (finding,) = sync_rules(breakdown(steps), [row], "cpu", len(steps))
     assert "timed on" in finding.evidence and f"x{per_step}/step" in finding.evidence

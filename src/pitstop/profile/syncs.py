@@ -126,7 +126,7 @@ class SyncSites:
         site[2] += self.measuring
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per (location, method); several call sites on one line add up. Measured counts and
+        """One row per (location, method); several call sites on one line add up. Counts and measured
         times are scaled from the sampled steps to every measured step (``sampled_steps`` of
         ``measured_steps`` say so, where some were not sampled)."""
         rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -145,7 +145,9 @@ class SyncSites:
                     "loop_gap_s": 0.0,
                 },
             )
-            row["count"] += count
+            row["count"] += count + round(
+                n_measured * (scale - 1.0)
+            )  # the warm-up's, and the measured scaled
             row["time_s"] += time_s * scale
             row["measured_count"] += n_measured * scale
             row["loop_gap_s"] += loop_s * scale
