@@ -145,9 +145,8 @@ class SyncSites:
                     "loop_gap_s": 0.0,
                 },
             )
-            row["count"] += count + round(
-                n_measured * (scale - 1.0)
-            )  # the warm-up's, and the measured scaled
+            # the calls counted (warm-up and sampled steps), plus the measured ones the sampling skipped
+            row["count"] += count + round(n_measured * (scale - 1.0))
             row["time_s"] += time_s * scale
             row["measured_count"] += n_measured * scale
             row["loop_gap_s"] += loop_s * scale
