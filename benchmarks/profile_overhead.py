@@ -99,8 +99,18 @@ def decided(ex: Example) -> bool:
 
 
 def plain(script: Path, args: list[str], env: dict[str, str]) -> float:
+    """In a session of its own, as `pitstop profile` starts the script: with the kernel's autogroup
+    scheduling a new session is a scheduling group of its own, which on a busy machine gets a fair share
+    against all the rest (this machine: a plain run in the benchmark's session took 2x the profiled
+    run's step time at load 8)."""
     out = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, env=env, check=True, cwd=ROOT
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        cwd=ROOT,
+        start_new_session=True,
     ).stdout
     return _ms(out)
 
@@ -243,7 +253,7 @@ def report(a: argparse.Namespace, e2e: list[Example], inproc: list[Example], loa
         f"- load: {load}; other processes used {100 * share:.0f}% of the CPUs during the runs",
         "- method: each example prints its own ms/step after its warm-up; plain `python examples/X.py` vs "
         "`pitstop profile --full --no-probes -- python examples/X.py` (all hooks on for the whole run), a "
-        "fresh process each, the order rotated every round; overhead = profiled / plain, geometric mean of "
+        "fresh process in a session of its own each (one autogroup each), the order rotated every round; overhead = profiled / plain, geometric mean of "
         "the rounds' paired ratios with its 95% Student t interval (`pitstop.measure.speedup_interval`); "
         "per-step cost = plain ms/step x overhead; rounds from "
         f"{a.min_rounds} to {a.max_rounds}, stopping once every bar of the example is decided or its share "
