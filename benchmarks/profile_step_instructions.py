@@ -127,13 +127,13 @@ def build_helper(folder: Path) -> Path:
     return lib
 
 
-def count(config: str, model_name: str, helper: Path, folder: Path) -> int:
+def count(config: str, model_name: str, helper: Path, folder: Path, timeout_s: float = 1800) -> int:
     out = folder / f"cg-{model_name}-{config}.out"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     p = subprocess.run(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", sys.executable,
          __file__, "--worker", config, model_name, str(helper)],
-        env=env, capture_output=True, text=True, timeout=1800,
+        env=env, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     m = re.search(r"Collected : (\d+)", p.stderr)
     if m is None:
@@ -146,6 +146,7 @@ def main() -> int:
     ap.add_argument("--worker", nargs=3, metavar=("CONFIG", "MODEL", "HELPER"))
     ap.add_argument("--only", nargs="*", choices=sorted(MODELS), help="models to count (default: all)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results file")
+    ap.add_argument("--timeout-s", type=float, default=1800, help="per process (a busy machine: more)")
     a = ap.parse_args()
     if a.worker:
         worker(*a.worker)
@@ -163,7 +164,7 @@ def main() -> int:
     models = a.only or list(MODELS)
     jobs = [(c, m) for m in models for c in CONFIGS if not (c == "rank" and m in NO_DDP)]
     with cf.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        got = dict(zip(jobs, pool.map(lambda j: count(*j, helper, folder), jobs), strict=True))
+        got = dict(zip(jobs, pool.map(lambda j: count(*j, helper, folder, a.timeout_s), jobs), strict=True))
     rows = []
     for m in models:
         if m in NO_DDP:

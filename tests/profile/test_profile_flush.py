@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from pitstop.profile.capture.hooks import Config, Instrumentation, write_json_atomic
+from pitstop.profile.capture.hooks import Config, Instrumentation
+from pitstop.profile.record.jsonfile import write_json_atomic
 from pitstop.profile.record.timeline import STEPS_LOG, StepsLog, steps_from_log
 from pitstop.profile.runs.result import read_measurements
 from pitstop.profile.runs.runner import _steps_so_far

@@ -12,7 +12,7 @@
   without sync (its accumulation count differs from k), the step's pre-hook all-reduces the gradients the
   same way DDP does (sum, divided by the group size) first, so no step ever sees a rank's local gradient.
 
-Installed by ``pitstop.profile.rank_worker`` before the communication recorder, undone after it, with the
+Installed by ``pitstop.profile.rank.rank_worker`` before the communication recorder, undone after it, with the
 rank's ``Overrides``; and by ``pitstop.train.no_sync_every`` in a script that asks for it.
 """
 

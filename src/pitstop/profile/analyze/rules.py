@@ -211,6 +211,8 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
     if loops >= 0.0001:
         parts.append(f"{ms(loops)} in the per-element loop that makes them")
     spent = " plus ".join(parts)
+    if top.get("sampled_steps"):  # the wrappers timed a sample of the steps (pitstop.profile.capture.syncs)
+        spent += f", timed on {top['sampled_steps']} of {top['measured_steps']} measured steps and scaled"
     per_element = top["measured_count"] / steps >= 8
     fix = (
         "Read the whole tensor once with `.tolist()` instead of an `.item()` per element, or keep the values "

@@ -1,6 +1,6 @@
 """Instrumentation inside the user's process: where each step's time goes, and what the script built.
 
-Installed by ``pitstop.profile.bootstrap`` before the user's script runs, removed before it exits.
+Installed by ``pitstop.profile.process.bootstrap`` before the user's script runs, removed before it exits.
 ``Instrumentation`` holds the run's state and the points every probe calls: ``boundary`` (a step may
 begin here), ``data_begin/end``, ``copy_begin/end``, ``forward_begin/end``, ``backward_begin/end``,
 ``optimizer_begin/end``. The probes themselves live beside it:
@@ -19,7 +19,7 @@ without pitstop; ``uninstall`` undoes every patch and hook. A probe never prints
 ``Instrumentation.snapshot()``, written to a JSON file by the bootstrap, periodically and at exit.
 """
 
-from __future__ import annotations  # noqa: I001 (stepclock on one line: hooks.py is at the 500-line limit)
+from __future__ import annotations
 
 import contextlib
 import json
@@ -38,11 +38,21 @@ from pitstop.profile.capture.facts import GpuSampler, model_facts, torch_facts
 from pitstop.profile.capture.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.capture.models import NARROW_AFTER, ModelHooks, call_kwargs, forward_facts
 from pitstop.profile.capture.patches import Patches, install_cuda_sync_debug, make_inert
-from pitstop.profile.capture.stepclock import BACKWARD, BY_BACKWARD, CLOSURE, DATA, FORWARD, H2D, OPTIMIZER, StepClock
+from pitstop.profile.capture.stepclock import (
+    BACKWARD,
+    BY_BACKWARD,
+    CLOSURE,
+    DATA,
+    FORWARD,
+    H2D,
+    OPTIMIZER,
+    StepClock,
+)
 from pitstop.profile.capture.syncs import SYNC_METHODS, SyncSites, make_sync
 from pitstop.profile.capture.torchcalls import install_torch_patches
 from pitstop.profile.capture.where import user_location
 from pitstop.profile.record.captured import Captured, CapturedLoader
+from pitstop.profile.record.jsonfile import write_json_atomic
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import STEPS_LOG, StepsLog
 from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
@@ -71,7 +81,7 @@ class Config:
     callback: str | None = None
     callback_at: str = "loader"
     out_dir: Path = field(default_factory=Path.cwd)
-    probes: bool = True  # measured what-ifs at the end (pitstop.profile.probes)
+    probes: bool = True  # measured what-ifs at the end (pitstop.profile.probe.probes)
     # called instead of raising StopProfiling after the measured steps (in-process profiling keeps training)
     on_done: Any = None
 
@@ -111,10 +121,10 @@ class Instrumentation:
         self.optimizer_facts: list[dict[str, Any]] = []
         self.tracer: Any = None
         self.gpu_sampler: GpuSampler | None = None
-        self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.device_time)
+        self.device_timer = DeviceTimer()  # CUDA events at phase boundaries (pitstop.profile.capture.device_time)
         # told of each top-level backward while its ``armed`` is set (a rank's DDP all-reduce: ddp_timers)
         self.backward_listener: Any = None
-        self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.gpu_memory)
+        self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.capture.gpu_memory)
         self._last_flush = clock()
         self.flush_path: Path | None = None
         self._steps_log: StepsLog | None = None  # the flushed records, each written once
@@ -146,10 +156,6 @@ class Instrumentation:
             kept_now = keep_host_memory()
             if not kept_now.applied:
                 self.override_errors.append(f"keep_host_memory: {kept_now.detail}")
-        if ov.compile:
-            import torch._dynamo as dynamo
-
-            dynamo.config.suppress_errors = True  # fall back to eager on compile errors
         install_loader_patches(self, self.patches, self.loaders)
         install_torch_patches(self, self.patches)
         for name in SYNC_METHODS:
@@ -183,12 +189,12 @@ class Instrumentation:
 
     def _install_cuda_sync_debug(self) -> None:
         if not self._cuda_debug_on and torch.cuda.is_initialized():
-            self._cuda_debug_on = True
+            self._cuda_debug_on = self.syncs.cuda_debug = True  # warn mode off on steps not sampled
             install_cuda_sync_debug(self.record_cuda_sync, self.patches, self._extra_undo)
 
     def record_cuda_sync(self) -> None:
         """One sync reported by torch's sync debug mode, counted at the user's line."""
-        if not self.syncs.busy:
+        if not (self.syncs.busy or self.syncs.light):  # the stack walk only where the sync counts
             self.syncs.record_cuda_sync(user_location(3))
 
     # ---------------------------------------------------------------------------- step boundaries
@@ -210,7 +216,7 @@ class Instrumentation:
         self._h2d_events = []
         self._faults0 = minor_page_faults() if faults is None else faults
         self._eval_seen = False
-        self.syncs.new_step()
+        self.syncs.new_step(len(self.records) - self.cfg.warmup)
         if not self._warm_done and len(self.records) >= self.cfg.warmup:
             self._warmup_finished()
 
@@ -220,9 +226,9 @@ class Instrumentation:
         faults = minor_page_faults()
         start = self.clock.step_start or now
         rec = self.clock.times(now)  # the phases and total_s, in a fresh dict: the record grows from it
-        rec.update(index=n, start_s=start - self.t0, syncs=self.syncs.count, minor_faults=faults - self._faults0,
-                   warmup=n < self.cfg.warmup, traced=bool(self.tracer is not None and self.tracer.active),
-                   eval=self._eval_seen)  # fmt: skip
+        rec.update(index=n, start_s=start - self.t0, minor_faults=faults - self._faults0, warmup=n < self.cfg.warmup,
+                   traced=bool(self.tracer is not None and self.tracer.active), eval=self._eval_seen)  # fmt: skip
+        self.syncs.close_step(rec)  # the step's sync count (estimated where the step was not sampled)
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
@@ -487,12 +493,3 @@ class Instrumentation:
             "wall_s": clock() - self.t0,
             "pid": os.getpid(),
         }
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """``data`` as JSON, replacing ``path`` at once."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    from pitstop.findings import jsonable
-
-    tmp.write_text(json.dumps(jsonable(data), allow_nan=False))
-    os.replace(tmp, path)

@@ -1,6 +1,12 @@
 """Host-sync wrappers: ``Tensor.item/tolist/numpy/cpu/__float__/__int__/__bool__/__index__/__repr__/
 __format__``, counted and timed at the user's line. ``SyncSites`` holds the sites and the per-step count;
-their time goes to the step clock's sync phase."""
+their time goes to the step clock's sync phase.
+
+Sampled by step: the warm-up and the first ``SAMPLE_FIRST`` measured steps are all measured, then one
+step in ``SAMPLE_EVERY``. On the others (``light``) the wrappers pass straight through (a per-element loop
+of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step), and ``close_step``
+fills the step's count and sync time from the sampled steps' means; ``rows`` scales the sites' measured
+counts and times to every measured step, and says from how many they came."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Any
 
 import torch
 
-from pitstop.profile.capture.stepclock import SYNC, PhaseClock
+from pitstop.profile.capture.stepclock import PHASES, SYNC, PhaseClock
 from pitstop.profile.capture.where import is_user_file, location, user_location
 
 clock = time.perf_counter
@@ -28,6 +34,8 @@ SYNC_METHODS = (
     "__format__",
 )
 LOOP_GAP_S = 0.0001  # syncs closer than this to the previous one are one per-element loop
+SAMPLE_FIRST = 10  # measured steps whose syncs are all measured before sampling starts
+SAMPLE_EVERY = 8  # then one measured step in this many
 
 
 # The per-element loop's methods (``bool(t[i] == y[i])``, ``t[i].item()``) take no argument: their
@@ -42,12 +50,14 @@ class SyncSites:
     bytecode offset]``, keyed (id(code), bytecode offset, method), or (file:line, 0, method) for a
     device sync found through library code. ``busy``: inside a sync being timed, or inside data loading
     (data wait, not syncs): calls pass through. ``measuring``: after warm-up, times and measured counts
-    accumulate.
+    accumulate. ``light``: a step not sampled, calls pass through uncounted.
     """
 
     def __init__(self, phases: PhaseClock) -> None:
         self.phases = phases
         self.busy = False
+        self.light = False
+        self.cuda_debug = False  # torch's sync debug mode on (a warning per sync): off on steps not sampled
         self.measuring = False
         self.count = 0
         self.sites: dict[tuple[Any, ...], list[Any]] = {}
@@ -59,8 +69,16 @@ class SyncSites:
         self.last_lasti = -1
         self.last_name = ""
         self.last_end = -1.0
+        # measured steps closed, and of those the sampled ones with their summed sync seconds and counts
+        self.steps_measured = self.steps_sampled = self.sampled_syncs = 0
+        self.sampled_sync_s = 0.0
 
-    def new_step(self) -> None:
+    def new_step(self, measured_index: int = -1) -> None:
+        """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
+        light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
+        if light != self.light and self.cuda_debug:
+            torch.cuda.set_sync_debug_mode(0 if light else "warn")
+        self.light = light
         self.count = 0
         self.last_site = None
         self.last_code = None
@@ -70,6 +88,27 @@ class SyncSites:
         """Forget measured times and counts (the steps they belonged to were dropped)."""
         for site in self.sites.values():
             site[1], site[2], site[3] = 0.0, 0, 0.0
+        self.steps_measured = self.steps_sampled = self.sampled_syncs = 0
+        self.sampled_sync_s = 0.0
+
+    def close_step(self, rec: dict[str, Any]) -> None:
+        """Put the closing step's sync count in its record ``rec``. A step not sampled gets the sampled
+        steps' mean count and sync seconds, the seconds taken from the time no phase covered (where a
+        loop of syncs outside the model runs), and ``sync_sampled`` False."""
+        if not self.light:
+            rec["syncs"] = self.count
+            if not rec["warmup"]:
+                self.steps_measured += 1
+                self.steps_sampled += 1
+                self.sampled_syncs += self.count
+                self.sampled_sync_s += rec[SYNC]
+            return
+        self.steps_measured += 1
+        n = max(1, self.steps_sampled)
+        rest = rec["total_s"] - sum(rec[p] for p in PHASES)
+        rec[SYNC] = max(0.0, min(self.sampled_sync_s / n, rest))
+        rec["syncs"] = self.sampled_syncs / n
+        rec["sync_sampled"] = False
 
     def site(self, key: tuple[Any, ...], code: Any, line: int, name: str, lasti: int = -1) -> list[Any]:
         site = self.sites.get(key)
@@ -79,17 +118,21 @@ class SyncSites:
 
     def record_cuda_sync(self, where: str | None) -> None:
         """One sync reported by torch's sync debug mode (no duration: it is not ours to time)."""
-        if self.busy:
-            return  # a sync our own wrappers are already timing, or inside data loading
+        if self.busy or self.light:
+            return  # a sync our own wrappers are already timing, inside data loading, or not sampled
         self.count += 1
         site = self.site((where or "<library>", 0, "cuda-sync"), None, 0, "cuda-sync")
         site[0] += 1
         site[2] += self.measuring
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per (location, method); several call sites on one line add up."""
+        """One row per (location, method); several call sites on one line add up. Counts and measured
+        times are scaled from the sampled steps to every measured step (``sampled_steps`` of
+        ``measured_steps`` say so, where some were not sampled)."""
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for (where, _at, method), (count, time_s, measured, loop_s, code, line, *_) in self.sites.items():
+        sampled, measured = self.steps_sampled, self.steps_measured
+        scale = measured / sampled if 0 < sampled < measured else 1.0
+        for (where, _at, method), (count, time_s, n_measured, loop_s, code, line, *_) in self.sites.items():
             at = where if isinstance(where, str) else location(code.co_filename, line)
             row = rows.setdefault(
                 (at, method),
@@ -102,10 +145,13 @@ class SyncSites:
                     "loop_gap_s": 0.0,
                 },
             )
-            row["count"] += count
-            row["time_s"] += time_s
-            row["measured_count"] += measured
-            row["loop_gap_s"] += loop_s
+            # the calls counted (warm-up and sampled steps), plus the measured ones the sampling skipped
+            row["count"] += count + round(n_measured * (scale - 1.0))
+            row["time_s"] += time_s * scale
+            row["measured_count"] += n_measured * scale
+            row["loop_gap_s"] += loop_s * scale
+            if scale != 1.0:
+                row["sampled_steps"], row["measured_steps"] = sampled, measured
         return list(rows.values())
 
 
@@ -123,7 +169,7 @@ def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
 
         @functools.wraps(orig)
         def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if st.busy:  # nested in a sync we time, or inside DataLoader.__next__ (data wait)
+            if st.busy or st.light:  # nested in a sync we time, in DataLoader.__next__, not sampled
                 return orig(self, *args, **kwargs)
             return _sync(st, name, orig, self, args, kwargs, getframe(1))
 
@@ -131,7 +177,7 @@ def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
 
     @functools.wraps(orig)
     def wrapper0(self: torch.Tensor) -> Any:
-        if st.busy:
+        if st.busy or st.light:
             return orig(self)
         frame = getframe(1)
         # f_lasti (the call's bytecode offset), not f_lineno: the line number is computed by scanning the

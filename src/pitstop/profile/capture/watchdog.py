@@ -326,7 +326,7 @@ class Watchdog:
         }
 
     def _write(self) -> None:
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         with self._write_lock, contextlib.suppress(Exception):
             write_json_atomic(self.path, self.state)

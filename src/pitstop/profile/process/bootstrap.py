@@ -190,7 +190,7 @@ def _final_record(inst: Any, fate: _Fate, launch_s: float | None) -> dict[str, A
 
 def _write_record(inst: Any, data: dict[str, Any]) -> None:
     """Write the final record, trying again when a late signal handler raises mid-write."""
-    from pitstop.profile.capture.hooks import write_json_atomic
+    from pitstop.profile.record.jsonfile import write_json_atomic
 
     for _ in range(3):  # a late signal handler raising mid-write must not lose the record
         try:

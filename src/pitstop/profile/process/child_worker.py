@@ -1,4 +1,4 @@
-"""One child process of the script (``pitstop.profile.children``), measured as a rank of a launch is.
+"""One child process of the script (``pitstop.profile.process.children``), measured as a rank of a launch is.
 
 ``run_child`` installs pitstop's instrumentation in the child, runs the process's target under it with a
 ``ChildWorker`` (a ``RankWorker``: its communication, its state file for the parent, the stop at the
@@ -13,7 +13,7 @@ A ``multiprocessing.Pool`` worker is measured over the whole task loop it runs. 
 steps is a ``PoolStop``: an ``Exception`` (so the pool returns it as the task's error, rather than losing the
 task and hanging the parent's ``map``) that is also a ``StopProfiling`` (so the script's process, where
 ``map`` raises it, stops cleanly there). The child follows the processes it starts itself
-(``pitstop.profile.children.follow``): grandchildren are measured as its siblings are.
+(``pitstop.profile.process.children.follow``): grandchildren are measured as its siblings are.
 
 The child runs the profiled process's own ``Watchdog`` (``rank-N/watchdog.json``): a child whose step stalls
 gets its stacks dumped, and when pitstop stops the run (timeout, Ctrl-C) the runner asks every child for its
@@ -48,7 +48,7 @@ class PoolStop(StopProfiling, Exception):
 
 def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], follow: Any) -> Any:
     """The target of child ``followed.index``, measured; returns or raises as the target does.
-    ``follow``: ``pitstop.profile.children.follow``, for the processes the child starts."""
+    ``follow``: ``pitstop.profile.process.children.follow``, for the processes the child starts."""
     from pitstop.profile.capture.hooks import Instrumentation
     from pitstop.profile.capture.watchdog import Watchdog
 
@@ -98,7 +98,7 @@ def run_child(followed: Any, args: tuple[Any, ...], kwargs: dict[str, Any], foll
 def _finish_child(inst: Any, worker: ChildWorker, grandchildren: Any, status: str, error: str | None,
                   tb: str | None, code: int, raised: BaseException | None, value: Any) -> Any:  # fmt: skip
     """The child's record written however the target ended; then the child ends as the target did."""
-    from pitstop.profile.capture.hooks import write_json_atomic
+    from pitstop.profile.record.jsonfile import write_json_atomic
 
     if status == "completed" and worker.pool_stopped:  # the pool's loop returned after the stop's task
         status = "stopped"

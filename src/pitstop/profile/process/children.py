@@ -1,14 +1,14 @@
 """Training in ``torch.multiprocessing`` / ``multiprocessing`` children, followed like torchrun's ranks.
 
 Hogwild-style ``mp.Process(target=train).start()`` and ``mp.spawn(fn)`` without torchrun start the
-training in child processes. ``follow`` (called by ``pitstop.profile.bootstrap`` in the script's process)
+training in child processes. ``follow`` (called by ``pitstop.profile.process.bootstrap`` in the script's process)
 wraps ``BaseProcess.start`` for the run: the target of each process the script starts (``fn`` inside
 torch's ``spawn._wrap``) is swapped, for the length of ``start()`` only, for a picklable ``Followed`` that
 carries it. The fork start method copies it into the child; spawn and forkserver pickle it with the
 process, so the same object arrives whichever start method is used, and the script's Process object holds
 its own target again once ``start()`` returns. Nothing runs per step: ``start`` is the only call wrapped.
 
-In the child, ``Followed`` hands over to ``pitstop.profile.child_worker``, which measures the target as a
+In the child, ``Followed`` hands over to ``pitstop.profile.process.child_worker``, which measures the target as a
 rank of a launch is measured and writes ``rank-N/`` (N: the order the children were started in) in the
 run's folder. ``multiprocessing.Pool`` workers are followed too (the tasks they run are the training), and
 so are a child's own children (each child follows the processes it starts, as the script's process does):
@@ -19,7 +19,7 @@ DataLoader workers, executor workers, managers and other library processes are n
 When the script ends, the parent lets its live children finish as Python would (non-daemonic ones are
 waited for; daemonic ones and Pool workers are sent SIGTERM, as Python's exit and ``Pool.terminate`` do, and
 write their record); on Ctrl-C or a timeout
-every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pitstop.profile.children_report``
+every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pitstop.profile.runs.children_report``
 (in pitstop's own process) turns the children's records into one report.
 """
 

@@ -76,8 +76,8 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
     import torch
 
     from pitstop.profile.capture.facts import finish_optimizer_facts
-    from pitstop.profile.capture.hooks import write_json_atomic
     from pitstop.profile.capture.loaders import shutdown_loader_workers
+    from pitstop.profile.record.jsonfile import write_json_atomic
 
     inst.close_pending()
     inst.uninstall()

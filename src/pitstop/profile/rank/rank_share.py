@@ -108,7 +108,7 @@ class Shared:
     def copy_states(self, now: float | None = None) -> None:
         """The other nodes' ranks' latest states into this node's run folder (``rank-R/state.json``); a rank
         whose state has not changed for STALE_S is marked ``stale`` (its node may be gone)."""
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         store = self.store()
         if store is None:
@@ -138,7 +138,7 @@ class Shared:
         """Wait for the other nodes' ranks' final records and write each into this node's run folder: up to
         ``wait_s``, no longer once every rank still missing has gone silent for STALE_S, and STOPPING_WAIT_S more
         once ``stop()`` says this rank is being stopped. Returns the ranks whose record did not come."""
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         store = self.store()
         if store is None:
@@ -195,7 +195,7 @@ class Shared:
 
     def _note_missing(self, rank: int) -> None:
         """A rank of another node whose final record never came: a record that says so, with its last state."""
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         d = self._dir(rank)
         d.mkdir(parents=True, exist_ok=True)

@@ -291,7 +291,7 @@ class RankWorker:
         }
 
     def _watch(self) -> None:
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         while not self._stop.wait(WATCH_S):
             with contextlib.suppress(Exception):
@@ -353,7 +353,7 @@ class RankWorker:
         if proc.get("cpu_s") is not None and dist["wall_s"] > 0:
             proc["busy_cpus"] = proc["cpu_s"] / dist["wall_s"]
         data["distributed"] = dist
-        from pitstop.profile.capture.hooks import write_json_atomic
+        from pitstop.profile.record.jsonfile import write_json_atomic
 
         with contextlib.suppress(Exception):
             write_json_atomic(self.out / STATE, {**dist["state"], "status": data.get("status")})

@@ -35,12 +35,13 @@ class StepRecord:
     forward_s: float = 0.0
     backward_s: float = 0.0
     optimizer_s: float = 0.0
-    syncs: int = 0
+    syncs: float = 0  # on a step whose syncs were not sampled (``sync_sampled``), the sampled steps' mean
     minor_faults: int = 0  # pages mapped and zeroed during the step (getrusage ru_minflt)
     warmup: bool = False
     traced: bool = False
     eval: bool = False  # a no-grad (validation) forward ran inside this step
     h2d_gpu_s: float | None = None  # the copies' time on the GPU (CUDA events), when on CUDA
+    sync_sampled: bool = True  # False: sync_s and syncs are estimates (pitstop.profile.capture.syncs)
 
     @property
     def compute_s(self) -> float:
