@@ -18,7 +18,9 @@ DataLoader workers, executor workers, managers and other library processes are n
 
 When the script ends, the parent lets its live children finish as Python would (non-daemonic ones are
 waited for; daemonic ones and Pool workers are sent SIGTERM, as Python's exit and ``Pool.terminate`` do, and
-write their record); on Ctrl-C or a timeout
+write their record). When pitstop stopped the script after its measured steps, a daemonic child is waited
+for while it steps (it stops at its own measured steps), and sent SIGTERM once its step (none, for a
+producer that never steps) has not moved for ``GRACE_S``; on Ctrl-C or a timeout
 every child is sent SIGINT and given ``GRACE_S`` to write what it measured. ``pitstop.profile.runs.children_report``
 (in pitstop's own process) turns the children's records into one report.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 import sys
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pitstop.profile.rank.rank_states import alive
-from pitstop.profile.rank.rank_worker import EXIT_CODE, rank_dir
+from pitstop.profile.rank.rank_worker import EXIT_CODE, STATE, rank_dir
 
 LAUNCHER = "torch.multiprocessing"
 GRACE_S = 10.0  # a child sent SIGINT: time to write what it measured (the runner allows the parent 20 s)
@@ -152,10 +155,30 @@ class Follower:
             ended = [c for c in live if c.pool or (c.daemon and status != "stopped")]
             if ended:
                 _interrupt(ended, signal.SIGTERM)
+            # the script stopped after its measured steps: daemonic children that train reach theirs too;
+            # one that records no step (a producer, a queue feeder) or stops stepping would never end
+            waited = [c for c in live if c.daemon and not c.pool and status == "stopped"]
+            progress = {c.index: (self._step(c), time.monotonic()) for c in waited}
             while any(c.alive() for c in live):  # as Python joins them at exit
+                for c in [c for c in waited if c.alive()]:
+                    step, since = progress[c.index]
+                    now = self._step(c)
+                    if now != step:
+                        progress[c.index] = (now, time.monotonic())
+                    elif time.monotonic() - since > GRACE_S:  # not at once: a spawned child may still import
+                        waited.remove(c)
+                        _interrupt([c], signal.SIGTERM, grace_s=0.0)  # as Python's exit would have
                 time.sleep(POLL_S)
         except KeyboardInterrupt:
             _interrupt(live)
+
+
+    def _step(self, c: Child) -> int | None:
+        """The last step child ``c`` recorded (its ``rank-N/state.json``); None: it has recorded none."""
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            state = json.loads((rank_dir(Path(self.cfg["out_dir"]), c.index) / STATE).read_text())
+            return int(state["step"]) if state.get("step") else None
+        return None
 
 
 def follow(inst: Any, cfg: dict[str, Any], parent: int | None = None) -> Follower:
