@@ -172,7 +172,6 @@ class Follower:
         except KeyboardInterrupt:
             _interrupt(live)
 
-
     def _step(self, c: Child) -> int | None:
         """The last step child ``c`` recorded (its ``rank-N/state.json``); None: it has recorded none."""
         with contextlib.suppress(OSError, ValueError, TypeError):
