@@ -299,3 +299,20 @@ def test_backward_listener_is_told_where_each_backward_runs_and_whether_it_raise
 
 def _line(marker: str) -> int:
     return next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if marker in t and "_line(" not in t)
+
+
+def test_cuda_sync_debug_mode_that_fails_is_not_switched_inside_the_step(monkeypatch):
+    """A torch whose ``set_sync_debug_mode`` raises: nothing installed, and a step never raises over it."""
+    import torch
+
+    def refuse(mode):
+        raise RuntimeError("no sync debug mode here")
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", refuse)
+    inst = Instrumentation(Config())
+    inst._install_cuda_sync_debug()
+    assert inst.syncs.cuda_debug is False
+    inst.syncs.cuda_debug = True  # on, then failing later: the step goes on
+    for i in range(12):
+        inst.syncs.new_step(i)

@@ -189,13 +189,13 @@ class Instrumentation:
 
     def _install_cuda_sync_debug(self) -> None:
         if not self._cuda_debug_on and torch.cuda.is_initialized():
-            self._cuda_debug_on = self.syncs.cuda_debug = True  # warn mode off on steps not sampled
-            install_cuda_sync_debug(self.record_cuda_sync, self.patches, self._extra_undo)
+            self._cuda_debug_on = True  # tried once: a torch without the debug mode is not asked again
+            # warn mode switched off on steps not sampled, only once it is on
+            self.syncs.cuda_debug = install_cuda_sync_debug(self.record_cuda_sync, self.patches, self._extra_undo)  # fmt: skip
 
     def record_cuda_sync(self) -> None:
         """One sync reported by torch's sync debug mode, counted at the user's line."""
-        if not (self.syncs.busy or self.syncs.light):  # the stack walk only where the sync counts
-            self.syncs.record_cuda_sync(user_location(3))
+        self.syncs.record_cuda_sync(user_location)
 
     # ---------------------------------------------------------------------------- step boundaries
     def boundary(self, now: float) -> None:

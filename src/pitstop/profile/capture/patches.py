@@ -29,14 +29,15 @@ def make_inert(handles: list[Any]) -> None:
             hooks[h.id] = _inert
 
 
-def install_cuda_sync_debug(on_sync: Callable[[], None], patches: Patches, undo: list[Any]) -> None:
+def install_cuda_sync_debug(on_sync: Callable[[], None], patches: Patches, undo: list[Any]) -> bool:
     """CUDA syncs the sync wrappers cannot see (inside torch calls): ``set_sync_debug_mode("warn")``
     makes torch warn on each; ``on_sync`` is called for each such warning instead of showing it. Call
-    only once the script itself has initialised CUDA: a CPU-only script must not pay for that."""
+    only once the script itself has initialised CUDA: a CPU-only script must not pay for that. False: this
+    torch has no sync debug mode (nothing installed)."""
     try:
         torch.cuda.set_sync_debug_mode("warn")
     except Exception:
-        return
+        return False
     warnings.filterwarnings("always", message=CUDA_SYNC_WARNING)
     orig_show = warnings.showwarning
 
@@ -58,3 +59,4 @@ def install_cuda_sync_debug(on_sync: Callable[[], None], patches: Patches, undo:
         ]
 
     undo.append(restore)
+    return True

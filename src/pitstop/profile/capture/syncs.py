@@ -10,9 +10,11 @@ counts and times to every measured step, and says from how many they came."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -77,7 +79,8 @@ class SyncSites:
         """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
         light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
         if light != self.light and self.cuda_debug:
-            torch.cuda.set_sync_debug_mode(0 if light else "warn")
+            with contextlib.suppress(Exception):  # inside the user's step: never raise there
+                torch.cuda.set_sync_debug_mode(0 if light else "warn")
         self.light = light
         self.count = 0
         self.last_site = None
@@ -116,12 +119,13 @@ class SyncSites:
             site = self.sites[key] = [0, 0.0, 0, 0.0, code, line, name, lasti]
         return site
 
-    def record_cuda_sync(self, where: str | None) -> None:
-        """One sync reported by torch's sync debug mode (no duration: it is not ours to time)."""
+    def record_cuda_sync(self, where: Callable[[], str | None]) -> None:
+        """One sync reported by torch's sync debug mode (no duration: it is not ours to time); ``where``
+        finds its user line, called (a stack walk) only for a sync that counts."""
         if self.busy or self.light:
             return  # a sync our own wrappers are already timing, inside data loading, or not sampled
         self.count += 1
-        site = self.site((where or "<library>", 0, "cuda-sync"), None, 0, "cuda-sync")
+        site = self.site((where() or "<library>", 0, "cuda-sync"), None, 0, "cuda-sync")
         site[0] += 1
         site[2] += self.measuring
 
