@@ -20,6 +20,13 @@ class Patches:
         self._undo.append((owner, name, had, owner.__dict__.get(name)))
         setattr(owner, name, new)
 
+    def set_value(self, owner: Any, name: str, new: Any) -> None:
+        """``owner.name = new`` through the owner's own attribute setting, the old value set back by
+        ``undo``: for an object that keeps its values outside ``__dict__`` (``torch._dynamo.config``, where
+        ``patch``'s delete would hide the setting)."""
+        self._undo.append((owner, name, True, getattr(owner, name)))
+        setattr(owner, name, new)
+
     def handle(self, h: Any) -> None:
         self._handles.append(h)
 

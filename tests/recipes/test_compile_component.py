@@ -139,12 +139,17 @@ def test_inject_compiles_in_place_or_says_why_not(fake_compile):
     assert torch_compile.inject(Stubborn(2, 2)) == "TypeError: no"
 
 
-def test_install_lets_dynamo_fall_back_to_eager():
+def test_install_lets_dynamo_fall_back_to_eager_until_uninstalled():
     import torch._dynamo as dynamo
 
+    from pitstop.patching import Patches
+
     with dynamo.config.patch(suppress_errors=False):  # restored after (monkeypatch's undo hides it)
-        torch_compile.install()
+        patches = Patches()
+        torch_compile.install(patches)
         assert dynamo.config.suppress_errors is True
+        patches.undo()  # the instrumentation's uninstall: the user's own compile errors raise again
+        assert dynamo.config.suppress_errors is False
 
 
 def test_profile_injects_it_into_each_model_found(monkeypatch):
@@ -152,7 +157,7 @@ def test_profile_injects_it_into_each_model_found(monkeypatch):
 
     seen, installed = [], []
     monkeypatch.setattr(torch_compile, "inject", lambda m: seen.append(m) or "TypeError: no")
-    monkeypatch.setattr(torch_compile, "install", lambda: installed.append(True))
+    monkeypatch.setattr(torch_compile, "install", lambda p: installed.append(True))
     for ov, want in ((Overrides(compile=True), True), (Overrides(), False)):
         seen.clear()
         inst = SimpleNamespace(

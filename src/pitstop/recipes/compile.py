@@ -35,6 +35,8 @@ from pitstop.recipes.component import WRAP, ProbeRule, ScriptEditor
 if TYPE_CHECKING:
     import torch
 
+    from pitstop.patching import Patches
+
 NAME = "compile"
 KNOB = "compile"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.compile``)
 SURFACE = WRAP
@@ -123,12 +125,12 @@ def break_even_steps(step_s: float, device: str) -> int:
     return int(COMPILE_S.get(device, COMPILE_S["cpu"]) / (step_s * saving)) + 1
 
 
-def install() -> None:
+def install(patches: Patches) -> None:
     """Profile's injection, once before the script runs: dynamo's errors fall back to eager (the script's
-    own ``torch.compile`` calls too)."""
+    own ``torch.compile`` calls too) until ``patches`` are undone (the instrumentation's uninstall)."""
     import torch._dynamo as dynamo
 
-    dynamo.config.suppress_errors = True
+    patches.set_value(dynamo.config, "suppress_errors", True)
 
 
 def inject(module: torch.nn.Module) -> str | None:

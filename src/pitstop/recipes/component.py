@@ -39,9 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pitstop.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from pitstop.patching import Patches
 
 MODEL = "model"  # the model's parameters and its batches
 FORWARD = "forward"  # the forward pass wrapped (a context), the model as it is
@@ -388,8 +391,8 @@ class WrapComponent(Component, Protocol):
         """The model inside the wrapper, or None where ``model`` is none."""
         ...
 
-    def install(self) -> None:
-        """Profile's injection, once before the script runs."""
+    def install(self, patches: Patches) -> None:
+        """Profile's injection, once before the script runs; what it sets is undone with ``patches``."""
         ...
 
     def inject(self, module: Any) -> str | None:

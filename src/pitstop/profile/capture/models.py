@@ -78,7 +78,7 @@ class ModelHooks:
 
     def install(self, patches: Patches) -> None:
         for comp in self.wraps:
-            comp.install()
+            comp.install(patches)
         self.handles = [
             _module.register_module_forward_pre_hook(self.pre),
             _module.register_module_forward_hook(self.post, with_kwargs=True, always_call=True),
