@@ -8,6 +8,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from pitstop.profile.process import children
 from pitstop.profile.process.children import Child, Follower
 from pitstop.profile.rank.rank_worker import STATE, rank_dir
@@ -56,3 +58,38 @@ def test_daemonic_child_is_waited_for_while_it_steps(tmp_path, monkeypatch):
     finally:
         proc.kill()
         thread.join()
+
+
+def _stops(i: int) -> int:
+    from pitstop.profile.process.child_worker import PoolStop
+
+    raise PoolStop("measured 4 steps")
+
+
+def test_a_pool_workers_stop_is_not_caught_by_the_scripts_except_exception():
+    from multiprocessing.pool import ThreadPool  # the same result classes as a process Pool
+
+    from pitstop.patching import Patches
+    from pitstop.profile.capture.hooks import StopProfiling
+
+    patches = Patches()
+    children._stop_through_pool_results(patches)
+    reads = (
+        lambda pool: pool.map(_stops, range(2)),
+        lambda pool: pool.apply(_stops, (0,)),
+        lambda pool: list(pool.imap(_stops, range(2))),
+        lambda pool: list(pool.imap_unordered(_stops, range(2))),
+    )
+    try:
+        with ThreadPool(1) as pool:
+            for read in reads:
+                with pytest.raises(StopProfiling) as info:
+                    try:
+                        read(pool)
+                    except Exception:  # the script's own handler around the map
+                        pytest.fail("the stop was caught as an Exception")
+                assert type(info.value) is StopProfiling
+            with pytest.raises(ZeroDivisionError):  # the script's own errors are untouched
+                pool.apply(divmod, (1, 0))
+    finally:
+        patches.undo()

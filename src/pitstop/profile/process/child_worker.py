@@ -11,8 +11,9 @@ measured steps returns None from the target, so the child exits 0 and the parent
 
 A ``multiprocessing.Pool`` worker is measured over the whole task loop it runs. Its stop after the measured
 steps is a ``PoolStop``: an ``Exception`` (so the pool returns it as the task's error, rather than losing the
-task and hanging the parent's ``map``) that is also a ``StopProfiling`` (so the script's process, where
-``map`` raises it, stops cleanly there). The child follows the processes it starts itself
+task and hanging the parent's ``map``); the script's process, where ``map`` raises it, gets a plain
+``StopProfiling`` in its place (``children.follow`` wraps the pool's result reading), so the script's own
+``except Exception:`` cannot swallow the stop. The child follows the processes it starts itself
 (``pitstop.profile.process.children.follow``): grandchildren are measured as its siblings are.
 
 The child runs the profiled process's own ``Watchdog`` (``rank-N/watchdog.json``): a child whose step stalls

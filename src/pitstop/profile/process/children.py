@@ -196,8 +196,34 @@ def follow(inst: Any, cfg: dict[str, Any], parent: int | None = None) -> Followe
         return follower.start(orig, proc)
 
     inst.patches.patch(BaseProcess, "start", start)
+    _stop_through_pool_results(inst.patches)
     _follower = follower
     return follower
+
+
+def _stop_through_pool_results(patches: Any) -> None:
+    """A Pool worker's stop reaches the script as its task's error, a ``PoolStop`` (an ``Exception``, so
+    the pool keeps the task): where the script reads a result (``map``, ``apply``, ``get``, ``imap``) it
+    becomes a plain ``StopProfiling``, which the script's own ``except Exception:`` does not catch."""
+    import multiprocessing.pool as mp_pool
+
+    def stopping(orig: Any) -> Any:
+        def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return orig(self, *args, **kwargs)
+            except Exception as e:
+                from pitstop.profile.capture.hooks import StopProfiling
+                from pitstop.profile.process.child_worker import PoolStop
+
+                if isinstance(e, PoolStop):
+                    raise StopProfiling(*e.args) from None
+                raise
+
+        return read
+
+    patches.patch(mp_pool.ApplyResult, "get", stopping(mp_pool.ApplyResult.get))  # map, starmap, apply
+    for name in ("next", "__next__"):  # imap, imap_unordered
+        patches.patch(mp_pool.IMapIterator, name, stopping(getattr(mp_pool.IMapIterator, name)))
 
 
 def leave_parent() -> None:
