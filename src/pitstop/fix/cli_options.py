@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pitstop.cliopts import opt
+from pitstop.recipes.registry import fix_kinds
 
 
 @dataclass
@@ -21,15 +22,13 @@ class FixArgs:
     max_rounds: int = opt(40, "rounds at most per stage; the budget ends them first (40)")
     candidates: str = opt(
         "auto",
-        "auto (from the profile's findings), all, or a comma list of: workers, persistent_workers, "
-        "amp, channels_last, foreach, compile, cudnn_benchmark, host_memory, tf32, threads, no_sync, "
-        "static_graph",
+        f"auto (from the profile's findings), all, or a comma list of: {', '.join(fix_kinds())}",
     )
     skip: str = opt("", "candidates never to try, e.g. compile (same names)")
     min_gain: float = opt(0.05, "speed-up needed to count as helped (0.05)")
     loss_rtol: float = opt(0.1, "allowed relative change of the mean loss")
     timeout: float = opt(600.0, "seconds per run before it is stopped")
-    apply: bool = opt(False, "write the DataLoader diff into your file (asks first)")
+    apply: bool = opt(False, "write the fixes that helped into your script (asks first)")
     yes: bool = opt(False, "with --apply: do not ask")
     out_dir: str | None = opt(
         None,

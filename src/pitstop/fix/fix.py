@@ -242,7 +242,7 @@ BUILDERS = {
     **{c.NAME: _process for c in components(PROCESS)},
     **{c.NAME: _wrap for c in components(WRAP)},
     "host_memory": _host_memory,
-    **{k: _distributed for k in fix_dist.KINDS},
+    **{k: _distributed for k in fix_dist.KINDS if k != "threads"},
     "threads": _threads,
 }
 

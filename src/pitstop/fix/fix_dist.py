@@ -35,11 +35,10 @@ KINDS = ("threads", "no_sync", "static_graph")
 
 
 def candidates(kind: str, why: str, config: dict[str, Any]) -> tuple[list[Candidate], str | None]:
-    """(candidates, None) or ([], why it is skipped) for one distributed kind."""
+    """(candidates, None) or ([], why it is skipped) for ``no_sync`` or ``static_graph`` (``threads`` has
+    its own builder in fix: ``thread_candidates``)."""
     dist = config.get("distributed") or {}
     ddp = dist.get("ddp") or []
-    if kind == "threads":
-        return thread_candidates(why, config)
     if not ddp:
         return [], f"{kind}: the script built no DistributedDataParallel model (or was not run by a launcher)"
     if kind == "no_sync":

@@ -19,8 +19,9 @@ class Overrides(Knobs):
     """Settings forced on the user's script without editing it: every ``Knobs`` field, injected
     (``channels_last``: the top-level model, the module that runs forward, and its 4-D float inputs;
     ``autocast``: around the top-level forward; ``float32``: a float64 model at its first forward, its
-    float64 inputs, and its float32 outputs float64 again; ``cudnn_benchmark``, ``keep_host_memory``:
-    before the script runs; ``tf32``: on each model's device (CUDA) at its first forward;
+    float64 inputs, and its float32 outputs float64 again; ``keep_host_memory``:
+    before the script runs; ``tf32``, ``cudnn_benchmark``: on each model's device (CUDA) at its first
+    forward (``pitstop.profile.capture.models``);
     ``optimizer_impl``: on every optimizer constructed; ``compile``: the
     top-level model; ``num_threads``: also when the script sets its own, in every rank of a launcher,
     ``pitstop.profile.rank.rank_worker``), and:
