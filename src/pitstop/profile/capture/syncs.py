@@ -4,14 +4,18 @@ their time goes to the step clock's sync phase.
 
 Sampled by step: the warm-up and the first ``SAMPLE_FIRST`` measured steps are all measured, then one
 step in ``SAMPLE_EVERY``. On the others (``light``) the wrappers pass straight through (a per-element loop
-of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step), and ``close_step``
-fills the step's count and sync time from the sampled steps' means; ``rows`` scales the sites' measured
-counts and times to every measured step, and says from how many they came."""
+of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step), so their syncs' time
+stays in the phase they ran in (forward, or "other" for a loop after the step). ``close_step`` fills such
+a step's count from the sampled steps' mean, and moves the sampled steps' mean sync time in each phase out
+of that phase into the sync phase (leaving the phase at least its sampled median without syncs): the parts
+still add up, and no second counts twice. ``rows`` scales the sites' measured counts and times to every measured step, and
+says from how many they came."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +23,7 @@ from typing import Any
 
 import torch
 
-from pitstop.profile.capture.stepclock import PHASES, SYNC, PhaseClock
+from pitstop.profile.capture.stepclock import CLOSURE, PHASES, SYNC, PhaseClock
 from pitstop.profile.capture.where import is_user_file, location, user_location
 
 clock = time.perf_counter
@@ -38,6 +42,10 @@ SYNC_METHODS = (
 LOOP_GAP_S = 0.0001  # syncs closer than this to the previous one are one per-element loop
 SAMPLE_FIRST = 10  # measured steps whose syncs are all measured before sampling starts
 SAMPLE_EVERY = 8  # then one measured step in this many
+OTHER = "other"  # no phase open around a sync: its time would be the step's "other"
+# where a sync can run: the phases (an optimizer closure's own Python is "other" in a record), or none
+_AROUND = (*PHASES, CLOSURE, OTHER)
+_HOLDS = (*(p for p in PHASES if p != SYNC), OTHER)  # the parts of a record a sync's time can be in
 
 
 # The per-element loop's methods (``bool(t[i] == y[i])``, ``t[i].item()``) take no argument: their
@@ -52,7 +60,9 @@ class SyncSites:
     bytecode offset]``, keyed (id(code), bytecode offset, method), or (file:line, 0, method) for a
     device sync found through library code. ``busy``: inside a sync being timed, or inside data loading
     (data wait, not syncs): calls pass through. ``measuring``: after warm-up, times and measured counts
-    accumulate. ``light``: a step not sampled, calls pass through uncounted.
+    accumulate. ``light``: a step not sampled, calls pass through uncounted. ``inside``: the current
+    step's sync seconds by the phase open around them (``OTHER``: none); ``sampled_inside``: summed over
+    the sampled measured steps; ``sampled_left``: each of those steps' seconds in each part beside the syncs.
     """
 
     def __init__(self, phases: PhaseClock) -> None:
@@ -73,7 +83,10 @@ class SyncSites:
         self.last_end = -1.0
         # measured steps closed, and of those the sampled ones with their summed sync seconds and counts
         self.steps_measured = self.steps_sampled = self.sampled_syncs = 0
-        self.sampled_sync_s = 0.0
+        self.inside = dict.fromkeys(_AROUND, 0.0)
+        self.sampled_inside = dict.fromkeys(_HOLDS, 0.0)
+        self.sampled_left: dict[str, list[float]] = {p: [] for p in _HOLDS}
+        self._floor: dict[str, float] | None = None  # their medians, made at the next step not sampled
 
     def new_step(self, measured_index: int = -1) -> None:
         """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
@@ -83,6 +96,7 @@ class SyncSites:
                 torch.cuda.set_sync_debug_mode(0 if light else "warn")
         self.light = light
         self.count = 0
+        self.inside = dict.fromkeys(_AROUND, 0.0)
         self.last_site = None
         self.last_code = None
         self.last_end = -1.0  # no loop spans a step boundary
@@ -92,24 +106,45 @@ class SyncSites:
         for site in self.sites.values():
             site[1], site[2], site[3] = 0.0, 0, 0.0
         self.steps_measured = self.steps_sampled = self.sampled_syncs = 0
-        self.sampled_sync_s = 0.0
+        self.sampled_inside = dict.fromkeys(_HOLDS, 0.0)
+        self.sampled_left = {p: [] for p in _HOLDS}
+        self._floor = None
 
     def close_step(self, rec: dict[str, Any]) -> None:
         """Put the closing step's sync count in its record ``rec``. A step not sampled gets the sampled
-        steps' mean count and sync seconds, the seconds taken from the time no phase covered (where a
-        loop of syncs outside the model runs), and ``sync_sampled`` False."""
+        steps' mean count, ``sync_sampled`` False, and sync seconds moved into ``rec``'s sync phase out of
+        each phase its untimed syncs ran in (``OTHER``: the time no phase covered): the sampled steps'
+        mean sync seconds in that phase, at most what the step spent there beyond the sampled steps' median
+        time in it without syncs (the timed wrappers cost more than the syncs; the phase's own work stays)."""
         if not self.light:
             rec["syncs"] = self.count
             if not rec["warmup"]:
                 self.steps_measured += 1
                 self.steps_sampled += 1
                 self.sampled_syncs += self.count
-                self.sampled_sync_s += rec[SYNC]
+                inside = self.inside
+                inside[OTHER] += inside[CLOSURE]  # an optimizer closure's own Python is "other" in a record
+                rest = rec["total_s"] - sum(rec[p] for p in PHASES)
+                for phase in _HOLDS:
+                    self.sampled_inside[phase] += inside[phase]
+                    self.sampled_left[phase].append(rest if phase == OTHER else rec[phase])
+                self._floor = None
             return
         self.steps_measured += 1
         n = max(1, self.steps_sampled)
+        if self._floor is None:  # a median: a sampled step held up in a phase (GC) does not move it
+            self._floor = {p: statistics.median(v) if v else 0.0 for p, v in self.sampled_left.items()}
         rest = rec["total_s"] - sum(rec[p] for p in PHASES)
-        rec[SYNC] = max(0.0, min(self.sampled_sync_s / n, rest))
+        moved = 0.0
+        for phase in _HOLDS:
+            s = self.sampled_inside[phase]
+            if s > 0.0:
+                had = rest if phase == OTHER else rec[phase]
+                take = max(0.0, min(s / n, had - self._floor[phase]))
+                if phase != OTHER:
+                    rec[phase] -= take
+                moved += take
+        rec[SYNC] += moved
         rec["syncs"] = self.sampled_syncs / n
         rec["sync_sampled"] = False
 
@@ -198,15 +233,17 @@ def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
             site = st.last_site
             if dt < LOOP_GAP_S:
                 ph = st.phases
+                around = ph.stack[-1] if ph.stack else OTHER
                 if ph.spans is None:
                     if ph.stack:
                         gap = t - dt - ph.mark
                         if gap > 0.0:
-                            ph.acc[ph.stack[-1]] += gap
+                            ph.acc[around] += gap
                     ph.acc[SYNC] += dt
                     ph.mark = t
                 else:
                     ph.move(SYNC, dt, t)
+                st.inside[around] += dt
                 if st.measuring:
                     site[3] += dt
                     site[2] += 1
@@ -247,6 +284,7 @@ def _count_cpu(st: SyncSites, site: list[Any]) -> None:
     dt = t - st.last_end
     if dt < LOOP_GAP_S:
         st.phases.move(SYNC, dt, t)
+        st.inside[st.phases.stack[-1] if st.phases.stack else OTHER] += dt
         if st.measuring:
             site[3] += dt
     st.last_site = site
@@ -280,6 +318,7 @@ def _timed_sync(st: SyncSites, site: list[Any], orig: Any, t: torch.Tensor, args
     st.busy = True
     start = clock()
     gap = start - st.last_end
+    around = st.phases.stack[-1] if st.phases.stack else OTHER
     if gap < LOOP_GAP_S:  # a per-element loop of syncs: the time since the previous one is the loop's too
         st.phases.move(SYNC, gap, start)
     st.phases.enter(SYNC, start)
@@ -288,6 +327,7 @@ def _timed_sync(st: SyncSites, site: list[Any], orig: Any, t: torch.Tensor, args
     finally:
         end = clock()
         st.phases.exit(SYNC, end)
+        st.inside[around] += end - start + (gap if gap < LOOP_GAP_S else 0.0)
         st.busy = False
         st.count += 1
         site[0] += 1
