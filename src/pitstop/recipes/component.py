@@ -110,6 +110,11 @@ class ScriptEditor(Protocol):
         """``model = value("model")`` after the statement that assigns the model called at the forward."""
         ...
 
+    def model_statement(self, line: Callable[[str], str]) -> str:
+        """``line("model")`` as a statement of its own (e.g. ``model.compile()``) after the statement that
+        assigns the model called at the forward."""
+        ...
+
     def reassign_input(self, value: Callable[[str], str]) -> str:
         """``x = value("x")`` for the forward's first argument ``x`` (a plain name): after the statement
         that moves it with ``.to(...)``, else before the forward's statement."""
