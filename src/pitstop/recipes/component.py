@@ -315,7 +315,8 @@ class ModelComponent(ProbedComponent, Protocol):
 
     def train_model(self, model: Any) -> Any:
         """What ``pitstop.train`` adds after ``apply_model``, where it owns the training loop (hooks on the
-        backward, say); profile's injection and fix never call it. Returns what it did."""
+        backward, say); profile's injection and fix never call it. Returns the handles (``remove()``) of
+        the hooks it added to the user's modules, which ``fit`` removes when it returns or raises."""
         ...
 
 
