@@ -159,7 +159,7 @@ def test_foreach_on_the_optimizer_constructor(script):
 
 def test_compile_after_the_model_line(script):
     orig, new = only_patch(result_for(script, ("compile", {"compile": True})))
-    assert added(orig, new) == ["    model = torch.compile(model)"]
+    assert added(orig, new) == ["    model.compile()"]
 
 
 def test_cudnn_benchmark_at_the_top_of_main(script):
@@ -236,7 +236,7 @@ KINDS = [
     ("channels_last", {"channels_last": True}, "channels_last"),
     ("amp", {"autocast": "bfloat16"}, "autocast"),
     ("foreach", {"optimizer_impl": "foreach"}, "foreach=True"),
-    ("compile", {"compile": True}, "torch.compile("),
+    ("compile", {"compile": True}, ".compile()"),
     ("cudnn_benchmark", {"cudnn_benchmark": True}, "cudnn.benchmark = True"),
     ("float32", {"float32": True}, "model = model.float()"),
 ]

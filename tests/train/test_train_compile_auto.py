@@ -113,3 +113,42 @@ def test_progress_note_prints_the_decision_only_when_the_bar_is_on() -> None:
         prog.note("compile auto: off: reasons")
     assert "compile auto: off: reasons" in out.getvalue()
     TrainProgress(10, enabled=False).note("nothing to print")  # no bar: silent, no error
+
+
+def test_fit_says_why_auto_never_decided() -> None:
+    """A run stopped before the probe decides stays eager, and applied['compile'] says why."""
+
+    def stop(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+    res = fit(torch.nn.Linear(4, 2), None, _loader(), stop, TrainConfig(progress=False))
+    assert res.interrupted and res.applied["compile"].startswith("compile auto: undecided (interrupted")
+
+
+def test_fit_auto_evaluates_the_uncompiled_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(ca.COMPILE_S, "cpu", 0.0)
+    monkeypatch.setattr(
+        trainer, "maybe_compile",
+        lambda m, enabled=True, **kw: CompiledWithFallback(m, backend="eager") if enabled else m,
+    )  # fmt: skip
+    evaluated: list[torch.nn.Module] = []
+    monkeypatch.setattr(trainer, "evaluate", lambda m, *a: evaluated.append(m) or {"val_loss": 0.0})
+    model = torch.nn.Linear(4, 2)
+    res = fit(model, None, _loader(), torch.nn.functional.cross_entropy,
+              TrainConfig(epochs=2, progress=False), val_loader=_loader())  # fmt: skip
+    assert str(res.applied["compile"]).startswith("compile auto: on:") and evaluated == [model, model]
+
+
+def test_knobs_compile_auto_is_off_until_decided_and_optimizer_impl_is_the_built_one() -> None:
+    assert TrainConfig().knobs("cpu").compile is False  # 'auto': decided in the run, not here
+    assert TrainConfig(compile=True).knobs("cpu").compile is True
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert (
+        TrainConfig().knobs("cpu", optimizer=torch.optim.SGD(p, lr=0.1, foreach=False)).optimizer_impl is None
+    )
+    assert (
+        TrainConfig().knobs("cpu", optimizer=torch.optim.SGD(p, lr=0.1, foreach=True)).optimizer_impl
+        == "foreach"
+    )
+    assert TrainConfig().knobs("cpu").optimizer_impl in ("fused", "foreach")  # fit's own AdamW
+    assert not TrainConfig(tf32=True, cudnn_benchmark=True).knobs("cpu").tf32  # CUDA only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from pitstop.recipes import channels_last
@@ -24,8 +25,8 @@ def test_keep_grad_nhwc_hooks_global_pooling_once_and_keeps_gradients_equal() ->
     plain, hooked = _net(), _net()
     for m in (plain, hooked):
         channels_last.apply_model(m)
-    assert channels_last.keep_grad_nhwc(hooked) == 2  # the pooling and the Flatten
-    assert channels_last.keep_grad_nhwc(hooked) == 0  # already hooked: not twice
+    assert len(channels_last.keep_grad_nhwc(hooked)) == 2  # the pooling and the Flatten
+    assert channels_last.keep_grad_nhwc(hooked) == []  # already hooked: not twice
     x = channels_last.apply_input(torch.randn(4, 3, 6, 6))
     seen: list[torch.Tensor] = []
     hooked[2].register_full_backward_hook(lambda m, gin, gout: seen.append(gout[0]))  # ReLU's incoming grad
@@ -43,7 +44,7 @@ def test_keep_grad_nhwc_at_a_flatten_head_keeps_gradients_equal() -> None:
         return torch.nn.Sequential(*conv, torch.nn.Flatten(), torch.nn.Linear(4 * 5 * 5, 2))
 
     plain, hooked = channels_last.apply_model(net()), channels_last.apply_model(net())
-    assert channels_last.keep_grad_nhwc(hooked) == 1
+    assert len(channels_last.keep_grad_nhwc(hooked)) == 1
     seen: list[torch.Tensor] = []
     hooked[1].register_full_backward_hook(lambda m, gin, gout: seen.append(gout[0]))
     x = channels_last.apply_input(torch.randn(3, 3, 5, 5))
@@ -59,15 +60,53 @@ def test_keep_grad_nhwc_leaves_nchw_inputs_and_models_without_pooling_alone() ->
     channels_last.keep_grad_nhwc(model)
     out = model(torch.randn(2, 3, 5, 5))  # NCHW input: the hook passes it through
     out.sum().backward()
-    assert channels_last.keep_grad_nhwc(torch.nn.Linear(2, 2)) == 0
+    assert channels_last.keep_grad_nhwc(torch.nn.Linear(2, 2)) == []
 
 
-def test_fit_hooks_global_pooling_only_when_channels_last_is_on() -> None:
+def _loader() -> torch.utils.data.DataLoader:
     x, y = torch.randn(8, 3, 6, 6), torch.randint(0, 2, (8,))
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
-    on, off = _net(), _net()
-    fit(on, None, loader, torch.nn.functional.cross_entropy, TrainConfig(progress=False, precision="fp32"))
-    fit(off, None, loader, torch.nn.functional.cross_entropy,
-        TrainConfig(progress=False, precision="fp32", channels_last=False))  # fmt: skip
-    assert len(on[3]._forward_pre_hooks) == 1 and not off[3]._forward_pre_hooks
-    assert len(on[4]._forward_pre_hooks) == 1  # the Flatten (a no-op there: its input is 1x1)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
+def test_fit_hooks_while_it_trains_and_hands_the_model_back_without_them() -> None:
+    seen: list[int] = []
+
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        seen.append(len(model[3]._forward_pre_hooks) + len(model[4]._forward_pre_hooks))
+        return torch.nn.functional.cross_entropy(out, y)
+
+    model = _net()
+    fit(model, None, _loader(), loss, TrainConfig(progress=False, precision="fp32"))
+    assert seen and set(seen) == {2}  # the pooling and the Flatten, while fit ran
+    assert not any(m._forward_pre_hooks for m in model.modules())
+    torch.jit.script(model)  # the hook (a Python autograd.Function) would not script
+
+
+def test_fit_removes_its_hooks_when_the_loop_raises() -> None:
+    def boom(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("user loss failed")
+
+    model = _net()
+    with pytest.raises(RuntimeError, match="user loss failed"):
+        fit(model, None, _loader(), boom, TrainConfig(progress=False, precision="fp32"))
+    assert not any(m._forward_pre_hooks for m in model.modules())
+
+
+def test_flatten_from_dim_2_is_not_hooked_and_an_inplace_op_after_it_trains() -> None:
+    """Flatten(start_dim=2) of the identity's view is a view: hooked, an in-place op after it would
+    raise; it is left alone."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.Flatten(start_dim=2),
+        torch.nn.ReLU(inplace=True),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 36, 2),
+    )
+    hooked = channels_last.keep_grad_nhwc(channels_last.apply_model(model))
+    assert len(hooked) == 1 and model[3]._forward_pre_hooks  # only the Flatten from dim 1 (its input: 3-D)
+    hooked[0].remove()
+    res = fit(model, None, _loader(), torch.nn.functional.cross_entropy,
+              TrainConfig(progress=False, precision="fp32", channels_last=True))  # fmt: skip
+    assert res.steps == 2 and res.applied["channels_last"] is True

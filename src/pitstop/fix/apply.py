@@ -12,8 +12,8 @@ byte:
   ``.to(...)``, before the forward's statement when no such line exists; autocast: the statements from
   the forward up to the ``.backward()`` call wrapped in ``with torch.autocast(...)``), ``OptimizerEditor``
   for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call); compile
-  and float32 through ``ModelEditor`` too (``model = torch.compile(model)`` after the line that assigns
-  the model);
+  and float32 through ``ModelEditor`` too (compile: ``model.compile()`` after the line that assigns the
+  model, in place as the timed run compiled it; float32: ``model = ...``);
 - keep_host_memory, and a process component's edit (tf32, cudnn.benchmark: ``first_lines``):
   lines at the top of the script's ``main()`` (or of its ``if __name__ == "__main__":`` block, or after
   its imports), plus the import beside the others;
@@ -135,7 +135,7 @@ def _after(fe: FileEdits, stmt: ast.stmt, line: str) -> None:
     fe.inserts.append((stmt.end_lineno or stmt.lineno, 0, [_indent(fe.text, stmt.lineno) + line]))
 
 
-def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str) -> str:
+def _model_line(fe: FileEdits, where: int, line: Callable[[str], str], kind: str) -> str:
     tree = fe.tree()
     call = _forward_call(tree, where)
     if call is None:
@@ -144,7 +144,7 @@ def _model_line(fe: FileEdits, where: int, make: Callable[[str], str], kind: str
     assign = _last_assignment(tree, name, where)
     if assign is None:
         raise Unplaced(f"{kind}: no line assigning {name} in the file of line {where}")
-    _after(fe, assign, f"{name} = {make(name)}")
+    _after(fe, assign, line(name))
     return name
 
 
@@ -162,7 +162,10 @@ class ModelEditor:
     device: str = "cpu"
 
     def reassign_model(self, value: Callable[[str], str]) -> str:
-        return _model_line(self.fe, self.where, value, self.kind)
+        return _model_line(self.fe, self.where, lambda name: f"{name} = {value(name)}", self.kind)
+
+    def model_statement(self, line: Callable[[str], str]) -> str:
+        return _model_line(self.fe, self.where, line, self.kind)
 
     def reassign_input(self, value: Callable[[str], str]) -> str:
         fe, where = self.fe, self.where

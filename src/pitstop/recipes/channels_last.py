@@ -125,29 +125,33 @@ def _is_grad_nhwc_input(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.dim() == 4 and x.requires_grad and _is_nhwc(x)
 
 
-def keep_grad_nhwc(model: torch.nn.Module) -> int:
+def keep_grad_nhwc(model: torch.nn.Module) -> list[Any]:
     """Keep the gradient in channels_last where a layout-blind backward would hand back NCHW: global
-    average pooling (``AdaptiveAvgPool2d``) and ``Flatten`` of an NHWC activation. The elementwise
-    backward before them (ReLU's, BatchNorm's) then mixes layouts and leaves its vectorized path (~10x
-    slower on CPU for the benchmark net's last block). A forward pre-hook passes each such module's NHWC
-    input through an identity whose backward converts the gradient: one copy instead of a slow kernel,
-    values unchanged. Measured on CPU (bf16, 1 thread): 1.03-1.05x a step with global pooling, 1.07x
-    with a Flatten head (``benchmarks/results/train_levers.md``). Training only (``pitstop.train``);
-    ``apply_model`` adds no hooks. Returns the modules hooked (once each, however often it is called)."""
+    average pooling (``AdaptiveAvgPool2d``) and ``Flatten(start_dim=1)`` of an NHWC activation. The
+    elementwise backward before them (ReLU's, BatchNorm's) then mixes layouts and leaves its vectorized
+    path (~10x slower on CPU for the benchmark net's last block). A forward pre-hook on each such module
+    passes its NHWC input through an identity whose backward converts the gradient: one copy instead of
+    a slow kernel, values unchanged. Measured on CPU (bf16, 1 thread): 1.03-1.05x a step with global
+    pooling, 1.07x with a Flatten head (``benchmarks/results/train_levers.md``). The identity's output is
+    a view of its input, so only modules whose output is a new tensor are hooked: pooling, and a Flatten
+    from dim 1 (merging C with H and W of an NHWC tensor copies); a Flatten from dim 2 keeps a view,
+    which an in-place op after it could not modify. Training only: ``pitstop.train.fit`` removes the
+    hooks when it returns (``torch.jit.script``, ``deepcopy`` and export then see the model as it was);
+    ``apply_model`` adds none. Returns the handles of the hooks added (``remove()``; once per module,
+    however often it is called)."""
     import torch
 
-    hooked = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.AdaptiveAvgPool2d | torch.nn.Flatten) and (
+    def wants(m: torch.nn.Module) -> bool:
+        flat = isinstance(m, torch.nn.Flatten) and m.start_dim == 1
+        return (flat or isinstance(m, torch.nn.AdaptiveAvgPool2d)) and (
             _grad_nhwc_hook not in m._forward_pre_hooks.values()
-        ):
-            m.register_forward_pre_hook(_grad_nhwc_hook)
-            hooked += 1
-    return hooked
+        )
+
+    return [m.register_forward_pre_hook(_grad_nhwc_hook) for m in model.modules() if wants(m)]
 
 
-def train_model(model: torch.nn.Module) -> int:
-    """``pitstop.train``'s addition to ``apply_model``: ``keep_grad_nhwc``."""
+def train_model(model: torch.nn.Module) -> list[Any]:
+    """``pitstop.train``'s addition to ``apply_model``: ``keep_grad_nhwc``; its hooks' handles."""
     return keep_grad_nhwc(model)
 
 

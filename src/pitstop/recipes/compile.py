@@ -45,8 +45,11 @@ CANDIDATE = "torch.compile"  # the name of ``pitstop fix``'s candidate
 PROBE = None  # no in-process probe: compiling takes minutes; ``pitstop fix`` times it on the whole script
 ARMS = ("eager", "compiled")
 PHASES = ("forward_s", "backward_s")  # the parts of the step its saving lives in
-SNIPPET = "model = torch.compile(model)"
-CONVERT = "torch.compile({})"  # what fix --apply assigns to the model
+SNIPPET = "model.compile()"
+# the statement fix --apply writes after the model's line: ``Module.compile()`` compiles in place, as the
+# timed run did (``inject``); ``torch.compile(model)``'s wrapper would prefix the state_dict keys with
+# ``_orig_mod.``, so the script's checkpoints would stop loading into an uncompiled model
+CONVERT = "{}.compile()"
 
 # compile='auto' (``pays``): the share of an eager step compile saves, and the seconds of compilation
 # charged against it, per device; stated, not guessed per model. CPU: ``torch.compile`` measured
@@ -169,8 +172,7 @@ def findings(model: Mapping[str, Any], torch_facts: Mapping[str, Any]) -> list[F
 
 
 def edit(editor: ScriptEditor) -> dict[str, Any]:
-    """``model = torch.compile(model)`` after the line that assigns the model called at the forward, with
-    ``import torch`` where the script has none."""
-    editor.reassign_model(CONVERT.format)
-    editor.need_torch()
+    """``model.compile()`` after the line that assigns the model called at the forward (no import
+    needed)."""
+    editor.model_statement(CONVERT.format)
     return {KNOB: True}

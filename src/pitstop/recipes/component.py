@@ -113,6 +113,11 @@ class ScriptEditor(Protocol):
         """``model = value("model")`` after the statement that assigns the model called at the forward."""
         ...
 
+    def model_statement(self, line: Callable[[str], str]) -> str:
+        """``line("model")`` as a statement of its own (e.g. ``model.compile()``) after the statement that
+        assigns the model called at the forward."""
+        ...
+
     def reassign_input(self, value: Callable[[str], str]) -> str:
         """``x = value("x")`` for the forward's first argument ``x`` (a plain name): after the statement
         that moves it with ``.to(...)``, else before the forward's statement."""
@@ -313,7 +318,8 @@ class ModelComponent(ProbedComponent, Protocol):
 
     def train_model(self, model: Any) -> Any:
         """What ``pitstop.train`` adds after ``apply_model``, where it owns the training loop (hooks on the
-        backward, say); profile's injection and fix never call it. Returns what it did."""
+        backward, say); profile's injection and fix never call it. Returns the handles (``remove()``) of
+        the hooks it added to the user's modules, which ``fit`` removes when it returns or raises."""
         ...
 
 

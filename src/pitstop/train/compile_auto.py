@@ -65,6 +65,12 @@ class AutoCompile:
         step_s = statistics.median(clean(self._times).kept)
         return self._done(*rule(self.planned - step, step_s, self.device))
 
+    def undecided(self, step: int, interrupted: bool = False) -> str:
+        """``FitResult.applied['compile']`` for a run that ended before ``decide`` did (interrupted, or its
+        loader yielded fewer batches than its length said): stayed eager, and why."""
+        why = "interrupted" if interrupted else "the run ended"
+        return f"compile auto: undecided ({why} after {step} steps, {self.warmup + self.probe} probed): eager"
+
     def _done(self, on: bool, why: str) -> bool:
         self.compile, self.decision = on, f"compile auto: {why}"
         return on

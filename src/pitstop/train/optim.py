@@ -92,3 +92,12 @@ def step(opt: torch.optim.Optimizer, closure: Callable[[], torch.Tensor]) -> Non
         opt.step(closure)
     else:
         opt.step()
+
+
+def impl_of(optimizer: torch.optim.Optimizer | None, device: torch.device | str) -> str | None:
+    """``Knobs.optimizer_impl`` of ``optimizer``: "fused" / "foreach" as its defaults set, None where they
+    set neither; for None, that of the AdamW ``make_optimizer`` builds on ``device``."""
+    if optimizer is None:
+        return "fused" if fused_supported(torch.optim.AdamW, device) else "foreach"
+    d = optimizer.defaults
+    return "fused" if d.get("fused") else "foreach" if d.get("foreach") else None

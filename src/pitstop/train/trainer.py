@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from pitstop.recipes import model_components
+from pitstop.recipes.compile import inner as compile_inner
 from pitstop.recipes.knobs import Knobs
 from pitstop.train.accumulation import accumulate, scale_loss, sync_context
 from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
@@ -43,8 +44,8 @@ from pitstop.train.distributed import (
 )
 from pitstop.train.evaluation import ComputeLoss, LossFn, default_compute_loss, evaluate
 from pitstop.train.host_memory import keep_host_memory
-from pitstop.train.metrics import RunningMean, batch_size
-from pitstop.train.optim import fused_supported, make_optimizer
+from pitstop.train.metrics import FitResult, RunningMean, batch_size
+from pitstop.train.optim import impl_of, make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher
 from pitstop.train.progress import TrainProgress, nvtx_fetches, nvtx_range
 from pitstop.train.schedules import make_scheduler, total_steps
@@ -59,7 +60,8 @@ class TrainConfig:
     precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
     channels_last: 'auto' = on for models with Conv2d; True/False to force.
     compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = compile after the first eager
-    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process).
+    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process;
+    evaluation then runs the model uncompiled: the rule charged one compilation, not a no_grad one).
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
@@ -95,12 +97,12 @@ class TrainConfig:
     tf32: bool = True
     cudnn_benchmark: bool = True
 
-    def knobs(self, device: torch.device | str, model: torch.nn.Module | None = None) -> Knobs:
-        """The optimization settings ``fit`` turns on for ``model`` on ``device``
-        (``pitstop.recipes.knobs.Knobs``), with each ``"auto"`` decided: the precision's autocast dtype,
-        each model component's own rule (``wanted``; without a model, only a forced ``True``), host memory
-        kept on CPU, cuDNN autotuning and TF32 on CUDA, and the optimizer ``make_optimizer`` builds (fused
-        where this torch has it for the device, else foreach)."""
+    def knobs(self, device: Any, model: Any = None, optimizer: Any = None) -> Knobs:
+        """The optimization settings ``fit`` turns on for ``model`` on ``device`` (``Knobs``), each
+        ``"auto"`` decided: the precision's autocast dtype, each model component's ``wanted`` (without a
+        model, only a forced ``True``), host memory kept on CPU, cuDNN autotuning and TF32 on CUDA (which
+        ``prepare_model`` applies). ``compile``: ``compile=True`` only ('auto' is decided in the run).
+        ``optimizer_impl``: ``optimizer``'s (``optim.impl_of``), or for None the AdamW ``fit`` builds."""
         dtype = resolve_precision(self.precision, device)
         dev = torch.device(device).type
         on = {
@@ -112,42 +114,20 @@ class TrainConfig:
         keep = dev == "cpu" if self.keep_host_memory == "auto" else bool(self.keep_host_memory)
         return Knobs(
             autocast=str(dtype).replace("torch.", "") if dtype is not None else None,
-            compile=self.compile,
+            compile=self.compile is True,
             cudnn_benchmark=self.cudnn_benchmark and dev == "cuda",
             tf32=self.tf32 and dev == "cuda",
             keep_host_memory=keep,
-            optimizer_impl="fused" if fused_supported(torch.optim.AdamW, device) else "foreach",
+            optimizer_impl=impl_of(optimizer, device),
             **on,
         )
 
 
-@dataclass
-class FitResult:
-    """What ``fit`` did and measured: steps, throughput, the loss history and the settings applied."""
-
-    steps: int
-    epochs_completed: int
-    samples: int
-    elapsed_s: float
-    samples_per_s: float
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: list[dict[str, float]] = field(default_factory=list)
-    applied: dict[str, Any] = field(default_factory=dict)
-    resumed_from_step: int | None = None
-    interrupted: bool = False
-
-    @property
-    def final_loss(self) -> float:
-        return self.history[-1]["loss"] if self.history else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def prepare_model(
-    model: torch.nn.Module, cfg: TrainConfig, env: DistEnv, amp: Amp
+    model: torch.nn.Module, cfg: TrainConfig, env: DistEnv, amp: Amp, undo: list[Any] | None = None
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Apply device, channels_last, activation checkpointing, DDP/FSDP and compile, in that order."""
+    """Apply device, channels_last, activation checkpointing, DDP/FSDP and compile, in that order;
+    ``undo`` gets the handles of the hooks ``train_model`` added (``fit`` removes them at its end)."""
     applied: dict[str, Any] = {"device": str(env.device), "precision": amp.name, "world_size": env.world_size}
     model = model.to(env.device)
     knobs = cfg.knobs(env.device, model)
@@ -155,7 +135,9 @@ def prepare_model(
         on = getattr(knobs, comp.KNOB)
         if on:
             comp.apply_model(model)
-            comp.train_model(model)  # what only a loop that owns the backward adds (e.g. NHWC gradients)
+            added = comp.train_model(model)  # what only a loop that owns the backward adds (NHWC gradients)
+            if undo is not None:
+                undo += added
         applied[comp.KNOB] = on
     if cfg.activation_checkpointing:
         applied["activation_checkpointing"] = apply_activation_checkpointing(
@@ -175,7 +157,10 @@ def prepare_model(
         raise ValueError(f"compile must be True, False or 'auto', got {cfg.compile!r}")
     model = maybe_compile(model, bool(cfg.compile) and cfg.compile != "auto")
     applied["compile"] = cfg.compile
-    applied.update(configure_backends(env.device, cfg.tf32, cfg.cudnn_benchmark))
+    if cfg.compile == "auto" and (env.is_distributed or not hasattr(torch, "compile")):  # no probe (_auto)
+        why = "not tried under DDP/FSDP" if env.is_distributed else "this torch has no torch.compile"
+        applied["compile"] = "compile auto: off: " + why
+    applied.update(configure_backends(env.device, knobs.tf32, knobs.cudnn_benchmark))
     # auto: on for CPU only; on CUDA the step's tensors live in the caching allocator
     applied["host_memory"] = str(keep_host_memory()) if knobs.keep_host_memory else "off"
     return model, applied
@@ -248,24 +233,19 @@ def fit(
     anything else (e.g. distillation). scheduler: an LR scheduler stepped once per optimizer step, or
     set ``config.schedule``. Under torchrun, only rank 0 shows progress and writes checkpoints.
     Ctrl-C stops training and returns what was measured (``interrupted=True``); the last periodic
-    checkpoint remains the resume point.
+    checkpoint remains the resume point. The forward hooks ``fit`` adds to the model's modules
+    (channels_last's NHWC gradients) are removed when it returns or raises.
     """
     compute = compute_loss or default_compute_loss(loss_fn)
-    lp = _prepare(model, optimizer, train_loader, config or TrainConfig(), compute, scheduler, on_log)
-    lp.model.train()
-    t0 = time.perf_counter()
-    interrupted = False
-    with TrainProgress(lp.planned, enabled=lp.cfg.progress and lp.env.is_main) as lp.prog:
-        lp.prog.advance(lp.step)
-        try:
-            _train(lp, val_loader, loss_fn, compute_loss)
-        except KeyboardInterrupt:  # stop cleanly: keep what was measured; resume from the last checkpoint
-            interrupted = True
-        if lp.ckpt is not None and not interrupted:  # mid-step state is not a resume point
-            _save(lp)
-            if lp.env.is_distributed:
-                barrier()  # no rank returns before the final checkpoint is on disk
-    elapsed = time.perf_counter() - t0
+    undo: list[Any] = []  # hooks fit added to the user's modules: the model it hands back has none
+    try:
+        lp = _prepare(
+            model, optimizer, train_loader, config or TrainConfig(), compute, scheduler, on_log, undo
+        )
+        elapsed, interrupted = _run(lp, val_loader, loss_fn, compute_loss)
+    finally:
+        for handle in undo:
+            handle.remove()
     return FitResult(
         steps=lp.step,
         epochs_completed=lp.epoch,
@@ -280,6 +260,28 @@ def fit(
     )
 
 
+def _run(
+    lp: _Loop, val_loader: Iterable[Any] | None, loss_fn: LossFn | None, compute_loss: ComputeLoss | None
+) -> tuple[float, bool]:
+    """``fit``'s loop under its progress display, then the final checkpoint; (seconds, interrupted)."""
+    lp.model.train()
+    t0 = time.perf_counter()
+    interrupted = False
+    with TrainProgress(lp.planned, enabled=lp.cfg.progress and lp.env.is_main) as lp.prog:
+        lp.prog.advance(lp.step)
+        try:
+            _train(lp, val_loader, loss_fn, compute_loss)
+        except KeyboardInterrupt:  # stop cleanly: keep what was measured; resume from the last checkpoint
+            interrupted = True
+        if lp.auto is not None:  # compile='auto' never decided: say why
+            lp.applied["compile"] = lp.auto.undecided(lp.step, interrupted)
+        if lp.ckpt is not None and not interrupted:  # mid-step state is not a resume point
+            _save(lp)
+            if lp.env.is_distributed:
+                barrier()  # no rank returns before the final checkpoint is on disk
+    return time.perf_counter() - t0, interrupted
+
+
 def _prepare(
     model: torch.nn.Module,
     optimizer: OptimizerLike,
@@ -288,6 +290,7 @@ def _prepare(
     compute: ComputeLoss,
     scheduler: Any,
     on_log: Callable[[dict[str, float]], None] | None,
+    undo: list[Any],
 ) -> _Loop:
     """Join the process group (unless ``distributed='none'``), prepare the model, build the optimizer,
     the prefetching loader and the configured schedule, and resume from the checkpoint if there is one."""
@@ -301,23 +304,27 @@ def _prepare(
     else:
         env = init_distributed(cfg.device or None)
     amp = Amp.create(cfg.precision, env.device)
-    model, applied = prepare_model(model, cfg, env, amp)
+    model, applied = prepare_model(model, cfg, env, amp, undo)
     if optimizer is None:
         optimizer = make_optimizer(unwrap(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
     elif not isinstance(optimizer, torch.optim.Optimizer):
         optimizer = optimizer(unwrap(model))
     applied["optimizer"] = type(optimizer).__name__ + (" fused" if optimizer.defaults.get("fused") else "")
     loader = DevicePrefetcher(train_loader, env.device, channels_last=applied["channels_last"])
-    try:
-        n_batches: int | None = len(loader)
-    except TypeError:
-        n_batches = None
+    n_batches = _length(loader)
     if scheduler is None and cfg.schedule is not None:
         if n_batches is None:
             raise ValueError("config.schedule needs a loader with a length")
         max_lr = cfg.max_lr if cfg.max_lr is not None else cfg.lr
         scheduler = make_scheduler(
-            cfg.schedule, optimizer, n_batches, cfg.epochs, cfg.accum_steps, max_lr, cfg.base_lr, cfg.max_steps
+            cfg.schedule,
+            optimizer,
+            n_batches,
+            cfg.epochs,
+            cfg.accum_steps,
+            max_lr,
+            cfg.base_lr,
+            cfg.max_steps,
         )
     applied["accum_steps"] = cfg.accum_steps
 
@@ -357,6 +364,13 @@ def _prepare(
     )
 
 
+def _length(loader: DevicePrefetcher) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable loader without a length
+        return None
+
+
 def _auto(cfg: TrainConfig, env: DistEnv, planned: int | None) -> AutoCompile | None:
     """The compile='auto' probe, for a single-process run (a mid-run switch is not tried under DDP/FSDP)."""
     if cfg.compile != "auto" or env.is_distributed or not hasattr(torch, "compile"):
@@ -392,9 +406,9 @@ def _train(
             lp.epoch, lp.consumed = lp.epoch + 1, 0
         if val_loader is not None:  # every rank: FSDP needs all of them, DDP averages their shares
             env = lp.env
-            val = evaluate(
-                lp.model, val_loader, loss_fn, compute_loss, lp.amp, env.device, env.is_distributed
-            )
+            # compile='auto' charged one compilation, the training graph's; no_grad would be another
+            model = (compile_inner(lp.model) or lp.model) if lp.cfg.compile == "auto" else lp.model
+            val = evaluate(model, val_loader, loss_fn, compute_loss, lp.amp, env.device, env.is_distributed)
             lp.val_history.append({"epoch": lp.epoch, **val})
 
 
