@@ -412,3 +412,28 @@ class WrapComponent(Component, Protocol):
     def findings(self, model: Mapping[str, Any], torch_facts: Mapping[str, Any]) -> list[Finding]:
         """Profile's findings for the model's facts and the run's torch facts."""
         ...
+
+
+def scoped_arm(
+    fn: Callable[[], None], get: Callable[[], Any], put: Callable[[Any], None], value: Any
+) -> Callable[[], None]:
+    """A process component's changed probe arm: ``fn`` run with the setting at ``value`` (``put``), the
+    previous one (``get``) restored after, so the arms interleave in one process."""
+
+    def run_it() -> None:
+        prev = get()
+        put(value)
+        try:
+            fn()
+        finally:
+            put(prev)
+
+    return run_it
+
+
+def edit_first_lines(editor: ProcessEditor, snippet: str, knob: str) -> dict[str, Any]:
+    """A process component's ``fix --apply`` edit: ``snippet`` first in the script's main (or its
+    ``__main__`` block, or after its imports), with ``import torch`` where the script has none."""
+    editor.first_lines(snippet)
+    editor.need_torch()
+    return {knob: True}

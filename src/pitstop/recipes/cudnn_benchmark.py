@@ -26,7 +26,14 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, ProcessEditor
+from pitstop.recipes.component import (
+    PROCESS,
+    DeviceSettings,
+    ProbeRule,
+    ProcessEditor,
+    edit_first_lines,
+    scoped_arm,
+)
 
 NAME = "cudnn_benchmark"
 KNOB = "cudnn_benchmark"  # the ``Knobs`` field that turns it on (``TrainConfig.cudnn_benchmark`` too)
@@ -78,16 +85,7 @@ def applies(model: Mapping[str, Any], device: DeviceSettings) -> bool:
 
 def changed(fn: Callable[[], None], device: DeviceSettings) -> Callable[[], None]:
     """The probe's changed arm: ``fn`` run with autotuning on, the previous setting restored after."""
-
-    def run_it() -> None:
-        prev = device.get_cudnn_benchmark()
-        device.set_cudnn_benchmark(True)
-        try:
-            fn()
-        finally:
-            device.set_cudnn_benchmark(prev)
-
-    return run_it
+    return scoped_arm(fn, device.get_cudnn_benchmark, device.set_cudnn_benchmark, True)
 
 
 def cannot_help(device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
@@ -100,6 +98,4 @@ def cannot_help(device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
 def edit(editor: ProcessEditor) -> dict[str, Any]:
     """``SNIPPET`` first in the script's main (or its ``__main__`` block, or after its imports), with
     ``import torch`` where the script has none."""
-    editor.first_lines(SNIPPET)
-    editor.need_torch()
-    return {KNOB: True}
+    return edit_first_lines(editor, SNIPPET, KNOB)

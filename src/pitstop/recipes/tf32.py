@@ -27,7 +27,14 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, ProcessEditor
+from pitstop.recipes.component import (
+    PROCESS,
+    DeviceSettings,
+    ProbeRule,
+    ProcessEditor,
+    edit_first_lines,
+    scoped_arm,
+)
 
 NAME = "tf32"
 KNOB = "tf32"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.tf32``)
@@ -93,16 +100,7 @@ def applies(model: Mapping[str, Any], device: DeviceSettings) -> bool:
 
 def changed(fn: Callable[[], None], device: DeviceSettings) -> Callable[[], None]:
     """The probe's changed arm: ``fn`` run with matmul precision "high", the previous one restored after."""
-
-    def run_it() -> None:
-        prev = device.get_matmul_precision()
-        device.set_matmul_precision(ON)
-        try:
-            fn()
-        finally:
-            device.set_matmul_precision(prev)
-
-    return run_it
+    return scoped_arm(fn, device.get_matmul_precision, device.set_matmul_precision, ON)
 
 
 def cannot_help(device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
@@ -110,7 +108,9 @@ def cannot_help(device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
     ``torch_facts`` (``pitstop.profile.capture.facts.torch_facts``), or None: no CUDA device, or the
     script allows TF32 matmuls already."""
     if device_type != "cuda":
-        return f"tf32: no CUDA device in this run (TF32 is a mode of NVIDIA tensor cores, not of {device_type})"
+        return (
+            f"tf32: no CUDA device in this run (TF32 is a mode of NVIDIA tensor cores, not of {device_type})"
+        )
     precision = torch_facts.get("float32_matmul_precision")
     if torch_facts.get("tf32_matmul") or precision in (ON, "medium"):
         return f"tf32: the script allows TF32 matmuls already (float32_matmul_precision {precision!r})"
@@ -120,6 +120,4 @@ def cannot_help(device_type: str, torch_facts: Mapping[str, Any]) -> str | None:
 def edit(editor: ProcessEditor) -> dict[str, Any]:
     """``SNIPPET`` first in the script's main (or its ``__main__`` block, or after its imports), with
     ``import torch`` where the script has none."""
-    editor.first_lines(SNIPPET)
-    editor.need_torch()
-    return {KNOB: True}
+    return edit_first_lines(editor, SNIPPET, KNOB)
