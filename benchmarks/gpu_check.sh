@@ -33,7 +33,7 @@ if [ $DRY = 1 ]; then
   export CUDA_VISIBLE_DEVICES=""
   STEPS=(--steps 4 --warmup 2)
   EXAMPLES=("healthy.py --steps 12 --batch-size 16 --features 32")
-  OVERHEAD=(--only healthy.py --repeats 1 --inproc-repeats 1)
+  OVERHEAD=(--only healthy.py --min-rounds 2 --max-rounds 2 --budget-s 60 --inproc-rounds 1)
   BENCH=(--size tiny --device cpu --budget 20s --repeats 1 --no-peers --no-compile --no-schedules --ddp 0)
   T_PROFILE=120 T_OVERHEAD=180 T_BENCH=120
 else
@@ -44,7 +44,7 @@ else
   fi
   STEPS=(--steps 20 --warmup 5)
   EXAMPLES=("healthy.py" "item_sync.py" "conv_fp32.py" "slow_loader.py --images 64")
-  OVERHEAD=(--repeats 1 --inproc-repeats 2)
+  OVERHEAD=(--min-rounds 2 --max-rounds 3 --budget-s 80)  # end to end only: fits T_OVERHEAD
   BENCH=(--size small --device cuda --budget 75s --no-peers)
   T_PROFILE=50 T_OVERHEAD=120 T_BENCH=100  # with doctor 60: at most 480 s in all
 fi

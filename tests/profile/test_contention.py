@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -141,6 +142,21 @@ def test_probe_times_fewer_threads_when_the_script_oversubscribes_and_restores_i
     assert thread_probe.run(model, None, {}) == {} and thread_probe.run(None, inputs, {}) == {}
 
 
+def _burning(procs: list[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """Wait until every burner is past its interpreter's start-up and spinning (a busy machine can take a
+    while to start them), so the probe's short window sees them burn."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        proc = psutil.Process(p.pid)
+        start = sum(proc.cpu_times()[:2])
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if sum(proc.cpu_times()[:2]) - start > 0.1:
+                break
+
+
 @contextlib.contextmanager
 def _burners(n: int, cpus: set[int]):
     """``n`` busy processes outside this process tree, pinned to ``cpus``; killed on exit."""
@@ -148,6 +164,7 @@ def _burners(n: int, cpus: set[int]):
     try:
         for p in procs:
             os.sched_setaffinity(p.pid, cpus)
+        _burning(procs)
         yield procs
     finally:
         for p in procs:
