@@ -138,8 +138,13 @@ def one_run(
         }
         if pin:
             env["BENCH_PIN"] = "1" if nodes == 1 else "by-rank"
+        # each launch in a session of its own, as `pitstop profile` starts the script: with autogroup
+        # scheduling a session is a scheduling group, so a plain launch left in the benchmark's session
+        # would share one group's CPU share while the profiled one gets its own
         procs = [
-            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            )
             for cmd in launches(script, steps, profiled, nodes)
         ]
         ends = [p.communicate(timeout=600) for p in procs]
