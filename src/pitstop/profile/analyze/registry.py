@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Literal
 
 from pitstop.findings import Finding
@@ -45,11 +44,6 @@ class RunView:
         """The breakdown, for rules that run only where steps were measured (``When`` "steps")."""
         assert self.bd is not None, "a rule registered for measured steps ran without any"
         return self.bd
-
-    @cached_property
-    def data(self) -> dict[str, Any]:
-        """The measurements as their JSON mapping, for the rules that read them by key."""
-        return self.m.to_json()
 
 
 RuleFn = Callable[[RunView], list[Finding]]

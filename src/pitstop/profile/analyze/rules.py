@@ -296,8 +296,7 @@ def problem_findings(
     if bd is None:
         return found, None
     dev_type = m.dev_type
-    raw = view.data
-    found = gpu_rules.apply(found, bd, steps, raw)  # trace analysis, CUDA events, MFU, memory, GPU probes
+    found = gpu_rules.apply(found, bd, steps, m)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
     found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, m.workers_two_process)

@@ -1,7 +1,7 @@
 """Findings about progress: a run stopped while hung (``profile.hang``), cut short while still working
 (``profile.timeout``), steps that stalled and recovered (``profile.stall``, from ``pitstop.profile.analyze.stalls``),
 a DataLoader worker that died (``dataloader.worker_died``). Pure functions of the measurements record and the watchdog's record
-(``data["watchdog"]``, see ``pitstop.profile.capture.watchdog``); the stacks travel in each finding's data.
+(``Measurements.watchdog``, see ``pitstop.profile.capture.watchdog``); the stacks travel in each finding's data.
 """
 
 from __future__ import annotations

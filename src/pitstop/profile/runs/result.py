@@ -226,7 +226,7 @@ def build_report(result: RunResult) -> Report:
         sections["trace"] = data["trace"]
     if data.get("gpu_util"):
         sections["gpu_util"] = data["gpu_util"]
-    sections.update(gpu_rules.sections(result.steps, data, bd))  # device_time, mfu
+    sections.update(gpu_rules.sections(result.steps, m, bd))  # device_time, mfu
     if result.callback_result is not None:
         sections["callback_result"] = result.callback_result
     meta: dict[str, Any] = {
