@@ -69,7 +69,7 @@ def dataloader_rules(
         return []
     # the loader the step waited on most speaks for the run's worker count and pinning
     main = max(used, key=lambda ld: ld.wait_s or 0.0)
-    out = _data_wait_findings(bd, main.to_json(), cores, device, _as_json(data))  # type: ignore[arg-type]
+    out = _data_wait_findings(bd, main.to_json(), cores, device, _as_json(data))
     if device and device.startswith("cuda") and not main.pin_memory:
         out.append(_pin_memory_finding(bd, main.location))
     out.extend(f for ld in used if (f := _persistent_workers_finding(bd, ld.to_json())) is not None)

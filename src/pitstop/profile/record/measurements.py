@@ -46,7 +46,7 @@ class Record:
     @classmethod
     def from_json(cls: type[R], d: Mapping[str, Any] | None) -> R:
         d = d or {}
-        names = {f.name for f in fields(cls)} - cls.OWN  # type: ignore[arg-type]
+        names = {f.name for f in fields(cls)} - cls.OWN
         kw: dict[str, Any] = {}
         for k in names & d.keys():
             sub = cls.NESTED.get(k)
@@ -58,11 +58,11 @@ class Record:
     @classmethod
     def of(cls: type[R], data: R | Mapping[str, Any] | None) -> R:
         """``data`` as this record: itself where it is one, else read from its JSON mapping."""
-        return data if isinstance(data, cls) else cls.from_json(data)  # type: ignore[arg-type]
+        return data if isinstance(data, cls) else cls.from_json(data)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             v = getattr(self, f.name)
             if f.name in self.OWN or v is None or f.name in getattr(self, "absent", ()):
                 continue
