@@ -13,6 +13,7 @@ it is info and says what would decide it. Pure functions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +22,10 @@ from pitstop.host.load import Competition, fitting_threads
 from pitstop.measure import NO_GAIN, against_bar
 from pitstop.profile.analyze.confirm import judged
 from pitstop.profile.analyze.probe_failures import probe_failed_finding
+from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.profile.analyze.rulekit import WARN_SHARE, cost, ms, pct, sev
 from pitstop.profile.analyze.summary import BUSY_SHARE
+from pitstop.profile.record.measurements import Measurements
 from pitstop.profile.record.timeline import Breakdown
 
 OVERSUBSCRIBED = "host.oversubscribed"
@@ -30,11 +33,13 @@ CONTENTION = "host.contention"
 NOTED = "measured_under_contention"  # Finding.data key of the note every other finding gets
 
 
-def _workers(data: dict[str, Any]) -> int:
+Data = Measurements | Mapping[str, Any]  # the run's record, typed or as its JSON
+
+
+def _workers(m: Measurements) -> int:
     """DataLoader workers of the loader the steps waited on most (0: the main process loads)."""
-    used = [ld for ld in data.get("loaders") or [] if ld.get("batches_seen")]
-    main = max(used, key=lambda ld: ld.get("wait_s", 0.0), default={})
-    return int(main.get("num_workers") or 0)
+    main = max(m.used_loaders, key=lambda ld: ld.wait_s or 0.0, default=None)
+    return main.workers if main is not None else 0
 
 
 def _layout(threads: int, workers: int, ranks: int, usable: int) -> str:
@@ -67,16 +72,22 @@ def to_decide(fit: int) -> str:
     )
 
 
-def contention_findings(bd: Breakdown, data: dict[str, Any], cores: int) -> list[Finding]:
+@rule(order=100)
+def contention_rule(v: RunView) -> list[Finding]:
+    return contention_findings(v.breakdown, v.m, v.cores)
+
+
+def contention_findings(bd: Breakdown, data: Data, cores: int) -> list[Finding]:
     """``host.oversubscribed`` / ``host.contention`` from the thread probe's record and the run's facts
     (its loaders, its threads); none on a machine where the script's threads fit the free cores."""
-    rec = (data.get("probes") or {}).get("threads") or {}
-    threads = int(rec.get("threads") or (data.get("torch") or {}).get("num_threads") or 0)
+    m = Measurements.of(data)
+    rec = m.probe_results.get("threads") or {}
+    threads = int(rec.get("threads") or (m.torch or {}).get("num_threads") or 0)
     if threads < 1:
         return []
     if rec.get("error"):
         return [probe_failed_finding("thread (fewer intra-op threads)", str(rec["error"]))]
-    workers, ranks = _workers(data), int(rec.get("local_ranks") or 1)
+    workers, ranks = _workers(m), int(rec.get("local_ranks") or 1)
     usable = int(rec.get("usable_cores") or cores)
     layout = _layout(threads, workers, ranks, usable)
     own = threads > usable or ranks * (threads + workers) > usable
@@ -198,14 +209,15 @@ def _unmeasured(
     )
 
 
-def contention_note(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
+def contention_note(data: Data) -> tuple[str, dict[str, float]]:
     """The sentence (and its numbers) saying the run was measured while other work used the CPUs:
     other processes' share over the run (the runner's), or during the exit probe where the run has none
     (in-process profiling), and the hypervisor's steal; empty under ``BUSY_SHARE``."""
-    other = data.get("other_cpu_share")
-    steal = data.get("steal_share") or 0.0
+    m = Measurements.of(data)
+    other = m.other_cpu_share
+    steal = m.steal_share or 0.0
     if other is None:
-        seen = ((data.get("probes") or {}).get("threads") or {}).get("competition")
+        seen = (m.probe_results.get("threads") or {}).get("competition")
         if not seen:
             return "", {}
         c = Competition.from_dict(seen)
@@ -219,7 +231,7 @@ def contention_note(data: dict[str, Any]) -> tuple[str, dict[str, float]]:
     )
 
 
-def note_contention(found: list[Finding], data: dict[str, Any]) -> list[Finding]:
+def note_contention(found: list[Finding], data: Data) -> list[Finding]:
     """Every finding's evidence with ``contention_note`` appended where the run was contended (the
     contention findings quote the competition themselves)."""
     note, numbers = contention_note(data)

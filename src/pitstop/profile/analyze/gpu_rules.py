@@ -1,5 +1,5 @@
 """Findings from device-side measurements: the ``--trace`` kernel analysis, CUDA phase events, MFU,
-CUDA memory and the GPU probes. Pure functions over the child's measurements record.
+CUDA memory and the GPU probes. Pure functions over the child's measurements record (``Measurements``).
 
 ``apply`` is what ``rules.findings_for`` calls: it adds these findings and, where CUDA events show the
 device was the bottleneck, lowers the costs host-timed findings claimed (time blocked in ``.item()``
@@ -8,6 +8,7 @@ while the GPU computed is not a saving). ``sections`` gives the report's ``devic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,7 @@ from pitstop.profile.analyze.rulekit import (
 )
 from pitstop.profile.capture import device_time
 from pitstop.profile.probe import mfu
+from pitstop.profile.record.measurements import Measurements
 from pitstop.profile.record.timeline import Breakdown, StepRecord, usable_steps
 from pitstop.recipes import components, recipe
 from pitstop.recipes.component import PROCESS
@@ -35,54 +37,63 @@ FRAGMENTED_MIN_BYTES = 256 * 2**20
 # ------------------------------------------------------------------------------------------ sections
 
 
-def _launch_gap_s(data: dict[str, Any]) -> float | None:
+Data = Measurements | Mapping[str, Any]  # the run's record, typed or as its JSON
+
+
+def _analysis(m: Measurements) -> dict[str, Any]:
+    """The ``--trace`` window's kernel analysis (empty without one)."""
+    return (m.trace or {}).get("analysis") or {}
+
+
+def _launch_gap_s(m: Measurements) -> float | None:
     """Launch latency per step from the trace's idle analysis (the short gaps between kernels)."""
-    idle = ((data.get("trace") or {}).get("analysis") or {}).get("idle") or []
+    idle = _analysis(m).get("idle") or []
     if not idle:
         return None
-    steps = max(1, ((data.get("trace") or {}).get("analysis") or {}).get("steps") or 1)
+    steps = max(1, _analysis(m).get("steps") or 1)
     return idle[0]["causes_us"].get("launch latency", 0.0) / steps / 1e6
 
 
-def device_section(steps: list[StepRecord], data: dict[str, Any]) -> dict[str, Any] | None:
-    dt = data.get("device_time") or {}
+def device_section(steps: list[StepRecord], data: Data) -> dict[str, Any] | None:
+    m = Measurements.of(data)
+    dt = m.device_time or {}
     if not dt.get("steps"):
         return None
     used = [s.to_dict() for s in usable_steps(steps)]
-    return device_time.device_breakdown(used, dt["steps"], _launch_gap_s(data))
+    return device_time.device_breakdown(used, dt["steps"], _launch_gap_s(m))
 
 
-def sections(steps: list[StepRecord], data: dict[str, Any], bd: Breakdown | None) -> dict[str, Any]:
+def sections(steps: list[StepRecord], data: Data, bd: Breakdown | None) -> dict[str, Any]:
     """The report sections this module owns: ``device_time`` (host vs device per phase, idle causes)
     and ``mfu`` (FLOPs per step, peak, dtype, mfu)."""
+    m = Measurements.of(data)
     out: dict[str, Any] = {}
-    if (dev := device_section(steps, data)) is not None:
+    if (dev := device_section(steps, m)) is not None:
         out["device_time"] = dev
-    passes = mfu.passes_per_step(data.get("totals") or {}, len(data.get("steps") or []))
-    m = mfu.section(data.get("mfu"), bd.median_total_s if bd else None, passes)
-    if m:
-        out["mfu"] = m
+    passes = mfu.passes_per_step(m.totals or {}, len(m.steps or []))
+    section = mfu.section(m.mfu, bd.median_total_s if bd else None, passes)
+    if section:
+        out["mfu"] = section
     return out
 
 
 # ------------------------------------------------------------------------------------------ findings
 
 
-def apply(
-    found: list[Finding], bd: Breakdown, steps: list[StepRecord], data: dict[str, Any]
-) -> list[Finding]:
+def apply(found: list[Finding], bd: Breakdown, steps: list[StepRecord], data: Data) -> list[Finding]:
     """``found`` with device-time costs and the device findings added."""
+    m = Measurements.of(data)
     out = list(found)
-    dev = device_section(steps, data)
+    dev = device_section(steps, m)
     if dev is not None:
         out = _device_costs(out, dev)
-    out += trace_findings(bd, (data.get("trace") or {}).get("analysis") or {})
+    out += trace_findings(bd, _analysis(m))
     if dev is not None:
         out += idle_from_events(dev)
     out = merge_idle(out)
-    out += mfu_findings(sections(steps, data, bd).get("mfu"))
-    out += memory_findings(data.get("memory") or {})
-    out = probe_findings(out, bd, data.get("probes") or {})
+    out += mfu_findings(sections(steps, m, bd).get("mfu"))
+    out += memory_findings(m.memory or {})
+    out = probe_findings(out, bd, m.probe_results)
     return out
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.recipes import recipe
+
+
+@rule(order=60)
+def skipped_probe_rule(v: RunView) -> list[Finding]:
+    return skipped_probe_passes(v.probes, v.dev_type)
 
 
 def skipped_probe_passes(probes: dict[str, Any], device: str) -> list[Finding]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.recipes import recipe
 
 
@@ -20,6 +21,11 @@ def probe_failed_finding(probe: str, error: str) -> Finding:
         fix="The training run itself is unaffected; `pitstop fix` measures the same changes by re-running "
         "the script. If the error looks like a pitstop bug, please report it with this message.",
     )
+
+
+@rule(order=110)
+def probe_failure_rule(v: RunView) -> list[Finding]:
+    return probe_failure_rules(v.probes)
 
 
 def probe_failure_rules(probes: dict[str, Any]) -> list[Finding]:

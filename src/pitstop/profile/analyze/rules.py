@@ -10,55 +10,69 @@ where estimates that large were not confirmed, that the run could not decide (``
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pitstop.findings import Finding, Severity, dedupe
 from pitstop.host import cpu
-from pitstop.profile.analyze import confirm, gpu_rules, summary, wait_confirm
-from pitstop.profile.analyze.contention_rules import contention_findings, note_contention
-from pitstop.profile.analyze.pass_rules import skipped_probe_passes
-from pitstop.profile.analyze.probe_failures import probe_failure_rules
-from pitstop.profile.analyze.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
-from pitstop.profile.analyze.rules_compute import (
-    dtype_rules,
-    host_memory_rules,
-    optimizer_rules,
-    probe_rules,
-    setup_rules,
-    unprobed_precision,
+from pitstop.profile.analyze import (  # the rule modules: importing them registers their rules
+    confirm,
+    contention_rules,
+    gpu_rules,
+    pass_rules,
+    probe_failures,
+    rules_compute,
+    rules_progress,
+    summary,
+    wait_confirm,
 )
-from pitstop.profile.analyze.rules_progress import progress_rules
+from pitstop.profile.analyze.registry import RunView, rule, run_rules
+from pitstop.profile.analyze.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
+from pitstop.profile.record.measurements import LoaderRecord, Measurements, SyncSite
 from pitstop.profile.record.timeline import PART_LABELS, Breakdown, StepRecord, breakdown, usable_steps
 from pitstop.recipes import recipe
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
+# the modules whose rules register themselves on import (``registry.rule``)
+RULE_MODULES = (contention_rules, pass_rules, probe_failures, rules_compute, rules_progress)
+Data = Measurements | Mapping[str, Any]  # a run's record, typed or as the child wrote it
+
 # ------------------------------------------------------------------------------------------- data
 
 
-def suggested_workers(cores: int, data: dict[str, Any] | None = None) -> int:
+def suggested_workers(cores: int, data: Data | None = None) -> int:
     """The DataLoader worker count the workers finding suggests (``recipes.workers.choose_workers``
     without measurements)."""
-    return choose_workers(WorkerMachine.of_run(data, cores)).workers
+    return choose_workers(WorkerMachine.of_run(_as_json(data), cores)).workers
+
+
+def _as_json(data: Data | None) -> Mapping[str, Any] | None:
+    return data.to_json() if isinstance(data, Measurements) else data
+
+
+@rule(order=20)
+def dataloader_rule(v: RunView) -> list[Finding]:
+    return dataloader_rules(v.breakdown, v.m.loaders, v.cores, v.m.device, v.m)
 
 
 def dataloader_rules(
     bd: Breakdown,
-    loaders: list[dict[str, Any]],
+    loaders: Sequence[LoaderRecord | Mapping[str, Any]],
     cores: int,
     device: str | None,
-    data: dict[str, Any] | None = None,
+    data: Data | None = None,
 ) -> list[Finding]:
     """Data-wait findings; ``data``: the run's data (its measured other load, its ranks), for the
     worker count."""
-    used = [ld for ld in loaders if ld.get("batches_seen")]
+    used = [r for r in map(LoaderRecord.of, loaders) if r.batches_seen]
     if not used:
         return []
     # the loader the step waited on most speaks for the run's worker count and pinning
-    main = max(used, key=lambda ld: ld.get("wait_s", 0.0))
-    out = _data_wait_findings(bd, main, cores, device, data)
-    if device and device.startswith("cuda") and not main.get("pin_memory"):
-        out.append(_pin_memory_finding(bd, main.get("location")))
-    out.extend(f for ld in used if (f := _persistent_workers_finding(bd, ld)) is not None)
+    main = max(used, key=lambda ld: ld.wait_s or 0.0)
+    out = _data_wait_findings(bd, main.to_json(), cores, device, _as_json(data))
+    if device and device.startswith("cuda") and not main.pin_memory:
+        out.append(_pin_memory_finding(bd, main.location))
+    out.extend(f for ld in used if (f := _persistent_workers_finding(bd, ld.to_json())) is not None)
     return out
 
 
@@ -178,26 +192,33 @@ def _persistent_workers_finding(bd: Breakdown, ld: dict[str, Any]) -> Finding | 
 # -------------------------------------------------------------------------------------------- sync
 
 
-def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n_steps: int) -> list[Finding]:
+@rule(order=30)
+def sync_rule(v: RunView) -> list[Finding]:
+    return sync_rules(v.breakdown, v.m.sync_sites, v.m.device, v.breakdown.n)
+
+
+def sync_rules(
+    bd: Breakdown, sites: Sequence[SyncSite | Mapping[str, Any]], device: str | None, n_steps: int
+) -> list[Finding]:
     """Cost: the step's sync part, i.e. the time blocked in the calls plus, for per-element loops of them
     (syncs less than ``LOOP_GAP_S`` apart), the loop's time between the calls, which one ``.tolist()`` or
     a vectorised expression would also remove."""
-    measured = [dict(s) for s in sites if s.get("measured_count")]
+    measured = [r for r in map(SyncSite.of, sites) if r.measured_count]
     if not measured or bd.syncs_per_step <= 0:
         return []
     steps = max(1, n_steps)
-    for s in measured:
-        s["cost_per_step_s"] = (s.get("time_s", 0.0) + s.get("loop_gap_s", 0.0)) / steps
+    per_step = {id(s): ((s.time_s or 0.0) + (s.loop_gap_s or 0.0)) / steps for s in measured}
     # costs under 10 us a step (CPU syncs: their first call's time only) are a tie: the most calls lead
-    measured.sort(key=lambda s: (-round(s["cost_per_step_s"], 5), -s["measured_count"]))
+    measured.sort(key=lambda s: (-round(per_step[id(s)], 5), -(s.measured_count or 0)))
     top = measured[0]
+    top_count = top.measured_count or 0
     # the step's sync part already holds both: time inside the calls and the per-element loops around them
-    loops = sum(s.get("loop_gap_s", 0.0) for s in measured) / steps
-    inside = sum(s.get("time_s", 0.0) for s in measured) / steps
+    loops = sum(s.loop_gap_s or 0.0 for s in measured) / steps
+    inside = sum(s.time_s or 0.0 for s in measured) / steps
     saving, share = cost(bd, bd.parts["sync_s"])
     on_cpu = not device or device == "cpu"
     where = ", ".join(
-        f"{s['location']} .{s['method'].strip('_')}() x{s['measured_count'] / steps:.3g}/step"
+        f"{s.location} .{(s.method or '').strip('_')}() x{(s.measured_count or 0) / steps:.3g}/step"
         for s in measured[:3]
     )
     meaning = (
@@ -211,9 +232,9 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
     if loops >= 0.0001:
         parts.append(f"{ms(loops)} in the per-element loop that makes them")
     spent = " plus ".join(parts)
-    if top.get("sampled_steps"):  # the wrappers timed a sample of the steps (pitstop.profile.capture.syncs)
-        spent += f", timed on {top['sampled_steps']} of {top['measured_steps']} measured steps and scaled"
-    per_element = top["measured_count"] / steps >= 8
+    if top.sampled_steps:  # the wrappers timed a sample of the steps (pitstop.profile.capture.syncs)
+        spent += f", timed on {top.sampled_steps} of {top.measured_steps} measured steps and scaled"
+    per_element = top_count / steps >= 8
     fix = (
         "Read the whole tensor once with `.tolist()` instead of an `.item()` per element, or keep the values "
         "on the device and read them every N steps."
@@ -236,11 +257,11 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
                 "syncs_per_step": bd.syncs_per_step,
                 "sync_s": inside,
                 "loop_s": loops,
-                "sites": measured[:10],
+                "sites": [{**s.to_json(), "cost_per_step_s": per_step[id(s)]} for s in measured[:10]],
             },
             fix=fix,
             fix_code=code,
-            location=top["location"],
+            location=top.location,
             est_saving_s=saving,
             share=share,
         )
@@ -251,62 +272,55 @@ def sync_rules(bd: Breakdown, sites: list[dict[str, Any]], device: str | None, n
 
 
 def findings_for(
-    steps: list[StepRecord], data: dict[str, Any], cores: int | None = None
+    steps: list[StepRecord], data: Data, cores: int | None = None
 ) -> tuple[list[Finding], Breakdown | None]:
-    """All findings for one run's measurements (``data`` is the child's measurements record): its
+    """All findings for one run's measurements (``data``: the child's measurements record): its
     problems, then the run's verdict (``summary``) where nothing warns."""
-    found, bd = problem_findings(steps, data, cores)
+    m = Measurements.of(data)
+    found, bd = problem_findings(steps, m, cores)
     if bd is not None:
-        last = summary.verdict(found, **verdict_basis(found, bd, data))
+        last = summary.verdict(found, **verdict_basis(found, bd, m))
         found += [last] if last else []
     return found, bd
 
 
 def problem_findings(
-    steps: list[StepRecord], data: dict[str, Any], cores: int | None = None
+    steps: list[StepRecord], data: Data, cores: int | None = None
 ) -> tuple[list[Finding], Breakdown | None]:
-    """The findings for one run's measurements, without the run's verdict."""
+    """The findings for one run's measurements, without the run's verdict: every registered rule
+    (``registry``) in its order, then the passes over all of them (GPU, confirmation, bounds)."""
+    m = Measurements.of(data)
     bd = breakdown(steps)
-    found: list[Finding] = progress_rules(data)  # hang, timeout, stalls, dead workers
+    view = RunView(steps, bd, m, cores if cores is not None else cpu.usable_cores())
+    found = run_rules(view)
     if bd is None:
-        found.append(no_step_finding(data))
-        found += gpu_rules.memory_findings(data.get("memory") or {})  # a CUDA OOM before the first step
         return found, None
-    cores = cores if cores is not None else cpu.usable_cores()
-    device = data.get("device") or "cpu"
-    models = data.get("models") or []
-    model = models[0] if models else {}
-    probes = data.get("probes") or {}
-    found += dataloader_rules(bd, data.get("loaders", []), cores, data.get("device"), data)
-    found += sync_rules(bd, data.get("sync_sites", []), data.get("device"), bd.n)
-    dev_type = device.split(":")[0] if data.get("device") else (model.get("device") or "cpu").split(":")[0]
-    found += probe_rules(bd, model, probes, dev_type)
-    found += dtype_rules(bd, model, probes)  # float32
-    found += skipped_probe_passes(probes, dev_type)
-    found += unprobed_precision(model, probes, dev_type)
-    found += optimizer_rules(bd, data.get("optimizers", []), probes)
-    found += host_memory_rules(bd, probes)
-    found += contention_findings(bd, data, cores)  # host.oversubscribed / host.contention
-    found += probe_failure_rules(probes)
-    found += setup_rules(model, data.get("torch", {}), data.get("gpu_util"))
-    found = gpu_rules.apply(found, bd, steps, data)  # trace analysis, CUDA events, MFU, memory, GPU probes
+    dev_type = m.dev_type
+    found = gpu_rules.apply(found, bd, steps, m)  # trace analysis, CUDA events, MFU, memory, GPU probes
     found = confirm.apply(found, bd)  # probe predictions: a warning only when the interval confirms it
     # the data wait's interval; the workers fix's own where fresh runs timed it (workers_confirm)
-    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, data.get("workers_two_process"))
+    found = wait_confirm.apply(found, usable_steps(steps), bd, dev_type, m.workers_two_process)
     # no finding saves more than the part of the step it lives in; one finding per site; each says where
     # other work used the CPUs
-    return note_contention(dedupe(bounded(found, bd, dev_type)), data), bd
+    return contention_rules.note_contention(dedupe(bounded(found, bd, dev_type)), m), bd
 
 
-def no_step_finding(data: dict[str, Any]) -> Finding:
+@rule(order=15, when="no_steps")
+def no_step_rule(v: RunView) -> list[Finding]:
+    # a CUDA OOM before the first step shows in the memory findings
+    return [no_step_finding(v.m), *gpu_rules.memory_findings(v.m.memory or {})]
+
+
+def no_step_finding(data: Data) -> Finding:
     """``profile.no_step``: no measured step. Either every step the script ran was a warm-up step (it
     ended too soon for ``--warmup``), or no step boundary was seen at all."""
-    totals = data.get("totals", {})
-    warm = sum(1 for r in data.get("steps") or [] if isinstance(r, dict) and r.get("warmup"))
+    m = Measurements.of(data)
+    totals = m.totals if m.totals is not None else {}
+    warm = sum(1 for r in m.steps or [] if isinstance(r, dict) and r.get("warmup"))
     if warm:
-        what = "optimizer steps" if data.get("step_boundary") == "optimizer.step()" else "steps"
-        n = data.get("warmup", warm)
-        ended = "then it was stopped" if data.get("status") == "interrupted" else "then the script ended"
+        what = "optimizer steps" if m.step_boundary == "optimizer.step()" else "steps"
+        n = warm if m.warmup is None else m.warmup
+        ended = "then it was stopped" if m.status == "interrupted" else "then the script ended"
         return Finding(
             id="profile.no_step",
             severity=Severity.WARN,
@@ -332,7 +346,7 @@ def no_step_finding(data: dict[str, Any]) -> Finding:
     )
 
 
-def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> dict[str, Any]:
+def verdict_basis(found: list[Finding], bd: Breakdown, data: Data) -> dict[str, Any]:
     """``summary.basis`` of one run: what it measured, and which of its problem findings (``found``,
     no verdict among them) it could not measure."""
     unmeasured = sorted(
@@ -350,7 +364,7 @@ def verdict_basis(found: list[Finding], bd: Breakdown, data: dict[str, Any]) -> 
     return summary.basis(
         "No measured problem costs 5% of the step or more",
         measured,
-        data.get("other_cpu_share"),
+        Measurements.of(data).other_cpu_share,
         median_step_s=bd.median_total_s,
         steps=bd.n,
         unmeasured=unmeasured,

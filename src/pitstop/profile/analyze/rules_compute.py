@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.profile.analyze import rulekit
+from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.profile.analyze.rulekit import (
     FAULTS_WORTH_A_RUN,
     GPU_IDLE_PCT,
@@ -42,6 +43,36 @@ if TYPE_CHECKING:
 # with its RULE and the fields its texts take (``rule_fields``), in registry order
 PROBED = (FORWARD, MODEL)
 PROBE_RULES = tuple(c.RULE for c in components(*PROBED))
+
+
+@rule(order=40)
+def model_probe_rule(v: RunView) -> list[Finding]:
+    return probe_rules(v.breakdown, v.model.to_json(), v.probes, v.dev_type)
+
+
+@rule(order=50)
+def dtype_rule(v: RunView) -> list[Finding]:  # float32
+    return dtype_rules(v.breakdown, v.model.to_json(), v.probes)
+
+
+@rule(order=70)
+def unprobed_precision_rule(v: RunView) -> list[Finding]:
+    return unprobed_precision(v.model.to_json(), v.probes, v.dev_type)
+
+
+@rule(order=80)
+def optimizer_rule(v: RunView) -> list[Finding]:
+    return optimizer_rules(v.breakdown, v.m.optimizers or [], v.probes)
+
+
+@rule(order=90)
+def host_memory_rule(v: RunView) -> list[Finding]:
+    return host_memory_rules(v.breakdown, v.probes)
+
+
+@rule(order=120)
+def setup_rule(v: RunView) -> list[Finding]:
+    return setup_rules(v.model.to_json(), v.m.torch or {}, v.m.gpu_util)
 
 
 def probe_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any], device: str) -> list[Finding]:

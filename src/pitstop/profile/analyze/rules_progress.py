@@ -1,18 +1,21 @@
 """Findings about progress: a run stopped while hung (``profile.hang``), cut short while still working
 (``profile.timeout``), steps that stalled and recovered (``profile.stall``, from ``pitstop.profile.analyze.stalls``),
 a DataLoader worker that died (``dataloader.worker_died``). Pure functions of the measurements record and the watchdog's record
-(``data["watchdog"]``, see ``pitstop.profile.capture.watchdog``); the stacks travel in each finding's data.
+(``Measurements.watchdog``, see ``pitstop.profile.capture.watchdog``); the stacks travel in each finding's data.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.profile.analyze.stalls import stall_findings
 from pitstop.profile.capture.stacks import KINDS, describe_exit
 from pitstop.profile.capture.watchdog import REQUEST_WAIT_S
+from pitstop.profile.record.measurements import Measurements
 
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
@@ -33,19 +36,25 @@ FIXES = {
 }
 
 
-def progress_rules(data: dict[str, Any]) -> list[Finding]:
-    """All progress findings for one run's measurements record."""
-    wd = data.get("watchdog") or {}
+@rule(order=10, when="always")
+def progress_rule(v: RunView) -> list[Finding]:
+    return progress_rules(v.m)
+
+
+def progress_rules(data: Measurements | Mapping[str, Any]) -> list[Finding]:
+    """All progress findings for one run's measurements record (hang, timeout, stalls, dead workers)."""
+    m = Measurements.of(data)
+    wd = m.watchdog or {}
     out: list[Finding] = []
-    status = wd.get("run_status") or data.get("status")
-    hang = hang_finding(wd, data, status)
+    status = wd.get("run_status") or m.status
+    hang = hang_finding(wd, m, status)
     if hang is not None:
         out.append(hang)
     elif status == "timeout" and wd.get("stop"):
         out.append(_timeout_finding(wd["stop"]))
-    out += stall_findings(data.get("steps") or [], wd)
+    out += stall_findings(m.steps or [], wd)
     if hang is None or hang.data.get("kind") != "dataloader":
-        out += worker_died_findings(wd, data, status)
+        out += worker_died_findings(wd, m, status)
     return out
 
 
@@ -76,11 +85,13 @@ def _dead_text(dump: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def hang_finding(wd: dict[str, Any], data: dict[str, Any], status: str | None) -> Finding | None:
+def hang_finding(
+    wd: dict[str, Any], data: Measurements | Mapping[str, Any], status: str | None
+) -> Finding | None:
     dump = wd.get("hang")
     stopped = status in ("timeout", "interrupted", "killed")
     if dump is None and wd.get("unanswered") and not wd.get("error") and stopped:
-        return _native_hang(wd, data)
+        return _native_hang(wd, Measurements.of(data))
     if dump is None:
         return None
     main = dump.get("main") or {}
@@ -131,10 +142,10 @@ def hang_finding(wd: dict[str, Any], data: dict[str, Any], status: str | None) -
     )
 
 
-def _native_hang(wd: dict[str, Any], data: dict[str, Any]) -> Finding:
+def _native_hang(wd: dict[str, Any], m: Measurements) -> Finding:
     samples = wd.get("samples") or []
     last = (samples[-1].get("main") or {}) if samples else {}
-    n = len(data.get("steps") or [])
+    n = len(m.steps or [])
     return Finding(
         id="profile.hang",
         severity=Severity.ERROR,
@@ -174,7 +185,9 @@ def _timeout_finding(stop: dict[str, Any]) -> Finding:
 # ---------------------------------------------------------------------------------- worker died
 
 
-def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str | None) -> list[Finding]:
+def worker_died_findings(
+    wd: dict[str, Any], data: Measurements | Mapping[str, Any], status: str | None
+) -> list[Finding]:
     """A worker of the script's DataLoader exited non-zero (a crash, the OOM killer's SIGKILL)."""
     dead: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for when in ("end", "error", "stop"):  # the first record that saw the dead worker's exit code
@@ -188,7 +201,8 @@ def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str |
         return []
     ld, w = dead[0]
     how = describe_exit(w["exitcode"])
-    where, call = _error_site(data.get("traceback") or "")
+    m = Measurements.of(data)
+    where, call = _error_site(m.traceback or "")
     why = (
         " SIGKILL usually comes from the kernel's out-of-memory killer (`dmesg` says so) or a job scheduler."
         if w["exitcode"] == -9
@@ -196,7 +210,7 @@ def worker_died_findings(wd: dict[str, Any], data: dict[str, Any], status: str |
     )
     got = ld.get("batches_received")
     per_epoch = ld.get("batches_per_epoch")
-    err = (data.get("error") or "").split("\n")[0]
+    err = (m.error or "").split("\n")[0]
     return [
         Finding(
             id="dataloader.worker_died",

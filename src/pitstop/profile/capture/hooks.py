@@ -53,6 +53,7 @@ from pitstop.profile.capture.torchcalls import install_torch_patches
 from pitstop.profile.capture.where import user_location
 from pitstop.profile.record.captured import Captured, CapturedLoader
 from pitstop.profile.record.jsonfile import write_json_atomic
+from pitstop.profile.record.measurements import SCHEMA
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import STEPS_LOG, StepsLog
 from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
@@ -471,6 +472,7 @@ class Instrumentation:
         memory["oom"] = self.oom
         return {
             "version": 1,
+            "schema": SCHEMA,
             "status": status,
             "warmup": self.cfg.warmup,
             "steps": self.records,

@@ -63,7 +63,7 @@ def model_probes_to_time(result: RunResult) -> list[str]:
     wanted = [n for n in MODEL_PROBES if "two_process" not in (probes.get(recipe(n).probe or "") or {})]
     if not result.ok or not wanted:
         return []
-    found, _ = problem_findings(result.steps, result.data)  # the warnings: no verdict needed
+    found, _ = problem_findings(result.steps, result.measurements())  # the warnings: no verdict needed
     warned = {f.id for f in found if f.severity.rank >= Severity.WARN.rank}
     return [n for n in wanted if warned.intersection(recipe(n).findings)]
 

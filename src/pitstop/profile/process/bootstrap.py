@@ -31,6 +31,7 @@ from pitstop.profile.process.instrumented import (
     finalize,
     make_config,
 )
+from pitstop.profile.record.measurements import SCHEMA
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main(cfg, out_dir)
     except KeyboardInterrupt:  # Ctrl-C / timeout while torch was still importing: nothing measured yet
         record = {"version": 1, "status": "interrupted", "error": "interrupted before the script started"}
-        (out_dir / MEASUREMENTS).write_text(json.dumps({**record, "steps": [], "exit_code": 130}))
+        record.update(schema=SCHEMA, steps=[], exit_code=130)
+        (out_dir / MEASUREMENTS).write_text(json.dumps(record))
         os._exit(130)
 
 

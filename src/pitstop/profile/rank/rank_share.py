@@ -30,6 +30,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pitstop.profile.record.measurements import SCHEMA
+
 PREFIX = "pitstop/share"
 EVERY_S = 1.0  # between a rank's state updates
 STALE_S = 5.0  # a remote rank whose state has not changed for this long (by this node's clock) is silent
@@ -206,6 +208,7 @@ class Shared:
         host = st.get("host") or "another node"
         record = {
             "version": 1,
+            "schema": SCHEMA,
             "status": "killed",
             "steps": [],
             "remote_missing": True,

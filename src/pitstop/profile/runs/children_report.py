@@ -104,7 +104,7 @@ def build_children_report(result: ChildrenResult) -> Report:
     if parent is not None and parent.steps:  # the parent trained too: its findings, named as its own
         from pitstop.profile.analyze.rules import problem_findings
 
-        for f in problem_findings(parent.steps, parent.data)[0]:
+        for f in problem_findings(parent.steps, parent.measurements())[0]:
             f.title = f"parent process: {f.title}"
             f.data = {**f.data, "process": "parent"}
             extra.append(f)

@@ -359,7 +359,7 @@ def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) 
     for r, res in sorted(result.ranks.items()):
         if not res.steps:
             continue
-        for f in problem_findings(res.steps, res.data, cores)[0]:  # one verdict for the launch, below
+        for f in problem_findings(res.steps, res.measurements(), cores)[0]:  # one verdict for the launch, below
             f.title = f"rank {r}: {f.title}"
             f.data = {**f.data, "rank": r}
             findings.append(f)

@@ -17,6 +17,7 @@ from typing import Any
 from pitstop.findings import Report
 from pitstop.host.load import CpuOutsideSession
 from pitstop.profile.capture.watchdog import hang_summary, read_watchdog
+from pitstop.profile.record.measurements import Measurements, NewerRecord, check_schema
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord, steps_from_log, steps_per_s
 
@@ -77,6 +78,11 @@ class RunResult:
     def report(self) -> Report:
         return build_report(self)
 
+    def measurements(self) -> Measurements:
+        """The run's measurements record, typed: what the rules read (``data``, with what the parent
+        added to it since)."""
+        return Measurements.from_json(self.data)
+
 
 def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) -> None:
     """Other processes' share of the CPUs over the run (at least: ``CpuOutsideSession``), and the
@@ -91,9 +97,14 @@ def note_other_cpu(result: RunResult, other: CpuOutsideSession, session: int) ->
 def read_measurements(
     spec: RunSpec, path: Path, returncode: int, status_override: str | None, wall: float
 ) -> RunResult:
-    """A RunResult from the child's measurements file at ``path`` (``collect_data``; nothing read: killed)."""
+    """A RunResult from the child's measurements file at ``path`` (``collect_data``; nothing read: killed;
+    a record from a newer pitstop: an error saying so)."""
     try:
-        data = steps_from_log(json.loads(path.read_text()), path.parent)
+        data = json.loads(path.read_text())
+        check_schema(data)
+        data = steps_from_log(data, path.parent)
+    except NewerRecord as e:
+        data = {"status": "error", "error": str(e)}
     except (OSError, ValueError, AttributeError):
         data = {}
     return collect_data(spec, data, returncode, status_override, wall, out_dir=path.parent)
@@ -180,8 +191,9 @@ def build_report(result: RunResult) -> Report:
     data = result.data
     if result.status == "not_started":
         return Report(tool="profile", error=result.error, meta={"command": " ".join(result.command)})
-    findings, bd = problem_findings(result.steps, data)
-    basis = verdict_basis(findings, bd, data) if bd is not None else None
+    m = result.measurements()  # the one place the parent's report reads the record into its type
+    findings, bd = problem_findings(result.steps, m)
+    basis = verdict_basis(findings, bd, m) if bd is not None else None
     if basis is not None and result.status == "interrupted":  # Ctrl-C / SIGTERM: never healthy
         probing = data.get("status") == "probing" or "KeyboardInterrupt" in str(data.get("finalize_error"))
         basis["interrupted"] = (
@@ -214,7 +226,7 @@ def build_report(result: RunResult) -> Report:
         sections["trace"] = data["trace"]
     if data.get("gpu_util"):
         sections["gpu_util"] = data["gpu_util"]
-    sections.update(gpu_rules.sections(result.steps, data, bd))  # device_time, mfu
+    sections.update(gpu_rules.sections(result.steps, m, bd))  # device_time, mfu
     if result.callback_result is not None:
         sections["callback_result"] = result.callback_result
     meta: dict[str, Any] = {
