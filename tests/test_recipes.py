@@ -14,7 +14,7 @@ from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
 from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, PROCESS, WRAP
-from pitstop.train.trainer import TrainConfig
+from pitstop.train.config import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
 

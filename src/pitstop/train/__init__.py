@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
         save_checkpoint,
     )
     from pitstop.train.compile import maybe_compile, unwrap
+    from pitstop.train.config import FitResult, TrainConfig
     from pitstop.train.distributed import (
         DistEnv,
         all_reduce_mean,
@@ -68,7 +69,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from pitstop.train.prefetch import DevicePrefetcher, move_to
     from pitstop.train.progress import TrainProgress, nvtx_range
     from pitstop.train.schedules import cyclic, one_cycle, total_steps
-    from pitstop.train.trainer import FitResult, TrainConfig, fit
+    from pitstop.train.trainer import fit
 
 # public name -> the module that defines it
 _WHERE = {
@@ -121,8 +122,8 @@ _WHERE = {
     "cyclic": "pitstop.train.schedules",
     "one_cycle": "pitstop.train.schedules",
     "total_steps": "pitstop.train.schedules",
-    "FitResult": "pitstop.train.trainer",
-    "TrainConfig": "pitstop.train.trainer",
+    "FitResult": "pitstop.train.config",
+    "TrainConfig": "pitstop.train.config",
     "evaluate": "pitstop.train.evaluation",
     "fit": "pitstop.train.trainer",
 }
