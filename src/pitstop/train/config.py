@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from pitstop.recipes import model_components
+from pitstop.recipes.activation_checkpointing import Target
 from pitstop.recipes.knobs import Knobs
-from pitstop.train.activation_checkpointing import Target
 from pitstop.train.amp import resolve_precision
 from pitstop.train.optim import impl_of
 
@@ -31,7 +31,7 @@ class TrainConfig:
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
     keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
-    page-faulting it back in every step (``pitstop.train.host_memory``); True/False to force.
+    page-faulting it back in every step (``pitstop.recipes.host_memory``); True/False to force.
     log_every: optimizer steps between metric reads (the only host syncs in the loop).
     checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
     """

@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 
 from pitstop.recipes import model_components
+from pitstop.recipes.activation_checkpointing import apply_activation_checkpointing
 from pitstop.recipes.compile import inner as compile_inner
-from pitstop.train.accumulation import accumulate, scale_loss, sync_context
-from pitstop.train.activation_checkpointing import apply_activation_checkpointing
+from pitstop.recipes.host_memory import keep_host_memory
+from pitstop.recipes.step import accumulate, scale_loss, sync_context
 from pitstop.train.amp import Amp
 from pitstop.train.backends import configure_backends
 from pitstop.train.checkpoint_io import (
@@ -43,7 +44,6 @@ from pitstop.train.distributed import (
     wrap_fsdp,
 )
 from pitstop.train.evaluation import ComputeLoss, LossFn, default_compute_loss, evaluate
-from pitstop.train.host_memory import keep_host_memory
 from pitstop.train.metrics import RunningMean, batch_size
 from pitstop.train.optim import make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher
