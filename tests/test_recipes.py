@@ -13,8 +13,8 @@ import pytest
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
-from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, PROCESS, WRAP
-from pitstop.train.trainer import TrainConfig
+from pitstop.recipes.component import BLOCKS, DTYPE, FORWARD, HOST, MODEL, OPTIMIZER, PROCESS, STEP, WRAP
+from pitstop.train.config import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
 
@@ -45,16 +45,25 @@ def test_every_entry_is_complete_and_its_references_exist(r):
     if r.component:  # its parts, and the entry's fields that name them
         comp = component(r.name)
         assert comp is not None and r.name == comp.NAME and r.snippet == comp.SNIPPET
-        assert comp.RULE.recipe == r.name and (r.finding, r.probe) == (comp.FINDING, comp.PROBE)
-        parts = {  # the parts of its surface (pitstop.recipes.component's protocols)
-            MODEL: ("applies", "cannot_help", "apply_model", "apply_input", "rule_fields", "edit"),
-            FORWARD: ("context", "as_ran", "choose", "cannot_help", "rule_fields", "unprobed", "edit"),
-            OPTIMIZER: ("kwargs", "inject", "changed", "choose", "cannot_help", "rules", "edit"),
-            PROCESS: ("apply", "scoped", "applies", "changed", "cannot_help", "edit"),
-            DTYPE: ("applies", "apply_model", "apply_input", "apply_output", "unprobed", "edit"),
-            WRAP: ("wrap", "failed", "inner", "install", "inject", "model_facts", "findings", "edit"),
-        }[comp.SURFACE]
-        assert all(callable(getattr(comp, f)) for f in parts)
+        if comp.SURFACE in (STEP, HOST, BLOCKS):  # the training loop's own: no probe rule
+            assert (r.finding, r.override) == (comp.FINDING, comp.KNOB)
+            loop_parts = {
+                STEP: ("accumulate", "scale_loss", "sync_context", "no_sync_every", "install"),
+                HOST: ("keep_host_memory", "kept", "blocker", "minor_page_faults"),
+                BLOCKS: ("apply_activation_checkpointing", "remove_activation_checkpointing"),
+            }[comp.SURFACE]
+            assert all(callable(getattr(comp, f)) for f in loop_parts)
+        else:
+            assert comp.RULE.recipe == r.name and (r.finding, r.probe) == (comp.FINDING, comp.PROBE)
+            parts = {  # the parts of its surface (pitstop.recipes.component's protocols)
+                MODEL: ("applies", "cannot_help", "apply_model", "apply_input", "rule_fields", "edit"),
+                FORWARD: ("context", "as_ran", "choose", "cannot_help", "rule_fields", "unprobed", "edit"),
+                OPTIMIZER: ("kwargs", "inject", "changed", "choose", "cannot_help", "rules", "edit"),
+                PROCESS: ("apply", "scoped", "applies", "changed", "cannot_help", "edit"),
+                DTYPE: ("applies", "apply_model", "apply_input", "apply_output", "unprobed", "edit"),
+                WRAP: ("wrap", "failed", "inner", "install", "inject", "model_facts", "findings", "edit"),
+            }[comp.SURFACE]
+            assert all(callable(getattr(comp, f)) for f in parts)
     if r.bench:  # the rows set the entry's knob, or a field only a bench row has
         assert r.bench_knob or r.override
     assert not (r.bench_knob and r.override), "a bench row sets the entry's knob"

@@ -16,7 +16,7 @@ from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.ranks import RanksResult
 from pitstop.profile.runs.runner import RunResult
-from pitstop.train.ddp_inject import DDPInjection
+from pitstop.recipes.step import DDPInjection
 
 ORIG_FORWARD = nn.parallel.DistributedDataParallel.forward
 DDP_FACTS = [{"location": "train.py:48", "find_unused_parameters": True, "static_graph": False}]

@@ -13,7 +13,7 @@ from pitstop.profile.confirm import workers_confirm as wk
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.runner import RunResult, RunSpec
-from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.recipes.host_memory import GLIBC_ENV
 
 JITTER = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0, 1.01, 0.99]
 

@@ -5,8 +5,8 @@ import contextlib
 import pytest
 import torch
 
+from pitstop.recipes.step import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
 from pitstop.train import TrainConfig, fit
-from pitstop.train.accumulation import accumulate, optimizer_steps_per_epoch, scale_loss, sync_context
 
 
 def _model() -> torch.nn.Module:

@@ -3,12 +3,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pitstop.train.activation_checkpointing import (
-    activation_memory_saving,
+from pitstop.recipes.activation_checkpointing import (
     apply_activation_checkpointing,
     remove_activation_checkpointing,
 )
-from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
+from pitstop.train.memory import TensorMemoryTracker, activation_memory_saving, peak_memory_bytes
 
 
 def _blocks() -> torch.nn.Module:

@@ -12,13 +12,13 @@ import textwrap
 import pytest
 import torch
 
-from pitstop.train import TrainConfig, fit
-from pitstop.train.host_memory import (
+from pitstop.recipes.host_memory import (
     M_MMAP_THRESHOLD,
     M_TRIM_THRESHOLD,
     TRIM_THRESHOLD,
     keep_host_memory,
 )
+from pitstop.train import TrainConfig, fit
 
 
 class FakeLibc:
@@ -76,7 +76,7 @@ def test_leaves_a_users_own_choice_alone(env: dict[str, str], maps: str, platfor
 _PROBE = textwrap.dedent(
     """
     import ctypes, json, resource, sys
-    from pitstop.train.host_memory import keep_host_memory
+    from pitstop.recipes.host_memory import keep_host_memory
     applied = keep_host_memory().applied if sys.argv[1] == "keep" else False
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
@@ -146,7 +146,7 @@ _STEPS = textwrap.dedent(
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc malloc on Linux")
 def test_glibc_env_of_launch_stops_a_training_step_from_faulting() -> None:
     """`pitstop launch --allocator glibc` (and `auto` without jemalloc/tcmalloc) sets GLIBC_ENV for the child."""
-    from pitstop.train.host_memory import GLIBC_ENV
+    from pitstop.recipes.host_memory import GLIBC_ENV
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LD_PRELOAD"}
 

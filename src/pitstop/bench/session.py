@@ -1,7 +1,8 @@
 """One ablation config made runnable: model, optimizer and an endless loader, and ``step()``.
 
-Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer,
-apply_activation_checkpointing, scale_loss) or its component (``pitstop.recipes.channels_last``,
+Each optimization is applied with pitstop.train's recipe (Amp, make_optimizer) or its component
+(activation checkpointing and accumulation: ``pitstop.recipes.activation_checkpointing``,
+``pitstop.recipes.step``; ``pitstop.recipes.channels_last``,
 every one whose knob the row's ``Knobs`` turn on: ``pitstop.recipes.enabled``; a process-wide one, tf32, set
 around each step: ``scoped``; one that wraps the model's call, compile: ``wrap``), one at a time, so a row measures that optimization and nothing else. Peers (Lightning, Accelerate) run the baseline step through their own loop.
 """
@@ -20,14 +21,10 @@ from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
 from pitstop.recipes import components, enabled
+from pitstop.recipes.activation_checkpointing import apply_activation_checkpointing
 from pitstop.recipes.component import PROCESS, WRAP
-from pitstop.train import (
-    Amp,
-    apply_activation_checkpointing,
-    make_grad_scaler,
-    make_optimizer,
-    scale_loss,
-)
+from pitstop.recipes.step import scale_loss
+from pitstop.train import Amp, make_grad_scaler, make_optimizer
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import ProcessComponent, WrapComponent

@@ -40,7 +40,7 @@ from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.runs.runner import CommandError, parse_command
-from pitstop.recipes import by_name, component, components
+from pitstop.recipes import by_name, component, components, host_memory
 from pitstop.recipes.component import OPTIMIZER, PROCESS
 from pitstop.recipes.registry import DATALOADER_PATCH
 
@@ -444,7 +444,7 @@ def script_file(site: Site) -> FileEdits:
 
 def apply_keep_host_memory(site: Site) -> None:
     fe = script_file(site)
-    insert_first_line(fe, "keep_host_memory()", "from pitstop.train import keep_host_memory")
+    insert_first_line(fe, host_memory.EDIT_LINE, host_memory.EDIT_IMPORT)
     fe.changes["keep_host_memory"] = True
 
 

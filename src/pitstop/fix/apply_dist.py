@@ -3,7 +3,8 @@
 - static_graph: ``static_graph=True`` on the ``DistributedDataParallel(...)`` call the profile recorded;
 - threads: ``torch.set_num_threads(n)`` first in the script's main (its ``__main__`` block, else after
   its imports), n being the count fix measured: a rank's share of the cores, or the count that fits the free cores;
-- no_sync: ``no_sync_every(k)`` first in the script's main (``pitstop.train.no_sync_every``), the same
+- no_sync: ``no_sync_every(k)`` first in the script's main (the step component's ``EDIT_LINE``,
+  ``pitstop.recipes.step``; ``pitstop.train.no_sync_every``), the same
   mechanism fix measured, which also keeps an uneven last accumulation's gradients all-reduced. A source
   edit of the loop itself (``with model.no_sync()`` around all but the k-th backward) would need the
   loop's own counter and would leave such a step with one rank's local gradient.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pitstop.fix.apply import Site, Unplaced, insert_first_line, need_torch, script_file
 from pitstop.fix.fix_dist import ddp_location
 from pitstop.fix.patch import keyword_edit
+from pitstop.recipes import step
 
 DDP_NAMES = ("DistributedDataParallel", "DDP")
 
@@ -46,9 +48,5 @@ def apply_no_sync(site: Site) -> None:
     if not k:
         raise Unplaced("no_sync: the fix recorded no accumulation count")
     fe = script_file(site)
-    insert_first_line(
-        fe,
-        f"no_sync_every({int(k)})  # DDP all-reduces once per optimizer step",
-        "from pitstop.train import no_sync_every",
-    )
+    insert_first_line(fe, step.EDIT_LINE.format(k=int(k)), step.EDIT_IMPORT)
     fe.changes["no_sync"] = int(k)

@@ -9,7 +9,7 @@ Candidates, each from its registry entry (``pitstop.recipes``) and the profile's
   on this node), whatever the script or OMP_NUM_THREADS asked for. It serves a single-process script
   too (``host.oversubscribed``, ``host.contention``): there the counts are "N threads", not per rank.
 - ``no_sync``: gradient accumulation that all-reduced every micro-batch; the DDP forwards per optimizer
-  step (k, the profile's median) become k-1 without sync and one with (``pitstop.train.ddp_inject``).
+  step (k, the profile's median) become k-1 without sync and one with (``pitstop.recipes.step``).
 - ``static_graph``: ``find_unused_parameters=True`` where the reducer saw the same parameters used every
   step on every rank; only then is ``static_graph=True`` valid, so only then is it proposed.
 

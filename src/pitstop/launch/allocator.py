@@ -1,7 +1,7 @@
 """Find jemalloc or tcmalloc to LD_PRELOAD. Both return freed memory to the OS less eagerly and
 fragment less than glibc malloc under the many-sized allocations of CPU training and inference.
 Without either, ``glibc`` tunes glibc's own malloc through its environment variables to keep freed
-blocks mapped (the settings of ``pitstop.train.host_memory``): most of the page-fault saving, nothing to install."""
+blocks mapped (the settings of ``pitstop.recipes.host_memory``): most of the page-fault saving, nothing to install."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pitstop.launch.binding import LaunchError
-from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.recipes.host_memory import GLIBC_ENV
 
 # Library names in preference order (the unversioned .so is often only in -dev packages).
 LIBS: dict[str, tuple[str, ...]] = {

@@ -437,3 +437,22 @@ def edit_first_lines(editor: ProcessEditor, snippet: str, knob: str) -> dict[str
     editor.first_lines(snippet)
     editor.need_torch()
     return {knob: True}
+
+
+# The training loop's own optimizations: applied by ``pitstop.train`` and bench, injected by profile
+# where a knob names them, never probed in the script's process (no ``ARMS``, no ``RULE``: profile's own
+# rules make their findings), so ``components()`` without a surface leaves them out.
+STEP = "step"  # the step loop's structure: micro-batches per optimizer step, DDP's gradient sync among them
+HOST = "host"  # the host process's allocator (glibc malloc's thresholds)
+BLOCKS = "blocks"  # chosen submodules' forwards, dropped in the forward and recomputed in the backward
+LOOP_SURFACES = (STEP, HOST, BLOCKS)
+
+
+class LoopComponent(Protocol):
+    """A ``STEP``, ``HOST`` or ``BLOCKS`` component; the parts of its surface are listed in its module."""
+
+    NAME: str  # its ``pitstop.recipes`` entry's name
+    KNOB: str | None  # its ``Knobs`` / ``Overrides`` field (None: a ``TrainConfig`` / bench setting only)
+    SURFACE: str  # one of ``LOOP_SURFACES``
+    FINDING: str | None  # the id of the finding profile's rules make for it (None: none)
+    SNIPPET: str  # the code change a finding shows

@@ -12,9 +12,19 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from pitstop.recipes import autocast, channels_last, cudnn_benchmark, float32, optimizer_impl, tf32
+from pitstop.recipes import (
+    activation_checkpointing,
+    autocast,
+    channels_last,
+    cudnn_benchmark,
+    float32,
+    host_memory,
+    optimizer_impl,
+    step,
+    tf32,
+)
 from pitstop.recipes import compile as torch_compile
-from pitstop.recipes.component import MODEL
+from pitstop.recipes.component import MODEL, SURFACES
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import Component, ModelComponent
@@ -181,15 +191,16 @@ RECIPES: tuple[Recipe, ...] = (
         component=cudnn_benchmark.__name__,
     ),
     Recipe(
-        "host_memory",
+        host_memory.NAME,
         "keep freed host memory",
-        "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop",
-        finding="host.page_faults",
-        override="keep_host_memory",
+        host_memory.SNIPPET,
+        finding=host_memory.FINDING,
+        override=host_memory.KNOB,
         train="TrainConfig.keep_host_memory",
-        probe="host_memory",
+        probe=host_memory.PROBE,
         apply="pitstop.fix.apply.apply_keep_host_memory",
         untimed=True,
+        component=host_memory.__name__,
     ),
     Recipe(
         tf32.NAME,
@@ -204,40 +215,39 @@ RECIPES: tuple[Recipe, ...] = (
         component=tf32.__name__,
     ),
     Recipe(
-        "activation_checkpointing",
+        activation_checkpointing.NAME,
         "activation checkpointing",
-        "from pitstop.train import apply_activation_checkpointing\n"
-        "apply_activation_checkpointing(model, [Block])  # Block: the repeated layer class",
+        activation_checkpointing.SNIPPET,
         train="TrainConfig.activation_checkpointing",
         bench=(("checkpoint", "activation checkpointing"),),
         bench_knob="checkpoint",
         site="model",
+        component=activation_checkpointing.__name__,
     ),
     Recipe(
-        "accumulation",
+        step.ACCUMULATION,
         "gradient accumulation",
-        "loss = criterion(model(x), y) / accum_steps\nloss.backward()\n"
-        "if (i + 1) % accum_steps == 0:\n    optimizer.step()\n    optimizer.zero_grad(set_to_none=True)",
+        step.ACCUMULATION_SNIPPET,
         train="TrainConfig.accum_steps",
         bench=(("accumulation", "gradient accumulation x4"),),
         bench_knob="accumulation",
     ),
     Recipe(
-        "no_sync",
+        step.NAME,
         "DDP no_sync during accumulation",
-        "ctx = model.no_sync() if (i + 1) % {value} else contextlib.nullcontext()  # all but the last\n"
-        "with ctx:\n    criterion(model(x), y).backward()",
-        finding="ddp.no_sync",
-        override="ddp_no_sync",
-        train="pitstop.train.accumulation.sync_context",
+        step.SNIPPET,
+        finding=step.FINDING,
+        override=step.KNOB,
+        train="pitstop.recipes.step.sync_context",
         apply="pitstop.fix.apply_dist.apply_no_sync",
+        component=step.__name__,
     ),
     Recipe(
-        "static_graph",
+        step.STATIC_GRAPH,
         "DDP static_graph",
-        "DDP(model, ..., static_graph=True)  # the same parameters are used (or unused) every step",
-        finding="ddp.find_unused_parameters",
-        override="ddp_static_graph",
+        step.STATIC_GRAPH_SNIPPET,
+        finding=step.STATIC_GRAPH_FINDING,
+        override=step.STATIC_GRAPH_KNOB,
         apply="pitstop.fix.apply_dist.apply_static_graph",
     ),
     Recipe(
@@ -299,10 +309,11 @@ def component(name: str) -> Component | None:
 
 
 def components(*surfaces: str) -> list[Component]:
-    """Every entry's component, in registry order; with ``surfaces``, only those acting on one of them
-    (``pitstop.recipes.component.SURFACES``: a caller iterates the ones whose parts it calls)."""
+    """Every entry's component, in registry order, that acts on one of ``surfaces`` (default
+    ``pitstop.recipes.component.SURFACES``: a caller iterates the ones whose parts it calls; the training
+    loop's own, ``LOOP_SURFACES``, only where named)."""
     found = [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]
-    return [c for c in found if not surfaces or c.SURFACE in surfaces]
+    return [c for c in found if c.SURFACE in (surfaces or SURFACES)]
 
 
 def model_components() -> list[ModelComponent]:

@@ -23,21 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     # ruff: noqa: F401
+    from pitstop.recipes.activation_checkpointing import (
+        apply_activation_checkpointing,
+        remove_activation_checkpointing,
+    )
     from pitstop.recipes.channels_last import apply_input as channels_last_input
     from pitstop.recipes.channels_last import apply_model as to_channels_last
     from pitstop.recipes.channels_last import has_conv2d
-    from pitstop.train.accumulation import (
+    from pitstop.recipes.host_memory import HostMemory, keep_host_memory
+    from pitstop.recipes.step import (
         accumulate,
         no_sync_every,
         optimizer_steps_per_epoch,
         scale_loss,
         sync_context,
-    )
-    from pitstop.train.activation_checkpointing import (
-        activation_memory_saving,
-        apply_activation_checkpointing,
-        measure_step_memory,
-        remove_activation_checkpointing,
     )
     from pitstop.train.amp import Amp, autocast, clip_gradients, make_grad_scaler, resolve_precision
     from pitstop.train.backends import configure_backends
@@ -50,6 +49,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
         save_checkpoint,
     )
     from pitstop.train.compile import maybe_compile, unwrap
+    from pitstop.train.config import FitResult, TrainConfig
     from pitstop.train.distributed import (
         DistEnv,
         all_reduce_mean,
@@ -61,32 +61,36 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
         wrap_fsdp,
     )
     from pitstop.train.evaluation import evaluate
-    from pitstop.train.host_memory import HostMemory, keep_host_memory
-    from pitstop.train.memory import TensorMemoryTracker, peak_memory_bytes
+    from pitstop.train.memory import (
+        TensorMemoryTracker,
+        activation_memory_saving,
+        measure_step_memory,
+        peak_memory_bytes,
+    )
     from pitstop.train.metrics import RunningMean, batch_size
     from pitstop.train.optim import make_optimizer, param_groups
     from pitstop.train.prefetch import DevicePrefetcher, move_to
     from pitstop.train.progress import TrainProgress, nvtx_range
     from pitstop.train.schedules import cyclic, one_cycle, total_steps
-    from pitstop.train.trainer import FitResult, TrainConfig, fit
+    from pitstop.train.trainer import fit
 
 # public name -> the module that defines it
 _WHERE = {
-    "accumulate": "pitstop.train.accumulation",
-    "no_sync_every": "pitstop.train.accumulation",
-    "optimizer_steps_per_epoch": "pitstop.train.accumulation",
-    "scale_loss": "pitstop.train.accumulation",
-    "sync_context": "pitstop.train.accumulation",
+    "accumulate": "pitstop.recipes.step",
+    "no_sync_every": "pitstop.recipes.step",
+    "optimizer_steps_per_epoch": "pitstop.recipes.step",
+    "scale_loss": "pitstop.recipes.step",
+    "sync_context": "pitstop.recipes.step",
     "Amp": "pitstop.train.amp",
     "autocast": "pitstop.train.amp",
     "clip_gradients": "pitstop.train.amp",
     "make_grad_scaler": "pitstop.train.amp",
     "resolve_precision": "pitstop.train.amp",
     "configure_backends": "pitstop.train.backends",
-    "activation_memory_saving": "pitstop.train.activation_checkpointing",
-    "apply_activation_checkpointing": "pitstop.train.activation_checkpointing",
-    "measure_step_memory": "pitstop.train.activation_checkpointing",
-    "remove_activation_checkpointing": "pitstop.train.activation_checkpointing",
+    "activation_memory_saving": "pitstop.train.memory",
+    "apply_activation_checkpointing": "pitstop.recipes.activation_checkpointing",
+    "measure_step_memory": "pitstop.train.memory",
+    "remove_activation_checkpointing": "pitstop.recipes.activation_checkpointing",
     "TrainState": "pitstop.train.checkpoint_io",
     "atomic_save": "pitstop.train.checkpoint_io",
     "capture_rng_state": "pitstop.train.checkpoint_io",
@@ -103,8 +107,8 @@ _WHERE = {
     "set_epoch": "pitstop.train.distributed",
     "wrap_ddp": "pitstop.train.distributed",
     "wrap_fsdp": "pitstop.train.distributed",
-    "HostMemory": "pitstop.train.host_memory",
-    "keep_host_memory": "pitstop.train.host_memory",
+    "HostMemory": "pitstop.recipes.host_memory",
+    "keep_host_memory": "pitstop.recipes.host_memory",
     "TensorMemoryTracker": "pitstop.train.memory",
     "peak_memory_bytes": "pitstop.train.memory",
     "channels_last_input": "pitstop.recipes.channels_last",
@@ -121,8 +125,8 @@ _WHERE = {
     "cyclic": "pitstop.train.schedules",
     "one_cycle": "pitstop.train.schedules",
     "total_steps": "pitstop.train.schedules",
-    "FitResult": "pitstop.train.trainer",
-    "TrainConfig": "pitstop.train.trainer",
+    "FitResult": "pitstop.train.config",
+    "TrainConfig": "pitstop.train.config",
     "evaluate": "pitstop.train.evaluation",
     "fit": "pitstop.train.trainer",
 }

@@ -3,6 +3,8 @@
 The CPU allocator keeps no statistics, so on CPU a ``TorchDispatchMode`` records every storage an op
 creates and a weak reference tells when it is freed; the running total's maximum is the peak. It counts
 tensor bytes (what activation checkpointing changes), not allocator caching or Python objects.
+``measure_step_memory`` and ``activation_memory_saving``: a step's peak, and activation checkpointing's
+saving (``pitstop.recipes.activation_checkpointing``), measured so.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
+
+from pitstop.recipes.activation_checkpointing import (
+    Target,
+    apply_activation_checkpointing,
+    remove_activation_checkpointing,
+)
 
 
 class TensorMemoryTracker(TorchDispatchMode):
@@ -93,3 +101,41 @@ def peak_memory_bytes(
     with TensorMemoryTracker(preexisting) as tracker:
         fn()
     return int(tracker.peak_bytes - tracker.baseline_bytes)
+
+
+def measure_step_memory(
+    model: torch.nn.Module,
+    batch: Any,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    device: torch.device | str = "cpu",
+) -> int:
+    """Peak tensor bytes of one forward+backward (beyond the parameters), gradients cleared after."""
+
+    def step() -> None:
+        loss_fn(model, batch).backward()
+
+    params = list(model.parameters())
+    try:
+        return peak_memory_bytes(step, device, preexisting=params)
+    finally:
+        model.zero_grad(set_to_none=True)
+
+
+def activation_memory_saving(
+    model: torch.nn.Module,
+    targets: Iterable[Target],
+    batch: Any,
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+    device: torch.device | str = "cpu",
+) -> tuple[int, int]:
+    """Measured peak step memory ``(without, with)`` checkpointing ``targets``; the model is left unwrapped."""
+    already = remove_activation_checkpointing(model)
+    if already:
+        raise ValueError("model already has activation checkpointing applied; remove it first")
+    without = measure_step_memory(model, batch, loss_fn, device)
+    apply_activation_checkpointing(model, targets)
+    try:
+        with_ckpt = measure_step_memory(model, batch, loss_fn, device)
+    finally:
+        remove_activation_checkpointing(model)
+    return without, with_ckpt

@@ -1,14 +1,10 @@
 """Training metrics without per-step host syncs: sums stay on the device, read every N steps.
 
 ``loss.item()`` each step blocks the CPU until the GPU catches up, emptying its queue of work; here the
-detached loss is added to a device tensor and copied back once per ``read()``. ``FitResult``: what
-``fit`` measured in all.
+detached loss is added to a device tensor and copied back once per ``read()``.
 """
 
 from __future__ import annotations
-
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import torch
 
@@ -50,26 +46,3 @@ def batch_size(batch: object) -> int:
     if isinstance(batch, dict) and batch:
         return batch_size(next(iter(batch.values())))
     return 1
-
-
-@dataclass
-class FitResult:
-    """What ``fit`` did and measured: steps, throughput, the loss history and the settings applied."""
-
-    steps: int
-    epochs_completed: int
-    samples: int
-    elapsed_s: float
-    samples_per_s: float
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: list[dict[str, float]] = field(default_factory=list)
-    applied: dict[str, Any] = field(default_factory=dict)
-    resumed_from_step: int | None = None
-    interrupted: bool = False
-
-    @property
-    def final_loss(self) -> float:
-        return self.history[-1]["loss"] if self.history else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

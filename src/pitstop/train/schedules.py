@@ -11,7 +11,7 @@ from collections.abc import Sized
 
 import torch
 
-from pitstop.train.accumulation import optimizer_steps_per_epoch
+from pitstop.recipes.step import optimizer_steps_per_epoch
 
 
 def total_steps(loader: Sized | int, epochs: int, accum_steps: int = 1) -> int:

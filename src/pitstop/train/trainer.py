@@ -8,7 +8,7 @@ and returns what it measured. Every recipe is also usable alone from ``pitstop.t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 
 from pitstop.recipes import model_components
+from pitstop.recipes.activation_checkpointing import apply_activation_checkpointing
 from pitstop.recipes.compile import inner as compile_inner
-from pitstop.recipes.knobs import Knobs
-from pitstop.train.accumulation import accumulate, scale_loss, sync_context
-from pitstop.train.activation_checkpointing import Target, apply_activation_checkpointing
-from pitstop.train.amp import Amp, resolve_precision
+from pitstop.recipes.host_memory import keep_host_memory
+from pitstop.recipes.step import accumulate, scale_loss, sync_context
+from pitstop.train.amp import Amp
 from pitstop.train.backends import configure_backends
 from pitstop.train.checkpoint_io import (
     TrainState,
@@ -33,6 +33,7 @@ from pitstop.train.checkpoint_io import (
 )
 from pitstop.train.compile import maybe_compile, unwrap
 from pitstop.train.compile_auto import AutoCompile
+from pitstop.train.config import FitResult, OptimizerLike, TrainConfig
 from pitstop.train.distributed import (
     DistEnv,
     barrier,
@@ -43,84 +44,13 @@ from pitstop.train.distributed import (
     wrap_fsdp,
 )
 from pitstop.train.evaluation import ComputeLoss, LossFn, default_compute_loss, evaluate
-from pitstop.train.host_memory import keep_host_memory
-from pitstop.train.metrics import FitResult, RunningMean, batch_size
-from pitstop.train.optim import impl_of, make_optimizer
+from pitstop.train.metrics import RunningMean, batch_size
+from pitstop.train.optim import make_optimizer
 from pitstop.train.prefetch import DevicePrefetcher
 from pitstop.train.progress import TrainProgress, nvtx_fetches, nvtx_range
 from pitstop.train.schedules import make_scheduler, total_steps
 
-OptimizerLike = torch.optim.Optimizer | Callable[[torch.nn.Module], torch.optim.Optimizer] | None
-
-
-@dataclass
-class TrainConfig:
-    """Every choice ``fit`` makes, in one place. Defaults are the fast path for this machine.
-
-    precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
-    channels_last: 'auto' = on for models with Conv2d; True/False to force.
-    compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = compile after the first eager
-    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process;
-    evaluation then runs the model uncompiled: the rule charged one compilation, not a no_grad one).
-    schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
-    distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.
-    keep_host_memory: 'auto' = on for CPU training: glibc keeps freed tensor memory mapped instead of
-    page-faulting it back in every step (``pitstop.train.host_memory``); True/False to force.
-    log_every: optimizer steps between metric reads (the only host syncs in the loop).
-    checkpoint_every: optimizer steps between checkpoints to ``checkpoint_path`` (also saved at the end).
-    """
-
-    epochs: int = 1
-    max_steps: int | None = None
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    precision: str = "auto"
-    accum_steps: int = 1
-    clip_grad_norm: float | None = None
-    channels_last: bool | str = "auto"
-    compile: bool | str = "auto"
-    activation_checkpointing: Sequence[Target] = ()
-    schedule: str | None = None
-    max_lr: float | None = None
-    base_lr: float | None = None
-    device: str | None = None
-    distributed: str = "auto"
-    fsdp_shard: Sequence[type[torch.nn.Module]] = ()
-    log_every: int = 50
-    progress: bool = True
-    checkpoint_path: str | None = None
-    checkpoint_every: int | None = None
-    resume: bool = True
-    seed: int | None = None
-    nvtx: bool = True
-    keep_host_memory: bool | str = "auto"
-    tf32: bool = True
-    cudnn_benchmark: bool = True
-
-    def knobs(self, device: Any, model: Any = None, optimizer: Any = None) -> Knobs:
-        """The optimization settings ``fit`` turns on for ``model`` on ``device`` (``Knobs``), each
-        ``"auto"`` decided: the precision's autocast dtype, each model component's ``wanted`` (without a
-        model, only a forced ``True``), host memory kept on CPU, cuDNN autotuning and TF32 on CUDA (which
-        ``prepare_model`` applies). ``compile``: ``compile=True`` only ('auto' is decided in the run).
-        ``optimizer_impl``: ``optimizer``'s (``optim.impl_of``), or for None the AdamW ``fit`` builds."""
-        dtype = resolve_precision(self.precision, device)
-        dev = torch.device(device).type
-        on = {
-            c.KNOB: c.wanted(getattr(self, c.KNOB), model)
-            if model is not None
-            else getattr(self, c.KNOB) is True
-            for c in model_components()
-        }
-        keep = dev == "cpu" if self.keep_host_memory == "auto" else bool(self.keep_host_memory)
-        return Knobs(
-            autocast=str(dtype).replace("torch.", "") if dtype is not None else None,
-            compile=self.compile is True,
-            cudnn_benchmark=self.cudnn_benchmark and dev == "cuda",
-            tf32=self.tf32 and dev == "cuda",
-            keep_host_memory=keep,
-            optimizer_impl=impl_of(optimizer, device),
-            **on,
-        )
+_END = object()  # next()'s default: the iterator ran out
 
 
 def prepare_model(
@@ -399,10 +329,11 @@ def _train(
     while lp.epoch < lp.cfg.epochs and not lp.done:
         data = _start_epoch(lp, resuming=first and lp.resumed is not None)
         first = False
-        _train_epoch(lp, data)
+        exhausted = _train_epoch(lp, data)
         if lp.loss_avg.count:
             _log(lp)
-        if lp.n_batches is None or lp.consumed >= lp.n_batches:
+        # a loader may yield fewer batches than its len() says: its iterator ends the epoch
+        if exhausted or lp.n_batches is None or lp.consumed >= lp.n_batches:
             lp.epoch, lp.consumed = lp.epoch + 1, 0
         if val_loader is not None:  # every rank: FSDP needs all of them, DDP averages their shares
             env = lp.env
@@ -427,16 +358,18 @@ def _start_epoch(lp: _Loop, resuming: bool) -> Iterator[Any]:
     set_epoch(lp.loader, lp.epoch)
     data = iter(lp.loader)
     for _ in range(skip):
-        next(data)
+        if next(data, _END) is _END:  # fewer batches than the checkpoint trained on: the epoch is over
+            break
     if resuming and skip and state.rng:
         restore_rng_state(_pick(state.rng, lp.env))
     lp.consumed = skip
     return data
 
 
-def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
+def _train_epoch(lp: _Loop, data: Iterator[Any]) -> bool:
     """Forward, backward and (every ``accum_steps`` batches) an optimizer step over ``data``, logging and
-    checkpointing on their step counts; stops at ``cfg.max_steps`` (``lp.done``)."""
+    checkpointing on their step counts; stops at ``cfg.max_steps`` (``lp.done``). Whether ``data`` ran
+    out (the epoch is over)."""
     cfg, amp, nvtx = lp.cfg, lp.amp, lp.nvtx
     step_samples = 0
     for batch, last in accumulate(nvtx_fetches(data, nvtx), cfg.accum_steps):
@@ -468,7 +401,8 @@ def _train_epoch(lp: _Loop, data: Iterator[Any]) -> None:
             _save(lp)
         if cfg.max_steps is not None and lp.step >= cfg.max_steps:
             lp.done = True
-            break
+            return False
+    return True
 
 
 def _pick(states: list[dict[str, Any]], env: DistEnv) -> dict[str, Any]:

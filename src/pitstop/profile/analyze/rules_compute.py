@@ -27,7 +27,7 @@ from pitstop.profile.analyze.rulekit import (
 from pitstop.profile.record.timeline import Breakdown
 from pitstop.recipes import components, recipe
 from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, WRAP
-from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.recipes.host_memory import GLIBC_ENV
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import (

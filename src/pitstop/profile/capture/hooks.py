@@ -56,7 +56,7 @@ from pitstop.profile.record.jsonfile import write_json_atomic
 from pitstop.profile.record.measurements import SCHEMA
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import STEPS_LOG, StepsLog
-from pitstop.train.host_memory import keep_host_memory, kept, minor_page_faults
+from pitstop.recipes.host_memory import keep_host_memory, kept, minor_page_faults
 
 __all__ = ["Captured", "CapturedLoader", "Config", "Instrumentation", "StopProfiling"]
 

@@ -34,7 +34,7 @@ from pitstop.profile.confirm.fresh_runs import WARMUP, Interrupted, Runner, time
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
 from pitstop.recipes import autocast, channels_last, float32, recipe
-from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.recipes.host_memory import GLIBC_ENV
 
 # recipes whose probe predictions are timed in fresh runs
 MODEL_PROBES = (autocast.NAME, channels_last.NAME, float32.NAME)

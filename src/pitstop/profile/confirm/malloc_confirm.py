@@ -20,7 +20,7 @@ from pitstop.findings import Severity
 from pitstop.profile.confirm.fresh_runs import BUDGET_S, MAX_ROUNDS, STEPS, Interrupted, Runner, timed
 from pitstop.profile.record.timeline import breakdown
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
-from pitstop.train.host_memory import GLIBC_ENV
+from pitstop.recipes.host_memory import GLIBC_ENV
 
 __all__ = ["BUDGET_S", "MAX_ROUNDS", "STEPS", "maybe_confirm", "two_process", "worth_confirming"]
 

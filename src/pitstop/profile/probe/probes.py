@@ -219,7 +219,7 @@ def _host_memory_probe(
     import time
 
     from pitstop.host import event_costs
-    from pitstop.train import host_memory
+    from pitstop.recipes import host_memory
 
     # "kept": freed memory already stays mapped, so there is nothing to probe and the rules say so.
     if lib := host_memory.preloaded_allocator():

@@ -148,12 +148,12 @@ class RankWorker:
 
     def on_install(self, inst: Any) -> None:
         from pitstop.profile.rank.comm import CommRecorder
-        from pitstop.train import ddp_inject
+        from pitstop.recipes import step
 
         self.inst = inst
         warmup = inst.cfg.warmup
         ov = inst.cfg.overrides
-        self.inject = ddp_inject.install(ov.ddp_no_sync, ov.ddp_static_graph)  # under the recorder: undone after it
+        self.inject = step.install(ov.ddp_no_sync, ov.ddp_static_graph)  # under the recorder: undone after it
         self._beaten = -1
         self._beat_map = _heartbeat_map(self.out / HEARTBEAT)
         self.comm = CommRecorder(  # the records list is cleared, never rebound: its len is the step

@@ -28,7 +28,7 @@ class Overrides(Knobs):
 
     ddp_no_sync:    micro-batches per optimizer step: every DDP forward but each k-th one after the
                     first optimizer step runs without gradient sync, as under ``model.no_sync()``; the
-                    sum of the accumulated gradients is all-reduced once (``pitstop.train.ddp_inject``).
+                    sum of the accumulated gradients is all-reduced once (``pitstop.recipes.step``).
     ddp_static_graph: ``static_graph=True`` on every DDP model the script builds.
     """
 

@@ -12,6 +12,19 @@ effect by preloading; this does it for glibc from inside the process, without a 
 Cost: the process keeps its high-water mark of heap memory (as the CUDA caching allocator does).
 Nothing is changed where the user chose already: a preloaded jemalloc/tcmalloc/mimalloc, or glibc's
 own ``MALLOC_*_`` / ``GLIBC_TUNABLES`` malloc settings.
+
+One component (``pitstop.recipes.component``, ``SURFACE`` ``HOST``). Which command calls which part:
+
+- ``pitstop.train`` (``TrainConfig.keep_host_memory``, ``prepare_model``) and profile's injection
+  (``Overrides.keep_host_memory``, ``pitstop.profile.capture.hooks``): ``keep_host_memory``; ``kept``
+  (what the script or an override did, in the run's facts);
+- profile's exit probe (``pitstop.profile.probe.probes``, stored under ``PROBE``): ``preloaded_allocator``,
+  ``kept``, ``blocker``, ``minor_page_faults``, then ``keep_host_memory``; profile's rules
+  (``rules_compute.host_memory_rules``) and fresh runs (``fresh_confirm``, ``malloc_confirm``) and
+  ``pitstop launch --allocator glibc``: ``GLIBC_ENV``;
+- ``fix --apply`` (``pitstop.fix.apply.apply_keep_host_memory``): ``EDIT_LINE`` and ``EDIT_IMPORT``
+  first in the script's main;
+- a finding's code: ``SNIPPET``.
 """
 
 from __future__ import annotations
@@ -22,6 +35,17 @@ import resource
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from pitstop.recipes.component import HOST
+
+NAME = "host_memory"
+KNOB = "keep_host_memory"  # the ``Knobs`` field (and ``TrainConfig``'s, with "auto": on for CPU)
+SURFACE = HOST
+FINDING = "host.page_faults"
+PROBE = "host_memory"  # its probe result's key
+SNIPPET = "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop"
+EDIT_LINE = "keep_host_memory()"
+EDIT_IMPORT = "from pitstop.train import keep_host_memory"
 
 # mallopt parameter numbers from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1

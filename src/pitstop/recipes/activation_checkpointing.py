@@ -4,20 +4,41 @@ Trades one extra forward of those blocks for their activation memory. Non-reentr
 ``torch.utils.checkpoint`` (the recommended mode: works with kwargs, ``torch.compile`` and
 inputs that do not require grad). The module tree and ``state_dict`` keys stay unchanged: only the
 instance's ``forward`` is wrapped, so checkpoints load with or without it.
+
+One component (``pitstop.recipes.component``, ``SURFACE`` ``BLOCKS``), with no knob of its own: it names
+the blocks, which a ``Knobs`` bool cannot. Which command calls which part:
+
+- ``pitstop.train`` (``TrainConfig.activation_checkpointing``: the targets) and bench's ``checkpoint``
+  row (``BenchConfig.checkpoint``, ``pitstop.bench.session``): ``apply_activation_checkpointing``;
+- ``pitstop.train.activation_memory_saving`` (``pitstop.train.memory``): ``apply_activation_checkpointing``
+  and ``remove_activation_checkpointing`` around its two measurements;
+- a finding's code: ``SNIPPET``.
+
+torch is imported only inside the functions that touch modules, so the registry reads this without torch.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import torch
-from torch.utils.checkpoint import checkpoint
+from pitstop.recipes.component import BLOCKS
 
-from pitstop.train.memory import peak_memory_bytes
+if TYPE_CHECKING:
+    import torch
 
-Target = str | type[torch.nn.Module] | Callable[[str, torch.nn.Module], bool]
+NAME = "activation_checkpointing"
+KNOB = None  # the targets are ``TrainConfig.activation_checkpointing`` (bench: ``BenchConfig.checkpoint``)
+SURFACE = BLOCKS
+FINDING = None  # no profile rule recommends it yet
+SNIPPET = (
+    "from pitstop.train import apply_activation_checkpointing\n"
+    "apply_activation_checkpointing(model, [Block])  # Block: the repeated layer class"
+)
+
+# a qualified name, a module type or a predicate (a string: the alias needs no torch at run time)
+Target: TypeAlias = "str | type[torch.nn.Module] | Callable[[str, torch.nn.Module], bool]"
 _MARK = "_pitstop_ckpt_forward"
 
 
@@ -41,6 +62,9 @@ def apply_activation_checkpointing(model: torch.nn.Module, targets: Iterable[Tar
     Nested matches are skipped (checkpointing inside a checkpointed block only recomputes twice).
     Raises ValueError when nothing matched, so a typo does not silently disable the saving.
     """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
     targets = list(targets)
     wrapped: list[str] = []
     for name, module in model.named_modules():
@@ -73,41 +97,3 @@ def remove_activation_checkpointing(model: torch.nn.Module) -> int:
             delattr(module, _MARK)
             n += 1
     return n
-
-
-def measure_step_memory(
-    model: torch.nn.Module,
-    batch: Any,
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
-    device: torch.device | str = "cpu",
-) -> int:
-    """Peak tensor bytes of one forward+backward (beyond the parameters), gradients cleared after."""
-
-    def step() -> None:
-        loss_fn(model, batch).backward()
-
-    params = list(model.parameters())
-    try:
-        return peak_memory_bytes(step, device, preexisting=params)
-    finally:
-        model.zero_grad(set_to_none=True)
-
-
-def activation_memory_saving(
-    model: torch.nn.Module,
-    targets: Iterable[Target],
-    batch: Any,
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
-    device: torch.device | str = "cpu",
-) -> tuple[int, int]:
-    """Measured peak step memory ``(without, with)`` checkpointing ``targets``; the model is left unwrapped."""
-    already = remove_activation_checkpointing(model)
-    if already:
-        raise ValueError("model already has activation checkpointing applied; remove it first")
-    without = measure_step_memory(model, batch, loss_fn, device)
-    apply_activation_checkpointing(model, targets)
-    try:
-        with_ckpt = measure_step_memory(model, batch, loss_fn, device)
-    finally:
-        remove_activation_checkpointing(model)
-    return without, with_ckpt
