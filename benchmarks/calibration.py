@@ -4,7 +4,7 @@ For each script:
   1. `pitstop profile` (probes on, and the fresh-run timings where the page-fault, the workers, the
      autocast or the channels_last prediction would warn: `profile.fresh_confirm`) gives its findings. A
      row is every finding with a predicted saving that has a fix `fix` can inject
-     (`fix.fix.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
+     (`fix.core.FINDING_KINDS`), a fix applied by hand in the script (`HAND_FIXED`: item_sync's
      `--fixed`), or none at all (`profile.confirm.UNTIMED`: profile shows it as info, and the row says
      why), and is either a warning or an info whose point
      estimate alone would have warned (>= 5% of the step: a prediction profile demoted for want of a
@@ -109,8 +109,8 @@ def rows_for(
     deadline."""
     from pitstop.findings import Severity
     from pitstop.fix import verdict_cache
-    from pitstop.fix.fix import FINDING_KINDS
-    from pitstop.fix.fix import run_fix as real_run_fix
+    from pitstop.fix.core import FINDING_KINDS
+    from pitstop.fix.runs import run_fix as real_run_fix
     from pitstop.fix.verify import below_prediction, fix_config, predicted_speedup, verdict_finding
     from pitstop.profile.analyze.confirm import UNTIMED
 

@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--aa-repeats", type=int, default=20)
     ap.add_argument("--planted-repeats", type=int, default=10)
     sys.path.insert(0, str(ROOT / "src"))
-    from pitstop.fix.fix import FixConfig
+    from pitstop.fix.core import FixConfig
 
     fix = FixConfig()  # the settings `pitstop fix` runs with by default
     ap.add_argument("--steps", type=int, default=fix.steps, help="timed steps per run (default: as fix)")

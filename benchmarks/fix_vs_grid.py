@@ -119,7 +119,7 @@ def run_grid(
 
 
 def bench_example(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from pitstop.fix.fix import FixConfig, run_fix
+    from pitstop.fix import FixConfig, run_fix
 
     script_args, axes = EXAMPLES[name]
     cmd = [sys.executable, f"examples/{name}.py", *script_args]

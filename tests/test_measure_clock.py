@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.measure.clock import Stopwatch, time_block
+from pitstop.measure.clock import Stopwatch, time_block, time_calls
 
 
 class FakeClock:
@@ -49,3 +49,33 @@ def test_a_block_is_timed_as_one_after_its_untimed_warm_up_with_a_sync_at_both_e
 
     assert time_block(step, 4, sync, warmup=1, clock=clock) == pytest.approx((4 * 0.5 + 1.0) / 4)
     assert calls == ["step", "sync"] + ["step"] * 4 + ["sync"]
+
+
+def test_each_call_is_timed_alone_between_syncs_and_between_runs_outside_it():
+    clock, calls = FakeClock(), []
+
+    def step() -> None:
+        calls.append("step")
+        clock.now += 0.5
+
+    def sync() -> None:
+        calls.append("sync")
+        clock.now += 0.25
+
+    def reading() -> None:
+        calls.append("read")
+        clock.now += 10.0  # not in any call's time
+
+    assert time_calls(step, 2, sync, between=reading, clock=clock) == pytest.approx([0.75, 0.75])
+    assert calls == ["sync", "step", "sync", "read"] * 2
+
+
+def test_the_series_ends_once_the_budget_is_spent_but_not_before_min_calls():
+    clock = FakeClock()
+
+    def step() -> None:
+        clock.now += 1.0
+
+    assert len(time_calls(step, 10, budget_s=2.5, min_calls=1, clock=clock)) == 3
+    assert len(time_calls(step, 10, budget_s=0.5, min_calls=4, clock=clock)) == 4
+    assert len(time_calls(step, 2, budget_s=100.0, clock=clock)) == 2

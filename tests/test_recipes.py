@@ -97,7 +97,7 @@ def _knob(config, r):
 
 
 def test_fix_candidates_agree_with_the_registry():
-    from pitstop.fix.fix import FINDING_KINDS, KINDS
+    from pitstop.fix.core import FINDING_KINDS, KINDS
 
     for finding, kind in FINDING_KINDS.items():
         assert finding in BY_NAME[kind].findings
@@ -180,7 +180,7 @@ def test_probe_rules_name_recipes_that_probe():
 def test_a_new_entry_is_a_fix_candidate_picked_by_its_finding(monkeypatch):
     """Adding an optimization is one entry: fix's kinds, finding map, parsing and candidates follow."""
     from pitstop.findings import Finding, Severity
-    from pitstop.fix.fix import FixConfig, build_candidates, kinds_from_findings, parse_candidates
+    from pitstop.fix.core import FixConfig, build_candidates, kinds_from_findings, parse_candidates
     from pitstop.recipes import Recipe, registry
 
     fake = Recipe("fake", "fake switch", "fake()", finding="fake.slow", override="compile")

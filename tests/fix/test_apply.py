@@ -13,8 +13,8 @@ import pytest
 
 from pitstop.fix.apply import apply_all, plan
 from pitstop.fix.apply_verify import verify
-from pitstop.fix.fix import FixConfig, FixResult
-from pitstop.fix.fixjudge import Measured
+from pitstop.fix.core import FixConfig, FixResult
+from pitstop.fix.judge import Measured
 from pitstop.measure import Interval
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.runner import RunResult

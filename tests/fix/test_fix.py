@@ -10,16 +10,15 @@ import stat
 import pytest
 
 from pitstop.findings import Finding, Severity
-from pitstop.fix.fix import (
+from pitstop.fix import fix_report, run_fix
+from pitstop.fix.core import (
     FixConfig,
     FixResult,
     Measured,
     build_candidates,
-    fix_report,
     judge,
     kinds_from_findings,
     parse_candidates,
-    run_fix,
 )
 from pitstop.fix.patch import apply_patch, dataloader_patch
 from pitstop.profile.record.overrides import Overrides
@@ -121,9 +120,9 @@ def test_kinds_from_findings_keeps_actionable_ones_in_rank_order():
 
 
 def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
-    import pitstop.fix.fix as fixmod
+    import pitstop.fix.core as fix_core
 
-    monkeypatch.setattr(fixmod, "usable_cores", lambda: 4)
+    monkeypatch.setattr(fix_core, "usable_cores", lambda: 4)
     monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: None)
     cands, skipped = build_candidates(
         [("workers", "dataloader.workers"), ("amp", "precision.amp"), ("cudnn_benchmark", "cudnn.benchmark")],
@@ -209,9 +208,9 @@ def test_non_finite_loss_rejects():
 
 
 def test_fix_measures_keeps_what_helps_rejects_the_rest_and_writes_a_diff(tmp_path, monkeypatch):
-    import pitstop.fix.fix as fixmod
+    import pitstop.fix.core as fix_core
 
-    monkeypatch.setattr(fixmod, "usable_cores", lambda: 2)
+    monkeypatch.setattr(fix_core, "usable_cores", lambda: 2)
     config = loader_config(tmp_path)
 
     def step_time(ov: Overrides) -> float:
@@ -368,7 +367,7 @@ def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix
     """The profile measured autocast's gain, but on a data-bound step it was an info-level share: fix does not
     try it against the script as it is, and does try it once more workers removed the wait."""
     config = loader_config(tmp_path)
-    monkeypatch.setattr("pitstop.fix.fix.usable_cores", lambda: 4)
+    monkeypatch.setattr("pitstop.fix.core.usable_cores", lambda: 4)
     monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: "bfloat16")
 
     def step_time(ov: Overrides) -> float:
@@ -503,13 +502,13 @@ def cli(argv: list[str]) -> int:
 def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, capsys):
     import json
 
-    import pitstop.fix.fixrun as fixrun
+    import pitstop.fix.runs as fix_runs
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
     import pitstop.fix.apply_verify as applymod
 
-    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setattr(fix_runs, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     # the verification run of the patched script: as fast as the measured fix
     monkeypatch.setattr(applymod, "run", FakeRunner(lambda ov: 0.05, config))
     out = tmp_path / "fix.json"
@@ -542,11 +541,11 @@ def test_fix_cli_apply_writes_the_diff_with_a_backup(tmp_path, monkeypatch, caps
 
 
 def test_fix_cli_apply_without_a_terminal_needs_yes(tmp_path, monkeypatch, capsys):
-    import pitstop.fix.fixrun as fixrun
+    import pitstop.fix.runs as fix_runs
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setattr(fix_runs, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     monkeypatch.setattr("sys.stdin.isatty", lambda: False, raising=False)
     code = cli(["fix", "--candidates", "workers", "--apply", "-q", "--", "python", str(script)])
     assert code == 2 and "--yes" in capsys.readouterr().err
@@ -640,7 +639,7 @@ def test_autocast_asked_for_on_a_cpu_whose_bf16_matmuls_measure_slower_is_skippe
 def test_steps_per_run_follow_the_baselines_start_up(tmp_path):
     """Without --steps, the first baseline run's start-up (wall time less its steps) sets the steps of
     every later run; a script that ended before its steps caps them at what it ran."""
-    from pitstop.fix.fixrun import FIRST_STEPS, steps_from_run
+    from pitstop.fix.runs import FIRST_STEPS, steps_from_run
 
     r = make_result(0.01)
     r.wall_s = 6.0 * 0.01 + 8.0  # 8 s of start-up for 0.01 s steps: the steps are cheap, use many
@@ -674,11 +673,11 @@ def test_an_unconfirmed_page_fault_estimate_is_timed_by_fix_and_a_small_one_is_n
 
 
 def test_fix_cli_prints_its_diff_once_at_80_columns(tmp_path, monkeypatch, capsys):
-    import pitstop.fix.fixrun as fixrun
+    import pitstop.fix.runs as fix_runs
 
     config = loader_config(tmp_path)
     script = tmp_path / "train.py"
-    monkeypatch.setattr(fixrun, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
+    monkeypatch.setattr(fix_runs, "run", FakeRunner(lambda ov: 0.05 if ov.dataloader else 0.1, config))
     monkeypatch.setenv("COLUMNS", "80")
     assert cli(["fix", "--candidates", "workers", "--", "python", str(script)]) == 0
     out = capsys.readouterr().out
@@ -692,7 +691,7 @@ def test_fix_progress_shows_the_run_and_the_running_intervals(monkeypatch):
     from rich.console import Console
     from rich.progress import Progress as Bar
 
-    import pitstop.fix.fix_progress as fp
+    import pitstop.fix.progress as fp
     from pitstop.measure import Interval, Progress
 
     made: list[Bar] = []

@@ -11,7 +11,8 @@ import torch.distributed as dist
 from torch import nn
 
 from pitstop.findings import Finding, Severity
-from pitstop.fix import fix, fix_dist
+from pitstop.fix import core
+from pitstop.fix import dist as fix_dist
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.ranks import RanksResult
@@ -32,9 +33,9 @@ def test_profile_findings_pick_no_sync_and_static_graph_from_the_registry():
         Finding(id=i, severity=Severity.WARN, title="t")
         for i in ("ddp.no_sync", "ddp.find_unused_parameters")
     ]
-    kinds = fix.kinds_from_findings(found)
+    kinds = core.kinds_from_findings(found)
     assert kinds == [("no_sync", "ddp.no_sync"), ("static_graph", "ddp.find_unused_parameters")]
-    cands, skipped = fix.build_candidates(kinds, dist_config(), fix.FixConfig())
+    cands, skipped = core.build_candidates(kinds, dist_config(), core.FixConfig())
     assert [c.overrides for c in cands] == [Overrides(ddp_no_sync=4), Overrides(ddp_static_graph=True)]
     assert skipped == []
     code, at = fix_dist.snippet("no_sync", cands[0].overrides.to_dict(), dist_config())
@@ -51,7 +52,7 @@ def test_profile_findings_pick_no_sync_and_static_graph_from_the_registry():
     ],
 )
 def test_ddp_candidates_are_skipped_where_they_cannot_apply(kind, config, why):
-    cands, skipped = fix.build_candidates([(kind, "requested")], config, fix.FixConfig())
+    cands, skipped = core.build_candidates([(kind, "requested")], config, core.FixConfig())
     assert cands == [] and len(skipped) == 1 and why in skipped[0]
 
 
@@ -143,8 +144,8 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
     import socket
     import sys
 
-    from pitstop.fix.fixjudge import SPEED_VERDICTS
-    from pitstop.fix.fixrun import run_fix
+    from pitstop.fix.judge import SPEED_VERDICTS
+    from pitstop.fix.runs import run_fix
     from pitstop.profile.runs.merge import ddp_facts
     from pitstop.profile.runs.runner import run
 
@@ -160,7 +161,7 @@ def test_fix_on_a_torchrun_command_measures_the_ddp_candidates_on_the_whole_job(
         runs.append(run(spec))
         return runs[-1]
 
-    cfg = fix.FixConfig(
+    cfg = core.FixConfig(
         steps=4, warmup=2, budget=240, min_rounds=1, max_rounds=1, timeout=120, cwd=str(tmp_path)
     )
     cfg.candidates = ("no_sync", "static_graph", "threads")

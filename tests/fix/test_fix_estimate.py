@@ -1,4 +1,4 @@
-"""`pitstop fix` says in its first lines how long it will take and why (``pitstop.fix.fix_estimate``),
+"""`pitstop fix` says in its first lines how long it will take and why (``pitstop.fix.estimate``),
 from the first run of the script (fake runner: no child process)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from pitstop.fix.fix import FixConfig, run_fix
-from pitstop.fix.fix_estimate import FixEstimate, estimate
+from pitstop.fix import FixConfig, run_fix
+from pitstop.fix.estimate import FixEstimate, estimate
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.runner import RunResult, RunSpec
 
@@ -52,7 +52,7 @@ def test_the_estimate_is_printed_as_a_line_of_its_own(monkeypatch):
     from rich.console import Console
     from rich.progress import Progress as Bar
 
-    import pitstop.fix.fix_progress as fp
+    import pitstop.fix.progress as fp
 
     out = io.StringIO()
     monkeypatch.setattr(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.fix.fix import FixConfig, fix_report, run_fix
+from pitstop.fix import FixConfig, fix_report, run_fix
 from pitstop.host.cpu import cpu_has_fast_bf16, usable_cores
 from pitstop.host.load import OtherCpu
 

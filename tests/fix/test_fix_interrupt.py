@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.fix.fix import FixConfig, fix_report, run_fix
+from pitstop.fix import FixConfig, fix_report, run_fix
 from pitstop.profile.record.timeline import StepRecord
 from pitstop.profile.runs.runner import RunResult, RunSpec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pitstop.fix.fix import FixConfig, fix_report, run_fix
+from pitstop.fix import FixConfig, fix_report, run_fix
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_style.py"

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.fix import fix, fix_dist, verify
+from pitstop.fix import core, verify
+from pitstop.fix import dist as fix_dist
 from pitstop.fix.apply import plan
-from pitstop.fix.fixjudge import Measured
+from pitstop.fix.judge import Measured
 from pitstop.patching import Patches
 from pitstop.profile.capture.torchcalls import force_threads
 from pitstop.profile.record.overrides import Overrides
@@ -23,11 +24,11 @@ from pitstop.profile.runs.runner import RunSpec, run
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):
     monkeypatch.setattr(fix_dist, "usable_cores", lambda: 8)
     f = Finding(id="distributed.threads", severity=Severity.WARN, title="t")
-    kinds = fix.kinds_from_findings([f])
+    kinds = core.kinds_from_findings([f])
     assert kinds == [("threads", "distributed.threads")]
-    (c,) = fix.build_candidates(kinds, {"local_world_size": 2}, fix.FixConfig())[0]
+    (c,) = core.build_candidates(kinds, {"local_world_size": 2}, core.FixConfig())[0]
     assert c.overrides.num_threads == 4 and c.name == "4 threads per rank"
-    (one,) = fix.build_candidates(kinds, {"local_world_size": 16}, fix.FixConfig())[0]
+    (one,) = core.build_candidates(kinds, {"local_world_size": 16}, core.FixConfig())[0]
     assert one.overrides.num_threads == 1 and one.name == "1 thread per rank"
 
 
@@ -40,10 +41,10 @@ def _oversubscribed(fit: int = 1) -> Finding:
 def test_a_single_process_gets_the_fit_and_the_usable_cores(monkeypatch):
     monkeypatch.setattr(fix_dist, "usable_cores", lambda: 2)
     f = _oversubscribed(fit=1)
-    kinds = fix.kinds_from_findings([f])
+    kinds = core.kinds_from_findings([f])
     assert kinds == [("threads", "host.oversubscribed")]
     data = {"torch": {"num_threads": 4}}
-    made, skipped = fix.build_candidates(kinds, {}, fix.FixConfig(), data, [f])
+    made, skipped = core.build_candidates(kinds, {}, core.FixConfig(), data, [f])
     assert not skipped
     assert [(c.name, c.overrides.num_threads, c.kind) for c in made] == [
         ("1 thread", 1, "threads"),
@@ -51,10 +52,10 @@ def test_a_single_process_gets_the_fit_and_the_usable_cores(monkeypatch):
     ]
     # no finding passed: the thread probe's fit; the count the script already runs is not a candidate
     probe = {"probes": {"threads": {"threads": 2, "fit": 1}}}
-    (c,) = fix.build_candidates([("threads", "host.contention")], {}, fix.FixConfig(), probe)[0]
+    (c,) = core.build_candidates([("threads", "host.contention")], {}, core.FixConfig(), probe)[0]
     assert c.name == "1 thread"
-    made, skipped = fix.build_candidates(
-        [("threads", "requested")], {}, fix.FixConfig(threads_values=(2,)), probe
+    made, skipped = core.build_candidates(
+        [("threads", "requested")], {}, core.FixConfig(threads_values=(2,)), probe
     )
     assert not made and skipped == ["threads: the script already runs 2 intra-op threads"]
 
@@ -70,7 +71,7 @@ def test_verify_times_the_oversubscribed_warnings_own_count():
 def test_apply_writes_set_num_threads_into_a_plain_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text('"""A script with no main."""\nimport math\n\nx = math.pi\nprint(x)\n')
-    r = fix.FixResult(command=[sys.executable, str(script)], baseline=Measured("b", "baseline", {}))
+    r = core.FixResult(command=[sys.executable, str(script)], baseline=Measured("b", "baseline", {}))
     r.config = {"device": "cpu"}
     r.candidates.append(Measured("1 thread", "threads", {"num_threads": 1}))
     r.chosen.append("1 thread")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pitstop.findings import Finding, Severity
-from pitstop.fix.fix import FixConfig, build_candidates, fix_report, run_fix
+from pitstop.fix import FixConfig, build_candidates, fix_report, run_fix
 from pitstop.measure import HELPED, NO_CHANGE
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import StepRecord
@@ -68,8 +68,8 @@ def six_cores(monkeypatch):
     """A fabricated machine: 6 usable cores, no other load measured."""
     monkeypatch.setattr("pitstop.recipes.workers.usable_cores", lambda: 6)
     monkeypatch.setattr("pitstop.recipes.workers.affinity_cpus", lambda: 6)
-    monkeypatch.setattr("pitstop.fix.fix.usable_cores", lambda: 6)
-    monkeypatch.setattr("pitstop.fix.fixrun.usable_cores", lambda: 6)
+    monkeypatch.setattr("pitstop.fix.core.usable_cores", lambda: 6)
+    monkeypatch.setattr("pitstop.fix.runs.usable_cores", lambda: 6)
     return WorkerMachine(cores=6, torch_max=6)
 
 

@@ -6,8 +6,8 @@ import json
 
 from pitstop.findings import Finding, Severity
 from pitstop.fix import verdict_cache as vc
-from pitstop.fix.fix import FixResult
-from pitstop.fix.fixjudge import Measured
+from pitstop.fix.core import FixResult
+from pitstop.fix.judge import Measured
 from pitstop.measure import Interval
 
 
@@ -126,13 +126,13 @@ def test_without_an_out_dir_the_cache_lives_in_the_cache_directory(tmp_path, mon
 
 
 def test_fix_cli_records_its_verdicts_for_the_script(tmp_path, monkeypatch):
-    import pitstop.fix.fix as fixmod
+    import pitstop.fix.runs as fix_runs
     from pitstop.cli import main
 
     script = tmp_path / "train.py"
     script.write_text("")
     result = result_for(script, measured("autocast(bfloat16)", "amp", "no change", 1.0, 0.97, 1.03))
-    monkeypatch.setattr(fixmod, "run_fix", lambda cmd, cfg, progress=None: result)
+    monkeypatch.setattr(fix_runs, "run_fix", lambda cmd, cfg, progress=None: result)
     out = tmp_path / "out"
     main(["fix", "--candidates", "amp", "--out-dir", str(out), "-q", "--", "python", str(script)])
     saved = json.loads((out / vc.CACHE_NAME).read_text())

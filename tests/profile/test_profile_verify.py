@@ -9,8 +9,8 @@ import pytest
 from pitstop.findings import Finding, Report, Severity
 from pitstop.fix import verdict_cache as vc
 from pitstop.fix import verify as vf
-from pitstop.fix.fix import FixResult
-from pitstop.fix.fixjudge import Measured
+from pitstop.fix.core import FixResult
+from pitstop.fix.judge import Measured
 from pitstop.measure import Interval
 from pitstop.profile.analyze.summary import unconfirmed
 
@@ -116,7 +116,7 @@ def loader_bound_run(spec, **_):
 def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_the_no_change(
     tmp_path, monkeypatch, capsys
 ):
-    import pitstop.fix.fix as fixmod
+    import pitstop.fix.runs as fix_runs
     import pitstop.profile.runs.runner as runner_mod
     from pitstop.cli import main
 
@@ -134,7 +134,7 @@ def test_profile_verify_prints_the_measured_speed_up_and_a_later_profile_shows_t
 
     monkeypatch.setattr(runner_mod, "run", loader_bound_run)
     monkeypatch.setattr("pitstop.host.cpu.usable_cores", lambda: 4)  # the sure saving: 3/4 of the wait
-    monkeypatch.setattr(fixmod, "run_fix", run_fix)
+    monkeypatch.setattr(fix_runs, "run_fix", run_fix)
     # no fresh runs of the workers fix: the wait's own model predicts (as where the script cannot re-run)
     monkeypatch.setattr("pitstop.profile.confirm.workers_confirm.maybe_confirm", lambda *a, **k: False)
     first = tmp_path / "first.json"

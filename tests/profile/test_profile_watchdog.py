@@ -331,7 +331,7 @@ def test_dead_worker_finding_with_the_failing_line():
 
 
 def test_fix_and_tune_report_a_hung_candidate_as_hung(monkeypatch):
-    from pitstop.fix.fix import Measured
+    from pitstop.fix.core import Measured
     from pitstop.tune import script
 
     hung = RunResult(

@@ -14,7 +14,7 @@ from torch import nn
 
 from pitstop.findings import Finding, Severity
 from pitstop.fix.apply import FileEdits, ModelEditor
-from pitstop.fix.fix import FixConfig, build_candidates, kinds_from_findings
+from pitstop.fix.core import FixConfig, build_candidates, kinds_from_findings
 from pitstop.profile.analyze.rulekit import PHASE_OF
 from pitstop.profile.record.overrides import Overrides
 from pitstop.recipes import compile as torch_compile

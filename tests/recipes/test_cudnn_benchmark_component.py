@@ -13,7 +13,7 @@ from torch import nn
 
 from pitstop.findings import Severity
 from pitstop.fix.apply import FileEdits, ModelEditor
-from pitstop.fix.fix import FixConfig, build_candidates
+from pitstop.fix.core import FixConfig, build_candidates
 from pitstop.profile.analyze.gpu_rules import probe_findings
 from pitstop.profile.analyze.rulekit import PHASE_OF
 from pitstop.profile.record.overrides import Overrides

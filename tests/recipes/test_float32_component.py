@@ -13,7 +13,7 @@ from torch import nn
 
 from pitstop.findings import Severity
 from pitstop.fix.apply import FileEdits, ModelEditor
-from pitstop.fix.fix import FixConfig, build_candidates
+from pitstop.fix.core import FixConfig, build_candidates
 from pitstop.profile.analyze.rules_compute import dtype_rules
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import Breakdown

@@ -13,7 +13,7 @@ from torch import nn
 from pitstop.bench.configs import BASELINE, ablation, why_not
 from pitstop.findings import Severity
 from pitstop.fix.apply import FileEdits, ModelEditor
-from pitstop.fix.fix import FixConfig, build_candidates
+from pitstop.fix.core import FixConfig, build_candidates
 from pitstop.profile.analyze.gpu_rules import probe_findings
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.record.timeline import Breakdown

@@ -177,12 +177,7 @@ def interleaved_latency(
             on_round(done[0] // len(names))
         return times
 
-    n = max(rounds, 1)
-    if arms:
-        interleave(base, arms, sample, Settings.every_round(n))
-    else:
-        for _ in range(n):
-            base.add(sample(base.name))
+    interleave(base, arms, sample, Settings.every_round(max(rounds, 1)))  # no arms: the baseline's rounds
     out = {}
     for arm in [base, *arms]:
         kept = [v for r in arm.rounds for v in r] or [math.nan]

@@ -7,7 +7,6 @@ hides the others. Ctrl-C stops between probes and returns what was measured so f
 from __future__ import annotations
 
 import os
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pitstop.host.memory import cgroup_memory_limit, read_meminfo
 from pitstop.host.sysfs import read_text
 from pitstop.host.topology import read_topology
 from pitstop.matmul import low_precision
+from pitstop.measure.clock import Stopwatch
 from pitstop.units import MiB, gib
 
 AREAS = ("gpu", "cuda", "cpu", "memory", "storage", "system", "python")
@@ -244,11 +244,11 @@ def run_doctor(
     opts = opts or DoctorOptions()
     report = Report("doctor", meta={"data_path": str(opts.data_path)})
     timings: dict[str, float] = {}
-    t_start = time.perf_counter()
+    total = Stopwatch()
     try:
         if progress:
             progress("torch build", 0, 1)
-        t = time.perf_counter()
+        step = Stopwatch()
         build = opts.build
         if build is None:
             try:
@@ -264,23 +264,23 @@ def run_doctor(
                         fix="Install torch into this environment: pip install torch",
                     )
                 )
-        timings["torch build"] = time.perf_counter() - t
+        timings["torch build"] = step.elapsed()
         if progress:
             progress("NVML", 0, 1)
-        t = time.perf_counter()
+        step = Stopwatch()
         inv = gpu.read_gpus(opts.nvml_lib, opts.sys_root)
-        timings["nvml"] = time.perf_counter() - t
+        timings["nvml"] = step.elapsed()
         probes = build_probes(opts, build, inv)
         for i, (area, name, fn) in enumerate(probes):
             if progress:
                 progress(f"{area}: {name}", i, len(probes))
-            t = time.perf_counter()
+            step = Stopwatch()
             report.add(*_guard(area, name, fn))
-            timings[f"{area}.{name}"] = time.perf_counter() - t
+            timings[f"{area}.{name}"] = step.elapsed()
     except KeyboardInterrupt:
         report.error = f"interrupted after {len(timings)} steps; the findings so far are kept"
         report.meta["interrupted"] = True
-    report.meta["seconds"] = round(time.perf_counter() - t_start, 3)
+    report.meta["seconds"] = round(total.elapsed(), 3)
     report.sections["doctor"] = {
         "inventory": summary(report.findings),
         "facts": inventory(report.findings),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pitstop import units
+from pitstop.measure.clock import Stopwatch
 from pitstop.units import MiB
 
 
@@ -122,13 +123,13 @@ def _read_direct(path: Path, max_bytes: int, max_seconds: float, block: int) -> 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
     buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT wants
     try:
-        total, t0 = 0, time.perf_counter()
-        while total < max_bytes and time.perf_counter() - t0 < max_seconds:
+        total, watch = 0, Stopwatch()
+        while total < max_bytes and watch.elapsed() < max_seconds:
             n = os.readv(fd, [buf])
             if n <= 0:
                 break
             total += n
-        return total, time.perf_counter() - t0
+        return total, watch.elapsed()
     finally:
         buf.close()
         os.close(fd)
@@ -137,13 +138,13 @@ def _read_direct(path: Path, max_bytes: int, max_seconds: float, block: int) -> 
 def _read_buffered(path: Path, max_bytes: int, max_seconds: float, block: int) -> tuple[int, float]:
     buf = bytearray(block)
     with open(path, "rb", buffering=0) as fh:
-        total, t0 = 0, time.perf_counter()
-        while total < max_bytes and time.perf_counter() - t0 < max_seconds:
+        total, watch = 0, Stopwatch()
+        while total < max_bytes and watch.elapsed() < max_seconds:
             n = fh.readinto(buf)
             if not n:
                 break
             total += n
-        return total, time.perf_counter() - t0
+        return total, watch.elapsed()
 
 
 def drop_cache(path: Path) -> bool:
@@ -326,9 +327,9 @@ def measure_small_files(files: list[Path], max_seconds: float = 1.0, direct: boo
     random.Random(0).shuffle(order)
     use_direct = direct and hasattr(os, "O_DIRECT")
     n, nbytes = 0, 0
-    t0 = time.perf_counter()
+    watch = Stopwatch()
     for path in order:
-        if time.perf_counter() - t0 > max_seconds:
+        if watch.elapsed() > max_seconds:
             break
         try:
             nbytes += _read_whole(path, use_direct)
@@ -339,5 +340,5 @@ def measure_small_files(files: list[Path], max_seconds: float = 1.0, direct: boo
             else:
                 continue  # unreadable file: skip it
         n += 1
-    secs = time.perf_counter() - t0
+    secs = watch.elapsed()
     return SmallFilesResult(n, nbytes, secs, "O_DIRECT" if use_direct else "fadvise(DONTNEED)", len(files))

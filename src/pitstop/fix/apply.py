@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pitstop.fix.fix import FixResult, loader_of
-from pitstop.fix.fix_dist import worker_script
+from pitstop.fix.core import FixResult, loader_of
+from pitstop.fix.dist import worker_script
 from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for

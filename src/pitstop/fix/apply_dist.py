@@ -1,4 +1,4 @@
-"""``fix --apply`` for the distributed fixes (``pitstop.fix.fix_dist``), each named by its registry entry.
+"""``fix --apply`` for the distributed fixes (``pitstop.fix.dist``), each named by its registry entry.
 
 - static_graph: ``static_graph=True`` on the ``DistributedDataParallel(...)`` call the profile recorded;
 - threads: ``torch.set_num_threads(n)`` first in the script's main (its ``__main__`` block, else after
@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pitstop.fix.apply import Site, Unplaced, insert_first_line, need_torch, script_file
-from pitstop.fix.fix_dist import ddp_location
+from pitstop.fix.dist import ddp_location
 from pitstop.fix.patch import keyword_edit
 from pitstop.recipes import step
 

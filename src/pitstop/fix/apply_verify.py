@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pitstop.fix.fix import FixConfig, FixResult
-from pitstop.fix.fix_dist import job_runner
+from pitstop.fix.core import FixConfig, FixResult
+from pitstop.fix.dist import job_runner
 from pitstop.measure.throughput import arm_windows, pooled, window
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
 

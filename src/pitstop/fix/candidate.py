@@ -1,5 +1,5 @@
 """One candidate fix of ``pitstop fix``: the overrides a child run injects, and why it is tried. Built by
-``fix`` (from the recipes) and ``fix_dist`` (for launcher commands)."""
+``core`` (from the recipes) and ``dist`` (for launcher commands)."""
 
 from __future__ import annotations
 

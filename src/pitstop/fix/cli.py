@@ -1,5 +1,5 @@
 """`pitstop fix` and `fix --apply`: argument parsing; the work is in the modules (``fix``: the candidates,
-``fixrun``: the runs, ``fixreport``: the report, ``apply``: the edits, ``verdict_cache``: what later
+``runs``: the runs, ``report``: the report, ``apply``: the edits, ``verdict_cache``: what later
 profiles show)."""
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def cmd_fix(args: argparse.Namespace) -> int:
         cfg = _fix_config(o)
     except ValueError as e:
         return usage_error(str(e))
-    from pitstop.fix.fix import fix_report, run_fix
-    from pitstop.fix.fix_progress import fix_progress
+    from pitstop.fix.progress import fix_progress
+    from pitstop.fix.report import fix_report
+    from pitstop.fix.runs import run_fix
 
     with fix_progress(cfg.budget, not args.quiet) as update:
         result = run_fix(cmd, cfg, progress=update)
@@ -75,7 +76,7 @@ def _fix_config(o: Any) -> Any:
             "--min-gain >= 0, --loss-rtol > 0"
         )
     try:
-        from pitstop.fix.fix import FixConfig, parse_candidates
+        from pitstop.fix.core import FixConfig, parse_candidates
     except ImportError as e:
         raise ValueError(f"pitstop fix needs the profile runner, which is not available: {e}") from e
     names = parse_candidates(o.candidates)

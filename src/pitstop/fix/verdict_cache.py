@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pitstop.fix.fixjudge import SPEED_VERDICTS
+from pitstop.fix.judge import SPEED_VERDICTS
 from pitstop.profile.confirm.fix_verdicts import (
     CACHE_NAME,
     DISPROVED,
@@ -33,7 +33,7 @@ from pitstop.profile.confirm.fix_verdicts import (
 )
 
 if TYPE_CHECKING:
-    from pitstop.fix.fix import FixResult
+    from pitstop.fix.core import FixResult
 
 
 def entries(result: FixResult, date: str | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -50,7 +50,7 @@ def fix_config(f: Finding, kind: str, budget_s: float, **kw: Any) -> Any:
     """The ``FixConfig`` that times ``f``'s own fix: for ``dataloader.workers``, the one worker count
     the finding suggests (``recipes.workers.choose_workers``) rather than every value ``fix`` would try;
     for ``host.oversubscribed`` / ``host.contention``, the thread count it found to fit."""
-    from pitstop.fix.fix import FixConfig
+    from pitstop.fix.core import FixConfig
     from pitstop.profile.analyze.rules import suggested_workers
 
     if kind == "workers" and f.data.get("suggested_workers"):
@@ -116,7 +116,7 @@ def verify(
     to ``report`` (demoting the warning when the fix measured no change or hurt). Returns the finding;
     raises KeyboardInterrupt, the finding added, when Ctrl-C or SIGTERM stopped the runs."""
     from pitstop.fix import verdict_cache
-    from pitstop.fix.fix import run_fix as real_run_fix
+    from pitstop.fix.runs import run_fix as real_run_fix
 
     top = top_warning(report)
     if top is None:

@@ -4,7 +4,7 @@
 re-exported here: ``from pitstop import measure; measure.interleave(...)``). ``throughput``: rates over
 windows of steps. ``within_runs``: the interval from blocks of steps inside runs, for slow steps.
 ``plan``: how many rounds and steps a budget holds. ``clock``: the clock of in-process timers
-(``Stopwatch``, ``time_block``).
+(``Stopwatch``, ``time_block``, ``time_calls``).
 """
 
 from pitstop.measure.engine import (

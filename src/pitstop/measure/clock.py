@@ -1,6 +1,7 @@
 """The clock of pitstop's in-process timings: a ``Stopwatch`` on ``time.perf_counter`` that can leave
-stretches out (an epoch's restart inside a throughput window), and ``time_block``, the mean time of a
-call over a block of calls timed together (bench's blocks of training steps).
+stretches out (an epoch's restart inside a throughput window); ``time_block``, the mean time of a
+call over a block of calls timed together (bench's blocks of training steps); and ``time_calls``, the
+time of each of a series of calls timed alone (the profile probes' passes and steps).
 
 What a timing is made of stays with its caller (a DataLoader window, a training step, a worker restart);
 the reading of the clock is here, so every in-process timer reads the same one and a test can give it
@@ -10,6 +11,7 @@ its own (``clock``). Samples go on to ``pitstop.measure`` (rounds, intervals, ve
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,4 +64,28 @@ def time_block(
     return watch.elapsed() / max(steps, 1)
 
 
-__all__ = ["Stopwatch", "time_block"]
+def time_calls(
+    fn: Callable[[], object],
+    calls: int,
+    sync: Callable[[], object] | None = None,
+    *,
+    budget_s: float = math.inf,
+    min_calls: int = 1,
+    between: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """Seconds of each of up to ``calls`` calls of ``fn``, each timed alone between two ``sync`` calls
+    (``time_block`` of one call), so one sample is one call. ``between`` runs after each call, outside its
+    time (a reading taken between passes). The series ends early once ``min_calls`` are in and
+    ``budget_s`` seconds (``between`` included) have passed since it began."""
+    watch, out = Stopwatch(clock), []
+    for _ in range(calls):
+        out.append(time_block(fn, 1, sync, clock=clock))
+        if between is not None:
+            between()
+        if len(out) >= min_calls and watch.elapsed() > budget_s:
+            break
+    return out
+
+
+__all__ = ["Stopwatch", "time_block", "time_calls"]

@@ -203,7 +203,7 @@ def trace_findings(bd: Breakdown, analysis: dict[str, Any]) -> list[Finding]:
                 fix="Fuse the small kernels with torch.compile, or capture the step in a CUDA graph "
                 "(torch.compile(mode='reduce-overhead')); a larger batch also amortises the launches. "
                 "`pitstop fix` measures compile.",
-                fix_code="model = torch.compile(model)  # or mode='reduce-overhead' for CUDA graphs",
+                fix_code="model.compile()  # in place, state_dict keys unchanged; mode='reduce-overhead' for CUDA graphs",
             )
         )
     for row in analysis.get("devices") or []:

@@ -11,9 +11,9 @@ out, as nanoGPT and torchtitan do.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from pitstop.measure.clock import Stopwatch
 from pitstop.units import duration
 
 MAX_PASS_S = 5.0
@@ -64,12 +64,12 @@ def measure(
     if device not in PEAK_SIZES:
         return {"skipped": f"no matmul peak for device type {device}"}
     dtype = compute_dtype(facts)
-    t = time.perf_counter()
+    watch = Stopwatch()
     try:
         flops = count_flops(model, inputs, facts)
     except Exception as e:
         return {"error": f"FlopCounterMode failed: {type(e).__name__}: {e}"}
-    count_s = time.perf_counter() - t
+    count_s = watch.elapsed()
     if count_s > MAX_PASS_S:
         return {
             "skipped": f"one counted pass took {count_s:.1f} s (> {MAX_PASS_S} s)",
@@ -91,7 +91,7 @@ def measure(
         "device": device,
         "peak_flops_per_s": peak.flops_per_s,
         "peak_size": peak.n,
-        "measure_s": time.perf_counter() - t,
+        "measure_s": watch.elapsed(),
     }
 
 

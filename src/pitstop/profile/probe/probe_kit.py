@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from pitstop.measure import Arm, Interval, Settings, interleave
+from pitstop.measure.clock import time_block, time_calls
 from pitstop.measure.plan import budget_for_rounds
 from pitstop.recipes import autocast
 
@@ -80,27 +81,16 @@ def timed(
     ``reps`` rounds, ended early once every interval decides (the sequential rule from round
     ``PROBE_ROUNDS``). A round calls each variant up to 3 times (fewer when a call is slow); the budget
     is ``budget_s`` or, for slow variants, what ``PROBE_ROUNDS`` rounds need (``probe_budget``)."""
-    import time
 
-    warm: list[float] = []
-    for fn in variants.values():
+    def synced() -> None:
         sync(device_type)
-        t = time.perf_counter()
-        fn()
-        sync(device_type)
-        warm.append(time.perf_counter() - t)
+
+    warm = [time_block(fn, 1, synced) for fn in variants.values()]
     budget = probe_budget(sum(warm), budget_s)
     calls = max(1, min(3, int(budget / max(1e-9, reps * sum(warm)))))
 
     def sample(name: str) -> list[float]:
-        fn, out = variants[name], []
-        for _ in range(calls):
-            sync(device_type)
-            t = time.perf_counter()
-            fn()
-            sync(device_type)
-            out.append(time.perf_counter() - t)
-        return out
+        return time_calls(variants[name], calls, synced)
 
     names = list(variants)
     base, arms = Arm(names[0]), [Arm(n) for n in names[1:]]

@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_map_only
 
 from pitstop import matmul
 from pitstop.host import precision
+from pitstop.measure.clock import Stopwatch, time_block, time_calls
 from pitstop.profile.probe import gpu_probes
 from pitstop.profile.probe.probe_kit import (
     MAX_COPY_BYTES,
@@ -66,11 +67,9 @@ def run_probes(
 ) -> dict[str, Any]:
     """All applicable probes; each entry has the medians and 'saving_s' (>0 = the change is faster).
     ``loaders``: the script's (``CapturedLoader``), once it has ended: the thread probe loads a batch."""
-    import time
-
     from pitstop.profile.probe import thread_probe  # it times through this module
 
-    start = time.perf_counter()
+    spent = Stopwatch()  # the probes' budget
     # threads vs the cores left free, first: the probes after it run on the script's threads as they were
     out: dict[str, Any] = thread_probe.run(model, inputs, model_facts, loaders=loaders)
     if model is not None and inputs is not None:
@@ -80,7 +79,7 @@ def run_probes(
             out["error"] = f"model probes failed: {type(e).__name__}: {e}"
     budget = all_probes_budget(out.get("pass_s"))
     for opt, facts in optimizers:
-        if time.perf_counter() - start > budget:
+        if spent.elapsed() > budget:
             out.setdefault("skipped", []).append("optimizer: time budget spent")
             break
         if facts.get("impl") == "for-loop" and facts.get("supports_foreach"):
@@ -92,7 +91,7 @@ def run_probes(
     # Last: it changes malloc for the rest of the process.
     p = next(model.parameters(), None) if model is not None else None
     if p is not None and p.device.type == "cpu" and inputs is not None and out.get("pass_s", 0) <= MAX_PASS_S:
-        if time.perf_counter() - start > budget:
+        if spent.elapsed() > budget:
             out.setdefault("skipped", []).append("host_memory: time budget spent")
         else:
             try:
@@ -107,8 +106,6 @@ def run_probes(
 def _model_probes(
     model: torch.nn.Module, inputs: tuple[tuple[Any, ...], dict[str, Any]], facts: dict[str, Any]
 ) -> dict[str, Any]:
-    import time
-
     args, kwargs = inputs
     p = next(model.parameters(), None)
     if p is None:
@@ -124,11 +121,7 @@ def _model_probes(
         with autocast_of_script():
             fwd_bwd(model, args, kwargs)
 
-    sync(dev)
-    t = time.perf_counter()
-    base()
-    sync(dev)
-    one = time.perf_counter() - t
+    one = time_block(base, 1, lambda: sync(dev))
     out["pass_s"] = one
     if one > MAX_PASS_S:
         out["skipped"] = [f"one forward+backward took {one:.1f} s (> {MAX_PASS_S} s)"]
@@ -216,8 +209,6 @@ def _host_memory_probe(
     with malloc as the script left it, then with ``keep_host_memory``; page faults of each pass counted.
     Before/after, not interleaved: mallopt cannot be undone, so this probe runs last (the model's
     parameters move with the steps; nothing reads them afterwards)."""
-    import time
-
     from pitstop.host import event_costs
     from pitstop.recipes import host_memory
 
@@ -232,18 +223,15 @@ def _host_memory_probe(
     closing = any(optim.needs_closure(opt) for opt in optimizers)
 
     def series(reps: int = 7, budget_s: float = 4.0) -> tuple[float, float]:
-        times: list[float] = []
         faults: list[int] = []
-        _fwd_bwd_as_script()  # warm-up: after the switch, this pass fills the heap the rest reuse
-        start = time.perf_counter()
-        for _ in range(reps):
+
+        def counted() -> None:  # the fault counter is one getrusage call: noise against a pass
             f0 = host_memory.minor_page_faults()
-            t0 = time.perf_counter()
             _fwd_bwd_as_script()
-            times.append(time.perf_counter() - t0)
             faults.append(host_memory.minor_page_faults() - f0)
-            if len(times) >= 3 and time.perf_counter() - start > budget_s:
-                break
+
+        _fwd_bwd_as_script()  # warm-up: after the switch, this pass fills the heap the rest reuse
+        times = time_calls(counted, reps, budget_s=budget_s, min_calls=3)
         return statistics.median(times), statistics.median(faults)
 
     def _fwd_bwd_as_script() -> None:

@@ -17,7 +17,6 @@ a slower pass widens the rounds' budget to hold two rounds (``measure.plan.budge
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch
 
 from pitstop.host.cpu import usable_cores
 from pitstop.host.load import CompetitionMeter, fitting_threads
+from pitstop.measure.clock import time_calls
 from pitstop.measure.plan import budget_for_rounds
 from pitstop.profile.probe.probe_kit import as_script, fwd_bwd, saving, timed
 from pitstop.profile.record.captured import CapturedLoader
@@ -121,13 +121,9 @@ def _probe(
         return one
 
     meter = CompetitionMeter()
-    start, passes, slowest = time.perf_counter(), 0, 0.0
-    while passes < 1 or (time.perf_counter() - start < WINDOW_S and passes < 500):
-        t = time.perf_counter()
-        at(threads)()
-        slowest = max(slowest, time.perf_counter() - t)
-        passes += 1
-        meter.sample()  # between passes: the script's own threads are not all running
+    # meter.sample between passes: the script's own threads are not all running then
+    window = time_calls(at(threads), 500, budget_s=WINDOW_S, between=meter.sample)
+    passes, slowest = len(window), max(window)
     seen = meter.result()
     ranks = local_ranks()
     fit = min(threads, usable_cores(), fitting_threads(seen.free_cores, ranks))

@@ -1,6 +1,6 @@
 """`pitstop fix`'s orchestration: profile, rounds of child runs judged by the timing engine, combination.
 
-1. Profile the script once; its findings pick the candidates (``pitstop.fix.fix``), or ``--candidates``
+1. Profile the script once; its findings pick the candidates (``pitstop.fix.core``), or ``--candidates``
    names them (then the first baseline run is round 1's baseline).
 2. Rotating rounds of the baseline and every open candidate, each run a bounded number of steps, until
    every candidate's throughput is decided (``pitstop.measure.throughput``) or its share of ``--budget``
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pitstop.fix import fix_dist
+from pitstop.fix import dist
 from pitstop.fix.apply import plan
-from pitstop.fix.fix import (
+from pitstop.fix.core import (
     LOADER_KINDS,
     FixConfig,
     FixResult,
@@ -35,7 +35,7 @@ from pitstop.fix.fix import (
     loader_of,
     merge,
 )
-from pitstop.fix.fixjudge import HELPED, UNDECIDED, Measured, judge
+from pitstop.fix.judge import HELPED, UNDECIDED, Measured, judge
 from pitstop.fix.patch import dataloader_patch
 from pitstop.host.cpu import usable_cores
 from pitstop.measure import Progress, Settings, interleave
@@ -186,7 +186,7 @@ def run_fix(
     ``pitstop.profile.runs.runner.run`` in tests. Ctrl-C or SIGTERM stops the measuring (the run in progress
     too) and reports what was measured."""
     cfg = cfg or FixConfig()
-    runner = stop_on_interrupt(fix_dist.job_runner(runner or run))  # launches: the slowest rank's steps
+    runner = stop_on_interrupt(dist.job_runner(runner or run))  # launches: the slowest rank's steps
     rounds = _Rounds(command, cfg, runner, progress, clock)
     base = Measured("baseline (your script as it is)", "baseline", {}, verdict="baseline")
     result = FixResult(command=list(command), baseline=base)
@@ -303,8 +303,8 @@ def _choose(
 def _say_estimate(
     r: RunResult, candidates: int, rounds: _Rounds, progress: Callable[[str], None] | None
 ) -> None:
-    """``fix_estimate``'s line, from the first run of the script, once the candidates are known."""
-    from pitstop.fix.fix_estimate import estimate
+    """``estimate``'s line, from the first run of the script, once the candidates are known."""
+    from pitstop.fix.estimate import estimate
 
     cfg = rounds.cfg
     steps = rounds.steps or steps_from_run(r) or FIRST_STEPS

@@ -4,22 +4,22 @@ This module holds the candidates: each ``pitstop.recipes`` entry with an ``Overr
 candidate kind, picked by the profile finding the entry names (dataloader.workers -> num_workers values
 + persistent_workers, precision.amp -> autocast, compile.none -> torch.compile, ...) or by
 ``--candidates``; ``build_candidates`` turns them into Overrides for this script and machine (the
-``BUILDERS`` entry of a kind, or one switch that turns the entry's override on). The rest of fix lives beside it: ``fixrun`` (profile, rounds of
-child runs, second round, combination), ``fixjudge`` (runs -> verdicts through ``pitstop.measure``),
-``fixreport`` (findings, report, HTML) and ``apply`` (patches for every fix with a code location).
+``BUILDERS`` entry of a kind, or one switch that turns the entry's override on). The rest of fix lives
+beside it: ``runs`` (profile, rounds of child runs, second round, combination), ``judge`` (runs ->
+verdicts through ``pitstop.measure``), ``report`` (findings, report, HTML) and ``apply`` (patches for
+every fix with a code location); ``pitstop.fix`` serves their public names.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from pitstop.cliutil import comma_list
 from pitstop.findings import Finding, Severity
-from pitstop.fix import fix_dist
+from pitstop.fix import dist
 from pitstop.fix.candidate import Candidate
-from pitstop.fix.fixjudge import Measured, judge
+from pitstop.fix.judge import Measured, judge
 from pitstop.fix.patch import Patch
 from pitstop.host.cpu import usable_cores
 from pitstop.host.precision import device_type
@@ -65,7 +65,7 @@ def parse_candidates(text: str) -> tuple[str, ...] | None:
 
 @dataclass
 class FixConfig:
-    steps: int | None = None  # timed steps per run; None: from the start-up (fixrun.steps_from_run)
+    steps: int | None = None  # timed steps per run; None: from the start-up (runs.steps_from_run)
     warmup: int = 5  # steps per run before the measured ones
     budget: float = 300.0  # seconds for the whole of fix: profile run, every round, the combination
     min_rounds: int = 3  # rounds before any verdict
@@ -211,16 +211,16 @@ def _host_memory(s: _Script, kind: str, why: str) -> Built:
     return [Candidate("keep host memory", kind, Overrides(keep_host_memory=True), why)]
 
 
-def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a launcher (pitstop.fix.fix_dist)
-    made, why_not = fix_dist.candidates(kind, why, s.config)
+def _distributed(s: _Script, kind: str, why: str) -> Built:  # the ranks of a launcher (pitstop.fix.dist)
+    made, why_not = dist.candidates(kind, why, s.config)
     return made or why_not or f"{kind}: nothing to try"
 
 
 def _threads(s: _Script, kind: str, why: str) -> Built:
-    """The thread counts to time (``fix_dist.thread_candidates``): the one the profile's finding ``why``
+    """The thread counts to time (``dist.thread_candidates``): the one the profile's finding ``why``
     found to fit, where it names one; ``FixConfig.threads_values`` replaces them."""
     fit = (s.findings.get(why) or {}).get("fit")
-    made, why_not = fix_dist.thread_candidates(
+    made, why_not = dist.thread_candidates(
         why, s.config, s.data, int(fit) if fit else None, s.cfg.threads_values
     )
     return made or why_not or f"{kind}: nothing to try"
@@ -242,7 +242,7 @@ BUILDERS = {
     **{c.NAME: _process for c in components(PROCESS)},
     **{c.NAME: _wrap for c in components(WRAP)},
     "host_memory": _host_memory,
-    **{k: _distributed for k in fix_dist.KINDS if k != "threads"},
+    **{k: _distributed for k in dist.KINDS if k != "threads"},
     "threads": _threads,
 }
 
@@ -333,22 +333,7 @@ def merge(overrides: list[Overrides]) -> Overrides:
     return Overrides(dataloader=loader, **chosen)
 
 
-# The orchestration, the report and the patches live in their own modules; importing them from here
-# keeps ``from pitstop.fix.fix import run_fix, fix_report`` working without an import cycle.
-_ELSEWHERE = {
-    "run_fix": "pitstop.fix.fixrun",
-    "fix_findings": "pitstop.fix.fixreport",
-    "fix_report": "pitstop.fix.fixreport",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _ELSEWHERE:
-        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [  # and, from the modules named in _ELSEWHERE: run_fix, fix_findings, fix_report
+__all__ = [
     "KINDS",
     "LOADER_KINDS",
     "FixConfig",

@@ -4,7 +4,7 @@ Once the profile run (or the first baseline run) has given the script's start-up
 the candidates are known, a run costs its start-up plus its warm-up and timed steps, a round one run
 of each candidate and of the script as it is, and no verdict comes before ``min_rounds`` rounds. So the
 least ``fix`` takes is what has passed plus ``min_rounds`` rounds, and the most is its ``--budget``
-(which ends the rounds; a run is never cut below ``fixrun.MIN_RUN_S``). The start-up is read off the
+(which ends the rounds; a run is never cut below ``runs.MIN_RUN_S``). The start-up is read off the
 profiled run as ``pitstop profile`` reads it (``pitstop.profile.confirm.budget.stages``).
 """
 

@@ -7,9 +7,9 @@ import statistics
 from typing import Any
 
 from pitstop.findings import Finding, Report, Severity
-from pitstop.fix import fix_dist
-from pitstop.fix.fix import FixResult, loader_of
-from pitstop.fix.fixjudge import Measured
+from pitstop.fix import dist
+from pitstop.fix.core import FixResult, loader_of
+from pitstop.fix.judge import Measured
 from pitstop.host.precision import device_type
 from pitstop.measure import HELPED, HURT, NO_CHANGE, UNDECIDED
 from pitstop.recipes import by_name
@@ -21,8 +21,8 @@ def _snippet(m: Measured, config: dict[str, Any]) -> tuple[str, str | None]:
     """(code, file:line) for the fix: its recipe's snippet at the site the recipe names; the DataLoader
     keywords it set at the DataLoader call."""
     ov = m.overrides
-    if m.kind in fix_dist.KINDS:
-        return fix_dist.snippet(m.kind, ov, config)
+    if m.kind in dist.KINDS:
+        return dist.snippet(m.kind, ov, config)
     opts = config.get("optimizers") or []
     models = config.get("models") or []
     r = by_name(m.kind)  # None: the combination

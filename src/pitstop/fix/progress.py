@@ -1,7 +1,7 @@
 """`pitstop fix`'s progress on stderr, as profile and bench show theirs: a bar over the time budget with
 the run going now (stage, run number, candidate), and a second line with the round and each candidate's
 running speed-up interval (or its verdict once decided). A message starting "pitstop fix: " (how long
-it will take, ``pitstop.fix.fix_estimate``) is printed as a line of its own."""
+it will take, ``pitstop.fix.estimate``) is printed as a line of its own."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def fix_progress(budget_s: float, show: bool) -> Iterator[Callable[[str], None]]
         start = time.monotonic()
 
         def update(message: str) -> None:
-            if message.startswith("pitstop fix: "):  # the estimate (fix_estimate): a line that stays
+            if message.startswith("pitstop fix: "):  # the estimate (``estimate``): a line that stays
                 if show:
                     bar.console.print(message)
                 return
