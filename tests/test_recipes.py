@@ -13,7 +13,7 @@ import pytest
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
-from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, PROCESS, WRAP
+from pitstop.recipes.component import DTYPE, FORWARD, LOADER, MODEL, OPTIMIZER, PROCESS, WRAP
 from pitstop.train.trainer import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
@@ -53,6 +53,7 @@ def test_every_entry_is_complete_and_its_references_exist(r):
             PROCESS: ("apply", "scoped", "applies", "changed", "cannot_help", "edit"),
             DTYPE: ("applies", "apply_model", "apply_input", "apply_output", "unprobed", "edit"),
             WRAP: ("wrap", "failed", "inner", "install", "inject", "model_facts", "findings", "edit"),
+            LOADER: ("apply_loader_kwargs", "facts", "candidates", "rules", "edit"),
         }[comp.SURFACE]
         assert all(callable(getattr(comp, f)) for f in parts)
     if r.bench:  # the rows set the entry's knob, or a field only a bench row has
@@ -139,7 +140,7 @@ def _ruled(comp) -> bool:
     from pitstop.profile.analyze import rules_compute
 
     return comp.RULE in rules_compute.PROBE_RULES or (
-        comp.SURFACE in (OPTIMIZER, PROCESS, DTYPE, WRAP)
+        comp.SURFACE in (OPTIMIZER, PROCESS, DTYPE, WRAP, LOADER)
         and f"components({comp.SURFACE.upper()})" in _profile_source()
     )
 

@@ -19,7 +19,7 @@ from torch import nn
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
-from pitstop.recipes import components, enabled
+from pitstop.recipes import components, dataloader, enabled
 from pitstop.recipes.component import PROCESS, WRAP
 from pitstop.train import (
     Amp,
@@ -51,15 +51,11 @@ def endless_loader(
     ds = workload.make_dataset()
     g = torch.Generator().manual_seed(seed)
     sampler = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=2**31 - 1, generator=g)
-    return torch.utils.data.DataLoader(
-        ds,
-        batch_size=micro_batch,
-        sampler=sampler,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        drop_last=True,
-        persistent_workers=config.num_workers > 0,
-    )
+    # the row's DataLoader keywords forced by the loader components (``recipes.dataloader``), as profile
+    # injects them; a row with workers keeps them (the loader is endless)
+    kw: dict[str, Any] = {"num_workers": 0, "pin_memory": False, "persistent_workers": config.num_workers > 0}
+    dataloader.inject(kw, config.dataloader)
+    return torch.utils.data.DataLoader(ds, batch_size=micro_batch, sampler=sampler, drop_last=True, **kw)
 
 
 class Session:

@@ -25,8 +25,9 @@ calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: 
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
 constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32,
 cudnn_benchmark), ``DTYPE`` (``DtypeComponent``: the model's dtype, its inputs converted in and its
-outputs back: float32), ``WRAP`` (``WrapComponent``: the model's call wrapped, torch.compile). What every
-one has is ``Component``; the parts of one surface are listed in its module.
+outputs back: float32), ``WRAP`` (``WrapComponent``: the model's call wrapped, torch.compile), ``LOADER``
+(``LoaderComponent``: a DataLoader keyword, ``pitstop.recipes.dataloader``). What every one has is
+``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
 gives only what is its own. A rule that is more than one ``ProbeRule`` (the optimizer's, one finding per
@@ -52,7 +53,8 @@ OPTIMIZER = "optimizer"  # the optimizer's constructor
 PROCESS = "process"  # a process-wide setting
 DTYPE = "dtype"  # the model's dtype: its inputs converted on the way in, its outputs back on the way out
 WRAP = "wrap"  # the model's call wrapped (compiled), its parameters and the script's code as they are
-SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE, WRAP)
+LOADER = "loader"  # a keyword of the DataLoader's constructor
+SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE, WRAP, LOADER)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,32 @@ class ProcessEditor(Protocol):
 
     def need_torch(self) -> None:
         """``import torch`` beside the script's imports, where it has none."""
+        ...
+
+
+class LoaderEditor(Protocol):
+    """What a ``LOADER`` component's ``fix --apply`` edit may do: keywords on the ``DataLoader(...)`` call
+    the run waited on most. ``setting``: the knob's value in the fix."""
+
+    setting: Any
+
+    def keywords(self, values: Mapping[str, Any]) -> None:
+        """``values`` as keyword arguments of the loader's constructor call (replacing the script's)."""
+        ...
+
+
+class LoaderJudge(Protocol):
+    """Profile's thresholds and costs, for a ``LOADER`` component's rule (``rulekit`` is one)."""
+
+    WARN_SHARE: float  # a cost from this share of the step is a warning
+    MIN_SHARE: float  # a finding whose point is its cost is left out under this share
+
+    def cost(self, bd: Any, saving: float) -> tuple[float, float]:
+        """The saving per step and its share of the step (``bd``: the run's ``Breakdown``)."""
+        ...
+
+    def sev(self, share: float | None) -> Severity:
+        """The severity of a problem costing ``share`` of the step."""
         ...
 
 
@@ -411,6 +439,33 @@ class WrapComponent(Component, Protocol):
 
     def findings(self, model: Mapping[str, Any], torch_facts: Mapping[str, Any]) -> list[Finding]:
         """Profile's findings for the model's facts and the run's torch facts."""
+        ...
+
+
+class LoaderComponent(Component, Protocol):
+    """A ``LOADER`` component: one keyword of the DataLoader's constructor (``pitstop.recipes.dataloader``).
+    No in-process probe (``PROBE`` None): its ``rules`` judge the run's data wait."""
+
+    KEY: str  # the DataLoader keyword; its knob is ``dataloader.<KEY>``
+
+    def apply_loader_kwargs(
+        self, kwargs: Mapping[str, Any], knobs: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+        """The constructor's keywords with the value ``knobs`` (``Knobs.dataloader``) forces, what was
+        applied, and what was skipped and why."""
+        ...
+
+    def facts(self, loader: Any) -> dict[str, Any]:
+        """What profile records of a built DataLoader for this keyword."""
+        ...
+
+    def candidates(self, loader: Mapping[str, Any], machine: Any, values: Any) -> list[Any] | str:
+        """``pitstop fix``'s (name, forced keywords) for the recorded loader (``machine``: a
+        ``recipes.workers.WorkerMachine``; ``values``: the counts asked for), or why none."""
+        ...
+
+    def rules(self, run: Any, judge: LoaderJudge) -> list[Finding]:
+        """Profile's findings for the run's loaders (``run``: a ``recipes.dataloader.LoaderRun``)."""
         ...
 
 
