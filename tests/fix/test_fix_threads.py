@@ -15,9 +15,9 @@ from pitstop.fix import fix, fix_dist, verify
 from pitstop.fix.apply import plan
 from pitstop.fix.fixjudge import Measured
 from pitstop.patching import Patches
-from pitstop.profile.capture.torchcalls import force_threads
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunSpec, run
+from pitstop.recipes.threads import inject as force_threads
 
 
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):

@@ -20,6 +20,7 @@ from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
 from pitstop.recipes import components, dataloader, enabled
+from pitstop.recipes import threads as intra_op
 from pitstop.recipes.component import PROCESS, WRAP
 from pitstop.train import (
     Amp,
@@ -126,12 +127,8 @@ class Session:
         """Mean seconds per step over one block of ``steps`` steps, after one untimed step that re-warms
         caches and allocator after the other configs ran (torch.utils.benchmark's recipe: warm-up, fixed
         threads, CUDA synchronized at both ends of the timed region)."""
-        prev = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with intra_op.scoped(self.device.type, threads):  # the threads component: restored after
             return time_block(self.step, steps, self.sync, warmup=1)
-        finally:
-            torch.set_num_threads(prev)
 
     def sync(self) -> None:
         """Wait for the device's queued work (a no-op off CUDA)."""
@@ -219,12 +216,8 @@ class LightningPeer(Session):
         self._fit(1)
 
     def block(self, steps: int, threads: int) -> float:
-        prev = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with intra_op.scoped(self.device.type, threads):
             stamps = self._fit(steps + 1)  # the first batch pays the loader start: not timed
-        finally:
-            torch.set_num_threads(prev)
         # stamps: start0, end0, start1, end1, ...; time from the end of batch 0 to the end of the last.
         return (stamps[-1] - stamps[1]) / steps
 

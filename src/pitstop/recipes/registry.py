@@ -20,6 +20,7 @@ from pitstop.recipes import (
     float32,
     optimizer_impl,
     tf32,
+    threads,
 )
 from pitstop.recipes import compile as torch_compile
 from pitstop.recipes.component import LOADER, MODEL
@@ -253,13 +254,14 @@ RECIPES: tuple[Recipe, ...] = (
         apply="pitstop.fix.apply_dist.apply_static_graph",
     ),
     Recipe(
-        "threads",
+        threads.NAME,
         "intra-op threads",
-        "torch.set_num_threads({value})  # as many as the cores left free (or OMP_NUM_THREADS={value})",
-        finding="distributed.threads",
-        also=("host.oversubscribed", "host.contention"),
-        override="num_threads",
-        apply="pitstop.fix.apply_dist.apply_threads",
+        threads.SNIPPET,
+        finding=threads.FINDING,
+        also=threads.ALSO,
+        override=threads.KNOB,
+        apply="pitstop.fix.apply.apply_component",
+        component=threads.__name__,
     ),
 )
 
