@@ -237,8 +237,8 @@ class Component(Protocol):
 
     def edit(self, editor: Any) -> dict[str, Any]:
         """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL``,
-        ``FORWARD``, ``DTYPE`` and ``WRAP``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``); what
-        it changed, as the patch records it."""
+        ``FORWARD``, ``DTYPE`` and ``WRAP``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``,
+        a ``LoaderEditor`` for ``LOADER``); what it changed, as the patch records it."""
         ...
 
 
