@@ -13,7 +13,18 @@ import pytest
 from pitstop.bench.configs import BenchConfig, ablation
 from pitstop.profile.record.overrides import DATALOADER_KEYS, Overrides
 from pitstop.recipes import BY_FINDING, BY_NAME, RECIPES, bench_title, component, recipe
-from pitstop.recipes.component import BLOCKS, DTYPE, FORWARD, HOST, MODEL, OPTIMIZER, PROCESS, STEP, WRAP
+from pitstop.recipes.component import (
+    BLOCKS,
+    DTYPE,
+    FORWARD,
+    HOST,
+    LOADER,
+    MODEL,
+    OPTIMIZER,
+    PROCESS,
+    STEP,
+    WRAP,
+)
 from pitstop.train.config import TrainConfig
 
 SNIPPET_FIELDS = {"device", "dtype", "impl", "optimizer", "value"}
@@ -62,6 +73,7 @@ def test_every_entry_is_complete_and_its_references_exist(r):
                 PROCESS: ("apply", "scoped", "applies", "changed", "cannot_help", "edit"),
                 DTYPE: ("applies", "apply_model", "apply_input", "apply_output", "unprobed", "edit"),
                 WRAP: ("wrap", "failed", "inner", "install", "inject", "model_facts", "findings", "edit"),
+                LOADER: ("apply_loader_kwargs", "facts", "candidates", "rules", "edit"),
             }[comp.SURFACE]
             assert all(callable(getattr(comp, f)) for f in parts)
     if r.bench:  # the rows set the entry's knob, or a field only a bench row has
@@ -148,7 +160,7 @@ def _ruled(comp) -> bool:
     from pitstop.profile.analyze import rules_compute
 
     return comp.RULE in rules_compute.PROBE_RULES or (
-        comp.SURFACE in (OPTIMIZER, PROCESS, DTYPE, WRAP)
+        comp.SURFACE in (OPTIMIZER, PROCESS, DTYPE, WRAP, LOADER)
         and f"components({comp.SURFACE.upper()})" in _profile_source()
     )
 
@@ -173,7 +185,8 @@ def test_probe_rules_name_recipes_that_probe():
     from pitstop.profile.analyze.rules_compute import PROBE_RULES
     from pitstop.recipes import components
 
-    for rule in (*PROBE_RULES, *(c.RULE for c in components(PROCESS, DTYPE))):
+    # (a process component without a generic probe, threads, is judged by the contention rules)
+    for rule in (*PROBE_RULES, *(c.RULE for c in components(PROCESS, DTYPE) if c.PROBE)):
         assert recipe(rule.recipe).probe and recipe(rule.recipe).finding, rule.recipe
 
 

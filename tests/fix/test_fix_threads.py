@@ -16,9 +16,9 @@ from pitstop.fix import dist as fix_dist
 from pitstop.fix.apply import plan
 from pitstop.fix.judge import Measured
 from pitstop.patching import Patches
-from pitstop.profile.capture.torchcalls import force_threads
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunSpec, run
+from pitstop.recipes.threads import inject as force_threads
 
 
 def test_thread_split_candidate_gives_each_local_rank_its_share(monkeypatch):

@@ -20,7 +20,8 @@ from torch import nn
 from pitstop.bench.configs import BenchConfig
 from pitstop.bench.workloads import Workload, repeated_blocks
 from pitstop.measure.clock import Stopwatch, time_block
-from pitstop.recipes import components, enabled
+from pitstop.recipes import components, dataloader, enabled
+from pitstop.recipes import threads as intra_op
 from pitstop.recipes.activation_checkpointing import apply_activation_checkpointing
 from pitstop.recipes.component import PROCESS, WRAP
 from pitstop.recipes.step import scale_loss
@@ -48,15 +49,11 @@ def endless_loader(
     ds = workload.make_dataset()
     g = torch.Generator().manual_seed(seed)
     sampler = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=2**31 - 1, generator=g)
-    return torch.utils.data.DataLoader(
-        ds,
-        batch_size=micro_batch,
-        sampler=sampler,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        drop_last=True,
-        persistent_workers=config.num_workers > 0,
-    )
+    # the row's DataLoader keywords forced by the loader components (``recipes.dataloader``), as profile
+    # injects them; a row with workers keeps them (the loader is endless)
+    kw: dict[str, Any] = {"num_workers": 0, "pin_memory": False, "persistent_workers": config.num_workers > 0}
+    dataloader.inject(kw, config.dataloader)
+    return torch.utils.data.DataLoader(ds, batch_size=micro_batch, sampler=sampler, drop_last=True, **kw)
 
 
 class Session:
@@ -127,12 +124,8 @@ class Session:
         """Mean seconds per step over one block of ``steps`` steps, after one untimed step that re-warms
         caches and allocator after the other configs ran (torch.utils.benchmark's recipe: warm-up, fixed
         threads, CUDA synchronized at both ends of the timed region)."""
-        prev = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with intra_op.scoped(self.device.type, threads):  # the threads component: restored after
             return time_block(self.step, steps, self.sync, warmup=1)
-        finally:
-            torch.set_num_threads(prev)
 
     def sync(self) -> None:
         """Wait for the device's queued work (a no-op off CUDA)."""
@@ -220,12 +213,8 @@ class LightningPeer(Session):
         self._fit(1)
 
     def block(self, steps: int, threads: int) -> float:
-        prev = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with intra_op.scoped(self.device.type, threads):
             stamps = self._fit(steps + 1)  # the first batch pays the loader start: not timed
-        finally:
-            torch.set_num_threads(prev)
         # stamps: start0, end0, start1, end1, ...; time from the end of batch 0 to the end of the last.
         return (stamps[-1] - stamps[1]) / steps
 

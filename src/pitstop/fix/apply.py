@@ -5,7 +5,8 @@ edits on the file out), placed with ``ast`` at the locations the profile hooks r
 call, the optimizer's constructor, the DataLoader call), and everything else in the file is left byte for
 byte:
 
-- DataLoader keywords: the keyword values at the ``DataLoader(...)`` call (``pitstop.fix.patch``);
+- DataLoader keywords: each loader component's ``edit`` (``pitstop.recipes.dataloader``), the keywords
+  written at the ``DataLoader(...)`` call in one edit (``pitstop.fix.patch``);
 - a component's edit (``pitstop.recipes.component``; ``apply_component``), through the editor of its
   surface: ``ModelEditor`` for the model and the forward (channels_last: ``model = ...`` after the line
   that assigns the model, and ``x = ...`` for the forward's first input after the line that moves it with
@@ -36,13 +37,12 @@ from typing import Any
 
 from pitstop.fix.core import FixResult, loader_of
 from pitstop.fix.dist import worker_script
-from pitstop.fix.patch import Patch, apply_patch, keyword_edit, resolve
+from pitstop.fix.patch import Patch, apply_patch, keyword_edit, loader_keywords, resolve
 from pitstop.host.precision import device_type
 from pitstop.profile.process.command import launcher_for
 from pitstop.profile.runs.runner import CommandError, parse_command
 from pitstop.recipes import by_name, component, components, host_memory
-from pitstop.recipes.component import OPTIMIZER, PROCESS
-from pitstop.recipes.registry import DATALOADER_PATCH
+from pitstop.recipes.component import LOADER, OPTIMIZER, PROCESS
 
 # (line before which to insert, 0-based, priority, lines) or a wrap: (start, priority, end, header)
 Insert = tuple[int, int, list[str]]
@@ -150,7 +150,7 @@ def _model_line(fe: FileEdits, where: int, line: Callable[[str], str], kind: str
 
 @dataclass
 class ModelEditor:
-    """A component's ``fix --apply`` edit (``pitstop.recipes.component.ScriptEditor``; its ``first_lines``
+    """A component's ``fix --apply`` edit (``pitstop.recipes.editing.ScriptEditor``; its ``first_lines``
     makes it a ``ProcessEditor`` too) on one file, at the model's forward call on line ``where``; ``kind``
     names the fix in ``Unplaced``'s message; ``setting``: the component's knob in the fix, ``device``: the
     run's device type."""
@@ -235,7 +235,7 @@ class ModelEditor:
 
 @dataclass
 class OptimizerEditor:
-    """An optimizer component's ``fix --apply`` edit (``pitstop.recipes.component.OptimizerEditor``) on
+    """An optimizer component's ``fix --apply`` edit (``pitstop.recipes.editing.OptimizerEditor``) on
     the constructor call of every optimizer ``site``'s run recorded; ``fe``: the last file it edited."""
 
     site: Site
@@ -301,9 +301,9 @@ def need_torch(fe: FileEdits) -> None:
 
 
 def _loader_kind(kind: str) -> bool:
-    """A fix written as DataLoader keywords (merged into one edit of the call)."""
-    r = by_name(kind)
-    return r is not None and r.apply == DATALOADER_PATCH
+    """A fix written as DataLoader keywords (a ``LOADER`` component: merged into one edit of the call)."""
+    comp = component(kind)
+    return comp is not None and comp.SURFACE == LOADER
 
 
 @dataclass
@@ -343,8 +343,9 @@ def plan(result: FixResult, cwd: str | os.PathLike[str] | None = None) -> Plan:
 
         def loader() -> None:
             fe, line = file_at(loader_of(config).get("location"), "DataLoader")
-            fe.text = keyword_edit(fe.text, line, loader_changes, "DataLoader")
-            fe.changes["dataloader"] = loader_changes
+            written = loader_keywords(loader_changes)
+            fe.text = keyword_edit(fe.text, line, written, "DataLoader")
+            fe.changes["dataloader"] = written
 
         edits.append(("dataloader", loader))
     for m in chosen:

@@ -1,8 +1,7 @@
 """``fix --apply`` for the distributed fixes (``pitstop.fix.dist``), each named by its registry entry.
 
 - static_graph: ``static_graph=True`` on the ``DistributedDataParallel(...)`` call the profile recorded;
-- threads: ``torch.set_num_threads(n)`` first in the script's main (its ``__main__`` block, else after
-  its imports), n being the count fix measured: a rank's share of the cores, or the count that fits the free cores;
+- threads: its component's edit (``pitstop.recipes.threads``, through ``apply.apply_component``);
 - no_sync: ``no_sync_every(k)`` first in the script's main (the step component's ``EDIT_LINE``,
   ``pitstop.recipes.step``; ``pitstop.train.no_sync_every``), the same
   mechanism fix measured, which also keeps an uneven last accumulation's gradients all-reduced. A source
@@ -12,7 +11,7 @@
 
 from __future__ import annotations
 
-from pitstop.fix.apply import Site, Unplaced, insert_first_line, need_torch, script_file
+from pitstop.fix.apply import Site, Unplaced, insert_first_line, script_file
 from pitstop.fix.dist import ddp_location
 from pitstop.fix.patch import keyword_edit
 from pitstop.recipes import step
@@ -31,16 +30,6 @@ def apply_static_graph(site: Site) -> None:
     else:
         raise Unplaced(f"static_graph: no DistributedDataParallel(...) call at {fe.path}:{line}")
     fe.changes["static_graph"] = True
-
-
-def apply_threads(site: Site) -> None:
-    n = site.overrides.get("num_threads")
-    if not n:
-        raise Unplaced("threads: the fix recorded no thread count")
-    fe = script_file(site)
-    insert_first_line(fe, f"torch.set_num_threads({int(n)})  # the thread count pitstop fix measured faster")
-    need_torch(fe)
-    fe.changes["threads"] = int(n)
 
 
 def apply_no_sync(site: Site) -> None:

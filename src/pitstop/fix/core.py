@@ -33,19 +33,25 @@ from pitstop.recipes import (
     components,
     finding_kinds,
     fix_kinds,
+    loader_components,
     model_components,
     optimizer_impl,
     recipe,
 )
 from pitstop.recipes.component import PROCESS, WRAP
-from pitstop.recipes.workers import WorkerMachine, choose_workers
+from pitstop.recipes.workers import WorkerMachine
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import ModelComponent, ProcessComponent, WrapComponent
+    from pitstop.recipes.component import (
+        LoaderComponent,
+        ModelComponent,
+        ProcessComponent,
+        WrapComponent,
+    )
 
 KINDS = fix_kinds()  # every candidate kind, in registry order
 FINDING_KINDS = finding_kinds()  # finding id from profile -> candidate kind
-LOADER_KINDS = frozenset({"workers", "persistent_workers"})
+LOADER_KINDS = frozenset(c.NAME for c in loader_components())  # the DataLoader keywords
 
 
 def parse_candidates(text: str) -> tuple[str, ...] | None:
@@ -141,24 +147,14 @@ class _Script:
 Built = list[Candidate] | str  # the candidates, or why the kind was skipped
 
 
-def _workers(s: _Script, kind: str, why: str) -> Built:
-    """The worker count ``recipes.workers.choose_workers`` gives this machine (what profile suggests)
-    and the most it allows (its cap), when they differ; ``FixConfig.workers_values`` replaces them."""
-    if not s.loader:
-        return "workers: the script built no DataLoader"
-    choice = choose_workers(s.machine)
-    values = s.cfg.workers_values or tuple(sorted({choice.workers, choice.cap}))
-    return [
-        Candidate(f"num_workers={w}", kind, Overrides.workers(w), why)
-        for w in values
-        if w != s.workers_now and w > 0
-    ]
-
-
-def _persistent_workers(s: _Script, kind: str, why: str) -> Built:
-    if s.workers_now == 0 or s.loader.get("persistent_workers"):
-        return "persistent_workers: needs a loader with workers that are not persistent yet"
-    return [Candidate("persistent_workers", kind, Overrides.setting(recipe(kind).override, True), why)]
+def _loader(s: _Script, kind: str, why: str) -> Built:
+    """A DataLoader keyword's candidates (``pitstop.recipes.dataloader``: its ``candidates`` for the
+    recorded loader on this machine; the worker counts ``FixConfig.workers_values`` where given)."""
+    comp = cast("LoaderComponent", component(kind))
+    made = comp.candidates(s.loader, s.machine, s.cfg.workers_values)
+    if isinstance(made, str):
+        return made
+    return [Candidate(name, kind, Overrides(dataloader=forced), why) for name, forced in made]
 
 
 def _amp(s: _Script, kind: str, why: str) -> Built:
@@ -234,8 +230,7 @@ def _switch(s: _Script, kind: str, why: str) -> Built:
 
 # candidate kind -> how its candidates are built; a recipe without an entry here is a plain switch
 BUILDERS = {
-    "workers": _workers,
-    "persistent_workers": _persistent_workers,
+    **{c.NAME: _loader for c in loader_components()},
     "amp": _amp,
     **{c.NAME: _component for c in model_components()},
     "foreach": _foreach,

@@ -29,7 +29,7 @@ from pitstop.fix.candidate import Candidate
 from pitstop.host.cpu import usable_cores
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunResult, RunSpec
-from pitstop.recipes import recipe
+from pitstop.recipes import recipe, threads
 
 KINDS = ("threads", "no_sync", "static_graph")
 
@@ -65,23 +65,24 @@ def thread_candidates(
     fit: int | None = None,
     values: tuple[int, ...] | None = None,
 ) -> tuple[list[Candidate], str | None]:
-    """The ``threads`` candidates: ``values`` where given, else ``fit`` (the count the profile found to
-    fit the free cores; the thread probe's in ``data`` where none is given) and, where different, the
-    usable cores / local ranks; less the count the script already ran (``data``'s)."""
+    """The ``threads`` candidates: the counts its component chooses (``recipes.threads.choose``) from
+    ``values``, ``fit`` (the count the profile found to fit the free cores; the thread probe's in ``data``
+    where none is given), the usable cores / local ranks, and the count the script already ran."""
     d = data or {}
     rec = (d.get("probes") or {}).get("threads") or {}
     launcher = bool(config.get("local_world_size"))  # set where a launch's ranks were merged
     share = max(1, usable_cores() // int(config.get("local_world_size") or 1))
-    fit = fit or rec.get("fit")
-    counts = values or tuple(sorted({int(fit), share} if fit else {share}))
     now = int(rec.get("threads") or (d.get("torch") or {}).get("num_threads") or 0)
+    counts = threads.choose(fit or rec.get("fit"), share, now, values)
+    if isinstance(counts, str):
+        return [], counts
     per = " per rank" if launcher else ""
-    made = [
-        Candidate(f"{n} thread{'s' if n != 1 else ''}{per}", "threads", Overrides(num_threads=n), why)
+    return [
+        Candidate(
+            f"{n} thread{'s' if n != 1 else ''}{per}", threads.NAME, Overrides.setting(threads.KNOB, n), why
+        )
         for n in counts
-        if n != now and n > 0
-    ]
-    return made, None if made else f"threads: the script already runs {now} intra-op threads"
+    ], None
 
 
 def ddp_location(config: dict[str, Any]) -> str | None:

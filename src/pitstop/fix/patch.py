@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import difflib
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitstop.recipes import loader_components
 from pitstop.report.jsonfmt import atomic_write_text
 
 
@@ -105,6 +107,32 @@ def keyword_edit(text: str, line: int, changes: dict[str, Any], name: str | None
     return patched
 
 
+@dataclass
+class LoaderKeywords:
+    """A ``editing.LoaderEditor``: the keywords the loader components write, gathered for one edit of
+    the ``DataLoader(...)`` call."""
+
+    setting: Any = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def keywords(self, values: Mapping[str, Any]) -> None:
+        self.values.update(values)
+
+
+def loader_keywords(forced: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords the chosen fixes force, each written by its loader component's ``edit`` (in the
+    order forced; a keyword no component holds, the tuner's, as it is)."""
+    by_key = {c.KEY: c for c in loader_components()}
+    editor = LoaderKeywords()
+    for key, value in forced.items():
+        if key in by_key:
+            editor.setting = value
+            by_key[key].edit(editor)
+        else:
+            editor.keywords({key: value})
+    return editor.values
+
+
 def dataloader_patch(
     location: str, changes: dict[str, Any], cwd: str | os.PathLike[str] | None = None
 ) -> Patch:
@@ -116,7 +144,7 @@ def dataloader_patch(
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e}") from e
     try:
-        patched = keyword_edit(text, line, changes)
+        patched = keyword_edit(text, line, loader_keywords(changes))
     except SyntaxError as e:
         raise ValueError(f"cannot parse {path}: {e}") from e
     except ValueError as e:

@@ -2,9 +2,11 @@
 train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``. An
 optimization that is one component (``pitstop.recipes.component``) has its own module here
 (``channels_last``, ``autocast``, ``optimizer_impl``, ``tf32``, ``cudnn_benchmark``, ``float32``,
-``compile``; the training loop's own: ``step``, ``host_memory``, ``activation_checkpointing``), which its
-entry names; each declares the surface it acts on (the model, the forward, the optimizer, the process,
-the model's dtype, the model's call wrapped; the step loop, the host's allocator, recomputed blocks), and ``components(surface)`` lists those of one. ``pitstop.recipes.knobs.Knobs`` is the
+``compile``; the training loop's own: ``step``, ``host_memory``, ``activation_checkpointing``;
+``dataloader`` holds three, the DataLoader's keywords), which its entry names; each declares the surface
+it acts on (the model, the forward, the optimizer, the process, the model's dtype, the model's call
+wrapped, the loader; the step loop, the host's allocator, recomputed blocks), and ``components(surface)``
+lists those of one. ``pitstop.recipes.knobs.Knobs`` is the
 one record of the optimization settings, each recipe's ``override`` the name of its knob there."""
 
 from pitstop.recipes.registry import (
@@ -20,6 +22,7 @@ from pitstop.recipes.registry import (
     enabled,
     finding_kinds,
     fix_kinds,
+    loader_components,
     model_components,
     recipe,
 )
@@ -37,6 +40,7 @@ __all__ = [
     "enabled",
     "finding_kinds",
     "fix_kinds",
+    "loader_components",
     "model_components",
     "recipe",
 ]

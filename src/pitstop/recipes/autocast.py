@@ -27,7 +27,8 @@ from pitstop.findings import Finding, Severity
 from pitstop.host import cpu
 from pitstop.host.precision import preferred_amp_dtype
 from pitstop.matmul import slower_reason
-from pitstop.recipes.component import FORWARD, ProbeRule, ScriptEditor
+from pitstop.recipes.component import FORWARD, ProbeRule
+from pitstop.recipes.editing import ScriptEditor
 
 NAME = "amp"
 KNOB = "autocast"  # the ``Knobs`` field: "bfloat16" or "float16"

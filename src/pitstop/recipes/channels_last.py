@@ -24,7 +24,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pitstop.recipes.component import MODEL, ProbeRule, ScriptEditor
+from pitstop.recipes.component import MODEL, ProbeRule
+from pitstop.recipes.editing import ScriptEditor
 
 if TYPE_CHECKING:
     import torch

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.recipes.component import WRAP, ProbeRule, ScriptEditor
+from pitstop.recipes.component import WRAP, ProbeRule
+from pitstop.recipes.editing import ScriptEditor
 
 if TYPE_CHECKING:
     import torch

@@ -25,8 +25,9 @@ calls (``pitstop.recipes.components(surface)``): ``MODEL`` (``ModelComponent``: 
 channels_last), ``FORWARD`` (the forward wrapped, not changed: autocast), ``OPTIMIZER`` (the optimizer's
 constructor: optimizer_impl), ``PROCESS`` (``ProcessComponent``: a process-wide setting, tf32,
 cudnn_benchmark), ``DTYPE`` (``DtypeComponent``: the model's dtype, its inputs converted in and its
-outputs back: float32), ``WRAP`` (``WrapComponent``: the model's call wrapped, torch.compile). What every
-one has is ``Component``; the parts of one surface are listed in its module.
+outputs back: float32), ``WRAP`` (``WrapComponent``: the model's call wrapped, torch.compile), ``LOADER``
+(``LoaderComponent``: a DataLoader keyword, ``pitstop.recipes.dataloader``). What every one has is
+``Component``; the parts of one surface are listed in its module.
 
 The generic parts (timing, verdicts, placing a line in a file) stay with the commands; the component
 gives only what is its own. A rule that is more than one ``ProbeRule`` (the optimizer's, one finding per
@@ -52,7 +53,8 @@ OPTIMIZER = "optimizer"  # the optimizer's constructor
 PROCESS = "process"  # a process-wide setting
 DTYPE = "dtype"  # the model's dtype: its inputs converted on the way in, its outputs back on the way out
 WRAP = "wrap"  # the model's call wrapped (compiled), its parameters and the script's code as they are
-SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE, WRAP)
+LOADER = "loader"  # a keyword of the DataLoader's constructor
+SURFACES = (MODEL, FORWARD, OPTIMIZER, PROCESS, DTYPE, WRAP, LOADER)
 
 
 @dataclass(frozen=True)
@@ -100,70 +102,18 @@ class Judge(Protocol):
         ...
 
 
-class ScriptEditor(Protocol):
-    """What a component's ``fix --apply`` edit may do to the script, at the model's first forward call
-    (``MODEL``, ``FORWARD``, ``DTYPE``, ``WRAP``). ``setting``: the knob's value in the fix (autocast's dtype), ``device``: the
-    run's device type. Each method returns the name it wrote the line for;
-    ``pitstop.fix.apply.Unplaced`` when the place cannot be found."""
+class LoaderJudge(Protocol):
+    """Profile's thresholds and costs, for a ``LOADER`` component's rule (``rulekit`` is one)."""
 
-    setting: Any
-    device: str
+    WARN_SHARE: float  # a cost from this share of the step is a warning
+    MIN_SHARE: float  # a finding whose point is its cost is left out under this share
 
-    def reassign_model(self, value: Callable[[str], str]) -> str:
-        """``model = value("model")`` after the statement that assigns the model called at the forward."""
+    def cost(self, bd: Any, saving: float) -> tuple[float, float]:
+        """The saving per step and its share of the step (``bd``: the run's ``Breakdown``)."""
         ...
 
-    def model_statement(self, line: Callable[[str], str]) -> str:
-        """``line("model")`` as a statement of its own (e.g. ``model.compile()``) after the statement that
-        assigns the model called at the forward."""
-        ...
-
-    def reassign_input(self, value: Callable[[str], str]) -> str:
-        """``x = value("x")`` for the forward's first argument ``x`` (a plain name): after the statement
-        that moves it with ``.to(...)``, else before the forward's statement."""
-        ...
-
-    def reassign_indexed(self, value: Callable[[str], str]) -> str | None:
-        """Where the forward's first argument indexes a tensor (``model(x_all[idx])``): ``x_all =
-        value("x_all")`` once after the statement that makes it; the name, or None where the argument is
-        no such subscript."""
-        ...
-
-    def wrap_forward(self, header: str) -> None:
-        """The statements from the forward's up to the one that calls ``.backward()`` (forward and loss)
-        indented under ``header`` (``with ...:``)."""
-        ...
-
-    def need_torch(self) -> None:
-        """``import torch`` beside the script's imports, where it has none."""
-        ...
-
-
-class OptimizerEditor(Protocol):
-    """What an ``OPTIMIZER`` component's ``fix --apply`` edit may do: keywords on the constructor call of
-    every optimizer the run recorded. ``setting``: the knob's value in the fix."""
-
-    setting: Any
-
-    def keywords(self, values: Mapping[str, Any]) -> None:
-        """``values`` as keyword arguments of each recorded optimizer's constructor call."""
-        ...
-
-
-class ProcessEditor(Protocol):
-    """What a ``PROCESS`` component's ``fix --apply`` edit may do: lines first in the script's main (or
-    its ``if __name__ == "__main__":`` block, or after its imports). ``setting``: the knob's value in the
-    fix, ``device``: the run's device type."""
-
-    setting: Any
-    device: str
-
-    def first_lines(self, code: str) -> None:
-        """``code``'s lines, each indented as the statement they go before."""
-        ...
-
-    def need_torch(self) -> None:
-        """``import torch`` beside the script's imports, where it has none."""
+    def sev(self, share: float | None) -> Severity:
+        """The severity of a problem costing ``share`` of the step."""
         ...
 
 
@@ -209,8 +159,8 @@ class Component(Protocol):
 
     def edit(self, editor: Any) -> dict[str, Any]:
         """The change written into the script through ``editor`` (a ``ScriptEditor`` for ``MODEL``,
-        ``FORWARD``, ``DTYPE`` and ``WRAP``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``); what
-        it changed, as the patch records it."""
+        ``FORWARD``, ``DTYPE`` and ``WRAP``, an ``OptimizerEditor`` for ``OPTIMIZER``, a ``ProcessEditor`` for ``PROCESS``,
+        a ``LoaderEditor`` for ``LOADER``); what it changed, as the patch records it."""
         ...
 
 
@@ -414,6 +364,33 @@ class WrapComponent(Component, Protocol):
         ...
 
 
+class LoaderComponent(Component, Protocol):
+    """A ``LOADER`` component: one keyword of the DataLoader's constructor (``pitstop.recipes.dataloader``).
+    No in-process probe (``PROBE`` None): its ``rules`` judge the run's data wait."""
+
+    KEY: str  # the DataLoader keyword; its knob is ``dataloader.<KEY>``
+
+    def apply_loader_kwargs(
+        self, kwargs: Mapping[str, Any], knobs: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+        """The constructor's keywords with the value ``knobs`` (``Knobs.dataloader``) forces, what was
+        applied, and what was skipped and why."""
+        ...
+
+    def facts(self, loader: Any) -> dict[str, Any]:
+        """What profile records of a built DataLoader for this keyword."""
+        ...
+
+    def candidates(self, loader: Mapping[str, Any], machine: Any, values: Any) -> list[Any] | str:
+        """``pitstop fix``'s (name, forced keywords) for the recorded loader (``machine``: a
+        ``recipes.workers.WorkerMachine``; ``values``: the counts asked for), or why none."""
+        ...
+
+    def rules(self, run: Any, judge: LoaderJudge) -> list[Finding]:
+        """Profile's findings for the run's loaders (``run``: a ``recipes.dataloader.LoaderRun``)."""
+        ...
+
+
 def scoped_arm(
     fn: Callable[[], None], get: Callable[[], Any], put: Callable[[Any], None], value: Any
 ) -> Callable[[], None]:
@@ -429,14 +406,6 @@ def scoped_arm(
             put(prev)
 
     return run_it
-
-
-def edit_first_lines(editor: ProcessEditor, snippet: str, knob: str) -> dict[str, Any]:
-    """A process component's ``fix --apply`` edit: ``snippet`` first in the script's main (or its
-    ``__main__`` block, or after its imports), with ``import torch`` where the script has none."""
-    editor.first_lines(snippet)
-    editor.need_torch()
-    return {knob: True}
 
 
 # The training loop's own optimizations: applied by ``pitstop.train`` and bench, injected by profile

@@ -26,14 +26,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pitstop.recipes.component import (
-    PROCESS,
-    DeviceSettings,
-    ProbeRule,
-    ProcessEditor,
-    edit_first_lines,
-    scoped_arm,
-)
+from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, scoped_arm
+from pitstop.recipes.editing import ProcessEditor, edit_first_lines
 
 NAME = "cudnn_benchmark"
 KNOB = "cudnn_benchmark"  # the ``Knobs`` field that turns it on (``TrainConfig.cudnn_benchmark`` too)

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pitstop.findings import Finding, Severity
-from pitstop.recipes.component import DTYPE, ProbeRule, ScriptEditor
+from pitstop.recipes.component import DTYPE, ProbeRule
+from pitstop.recipes.editing import ScriptEditor
 
 NAME = "float32"
 KNOB = "float32"  # the ``Knobs`` field that turns it on (profile's injection, fix's runs)

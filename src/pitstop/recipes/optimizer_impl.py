@@ -27,7 +27,8 @@ from typing import Any
 
 from pitstop.findings import Finding
 from pitstop.measure import NO_GAIN
-from pitstop.recipes.component import OPTIMIZER, Judge, OptimizerEditor, ProbeRule
+from pitstop.recipes.component import OPTIMIZER, Judge, ProbeRule
+from pitstop.recipes.editing import OptimizerEditor
 from pitstop.units import duration as ms
 
 NAME = "foreach"

@@ -17,17 +17,19 @@ from pitstop.recipes import (
     autocast,
     channels_last,
     cudnn_benchmark,
+    dataloader,
     float32,
     host_memory,
     optimizer_impl,
     step,
     tf32,
+    threads,
 )
 from pitstop.recipes import compile as torch_compile
-from pitstop.recipes.component import MODEL, SURFACES
+from pitstop.recipes.component import LOADER, MODEL, SURFACES
 
 if TYPE_CHECKING:
-    from pitstop.recipes.component import Component, ModelComponent
+    from pitstop.recipes.component import Component, LoaderComponent, ModelComponent
 
 DATALOADER_PATCH = "pitstop.fix.patch.dataloader_patch"
 
@@ -49,7 +51,8 @@ class Recipe:
     probe:    key of ``pitstop.profile.probe.probes.run_probes``' result that measures it in the user's process.
     apply:    dotted name of the function ``fix --apply`` uses to write it into the script.
     component: dotted name of the module that holds the whole optimization (``pitstop.recipes.component``:
-              its model/input change, probe, rule, snippet and edit); the fields above then name its parts.
+              its model/input change, probe, rule, snippet and edit), or ``module:NAME`` for one of several
+              components a module holds (the DataLoader's keywords); the fields above then name its parts.
     fix:      whether ``pitstop fix`` times it as a candidate (it needs an ``override``).
     untimed:  its info finding means "the profile could not time this; ``pitstop fix`` measures it".
     site:     where its code change goes: "model" (after the model is built), "optimizer" (its
@@ -84,35 +87,38 @@ class Recipe:
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
-        "workers",
+        dataloader.WORKERS.NAME,
         "DataLoader workers",
-        "DataLoader(..., num_workers={value})",
-        finding="dataloader.workers",
-        override="dataloader.num_workers",
+        dataloader.WORKERS.SNIPPET,
+        finding=dataloader.WORKERS.FINDING,
+        override=dataloader.WORKERS.KNOB,
         bench=(("workers", "DataLoader workers"),),
         apply=DATALOADER_PATCH,
         site="loader",
+        component=f"{dataloader.__name__}:WORKERS",
     ),
     Recipe(
-        "persistent_workers",
+        dataloader.PERSISTENT_WORKERS.NAME,
         "persistent workers",
-        "DataLoader(..., persistent_workers=True)",
-        finding="dataloader.persistent_workers",
-        override="dataloader.persistent_workers",
+        dataloader.PERSISTENT_WORKERS.SNIPPET,
+        finding=dataloader.PERSISTENT_WORKERS.FINDING,
+        override=dataloader.PERSISTENT_WORKERS.KNOB,
         apply=DATALOADER_PATCH,
         site="loader",
+        component=f"{dataloader.__name__}:PERSISTENT_WORKERS",
     ),
     Recipe(
-        "pin_memory",
+        dataloader.PIN_MEMORY.NAME,
         "pinned memory",
-        "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
-        finding="dataloader.pin_memory",
-        override="dataloader.pin_memory",
+        dataloader.PIN_MEMORY.SNIPPET,
+        finding=dataloader.PIN_MEMORY.FINDING,
+        override=dataloader.PIN_MEMORY.KNOB,
         train="pitstop.train.prefetch.DevicePrefetcher",
         bench=(("pin_memory", "pinned memory"),),
         apply=DATALOADER_PATCH,
         fix=False,
         site="loader",
+        component=f"{dataloader.__name__}:PIN_MEMORY",
     ),
     Recipe(
         autocast.NAME,
@@ -251,13 +257,14 @@ RECIPES: tuple[Recipe, ...] = (
         apply="pitstop.fix.apply_dist.apply_static_graph",
     ),
     Recipe(
-        "threads",
+        threads.NAME,
         "intra-op threads",
-        "torch.set_num_threads({value})  # as many as the cores left free (or OMP_NUM_THREADS={value})",
-        finding="distributed.threads",
-        also=("host.oversubscribed", "host.contention"),
-        override="num_threads",
-        apply="pitstop.fix.apply_dist.apply_threads",
+        threads.SNIPPET,
+        finding=threads.FINDING,
+        also=threads.ALSO,
+        override=threads.KNOB,
+        apply="pitstop.fix.apply.apply_component",
+        component=threads.__name__,
     ),
 )
 
@@ -302,23 +309,35 @@ def bench_title(row: str) -> str:
     raise KeyError(f"no recipe has a bench row {row!r}")
 
 
+def _load(ref: str) -> Component:
+    """The component an entry names: a module, or ``module:NAME``, one record of several in a module."""
+    module, _, attr = ref.partition(":")
+    found = importlib.import_module(module)
+    return cast("Component", getattr(found, attr) if attr else found)
+
+
 def component(name: str) -> Component | None:
-    """The component module of the entry called ``name`` (``pitstop.recipes.component``), if it has one."""
+    """The component of the entry called ``name`` (``pitstop.recipes.component``), if it has one."""
     r = by_name(name)
-    return cast("Component", importlib.import_module(r.component)) if r and r.component else None
+    return _load(r.component) if r and r.component else None
 
 
 def components(*surfaces: str) -> list[Component]:
     """Every entry's component, in registry order, that acts on one of ``surfaces`` (default
     ``pitstop.recipes.component.SURFACES``: a caller iterates the ones whose parts it calls; the training
     loop's own, ``LOOP_SURFACES``, only where named)."""
-    found = [cast("Component", importlib.import_module(r.component)) for r in RECIPES if r.component]
+    found = [_load(r.component) for r in RECIPES if r.component]
     return [c for c in found if c.SURFACE in (surfaces or SURFACES)]
 
 
 def model_components() -> list[ModelComponent]:
     """The components that change the model and its batches (``MODEL``), in registry order."""
     return cast("list[ModelComponent]", components(MODEL))
+
+
+def loader_components() -> list[LoaderComponent]:
+    """The components that are a DataLoader keyword (``LOADER``), in registry order: num_workers first."""
+    return cast("list[LoaderComponent]", components(LOADER))
 
 
 def enabled(knobs: object) -> list[ModelComponent]:

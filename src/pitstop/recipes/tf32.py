@@ -27,14 +27,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pitstop.recipes.component import (
-    PROCESS,
-    DeviceSettings,
-    ProbeRule,
-    ProcessEditor,
-    edit_first_lines,
-    scoped_arm,
-)
+from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, scoped_arm
+from pitstop.recipes.editing import ProcessEditor, edit_first_lines
 
 NAME = "tf32"
 KNOB = "tf32"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.tf32``)

@@ -27,6 +27,7 @@ from pitstop.profile.analyze.rulekit import WARN_SHARE, cost, ms, pct, sev
 from pitstop.profile.analyze.summary import BUSY_SHARE
 from pitstop.profile.record.measurements import Measurements
 from pitstop.profile.record.timeline import Breakdown
+from pitstop.recipes import threads
 
 OVERSUBSCRIBED = "host.oversubscribed"
 CONTENTION = "host.contention"
@@ -50,17 +51,7 @@ def _layout(threads: int, workers: int, ranks: int, usable: int) -> str:
 
 
 def _fix(fit: int, workers: int) -> tuple[str, str]:
-    fewer = (
-        f"; the {workers} DataLoader workers take cores too: fewer of them leave the step more"
-        if workers
-        else ""
-    )
-    text = (
-        f"Run {fit} intra-op thread{'s' if fit != 1 else ''}, as many as the cores left free: "
-        f"torch.set_num_threads({fit}) at the start of the script, or OMP_NUM_THREADS={fit}{fewer}. "
-        "`pitstop launch --core-list` pins the script to cores other work leaves free, with one thread per core."
-    )
-    return text, f"torch.set_num_threads({fit})  # or: OMP_NUM_THREADS={fit} python train.py"
+    return threads.fix_text(fit, workers)  # the threads component words it
 
 
 def to_decide(fit: int) -> str:

@@ -54,14 +54,13 @@ def cost(bd: Breakdown, saving: float) -> tuple[float, float]:
 FWD_BWD = ("forward_s", "backward_s")
 # finding id -> the parts of the step its saving lives in: fixing it cannot save more than they hold
 PHASE_OF: dict[str, tuple[str, ...]] = {
-    # (dataloader.persistent_workers is not here: its restarts, amortised over the epoch, may fall
-    # outside the measured steps' data wait)
-    recipe("workers").finding or "": ("data_wait_s",),
     "dataloader.slow": ("data_wait_s",),
-    recipe("pin_memory").finding or "": ("h2d_s",),
     "sync.item": ("sync_s",),
     "precision.fp16": FWD_BWD,
-    **{c.FINDING: c.PHASES for c in components()},  # autocast, channels_last, foreach, tf32, cudnn, ...
+    # autocast, channels_last, foreach, tf32, cudnn, workers, pin_memory, ...; none for one without
+    # PHASES (persistent_workers: its restarts, amortised over the epoch, may fall outside the measured
+    # steps' data wait)
+    **{c.FINDING: c.PHASES for c in components() if c.PHASES},
 }
 
 

@@ -11,7 +11,7 @@ where estimates that large were not confirmed, that the run could not decide (``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pitstop.findings import Finding, Severity, dedupe
 from pitstop.host import cpu
@@ -21,21 +21,27 @@ from pitstop.profile.analyze import (  # the rule modules: importing them regist
     gpu_rules,
     pass_rules,
     probe_failures,
+    rulekit,
     rules_compute,
     rules_progress,
     summary,
     wait_confirm,
 )
 from pitstop.profile.analyze.registry import RunView, rule, run_rules
-from pitstop.profile.analyze.rulekit import MEASURES, MIN_SHARE, WARN_SHARE, bounded, cost, ms, pct, sev
+from pitstop.profile.analyze.rulekit import MEASURES, bounded, cost, ms, pct, sev
 from pitstop.profile.record.measurements import LoaderRecord, Measurements, SyncSite
 from pitstop.profile.record.timeline import PART_LABELS, Breakdown, StepRecord, breakdown, usable_steps
-from pitstop.recipes import recipe
+from pitstop.recipes import components
+from pitstop.recipes.component import LOADER
+from pitstop.recipes.dataloader import LoaderRun
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 
 # the modules whose rules register themselves on import (``registry.rule``)
 RULE_MODULES = (contention_rules, pass_rules, probe_failures, rules_compute, rules_progress)
 Data = Measurements | Mapping[str, Any]  # a run's record, typed or as the child wrote it
+
+if TYPE_CHECKING:
+    from pitstop.recipes.component import LoaderComponent
 
 # ------------------------------------------------------------------------------------------- data
 
@@ -62,131 +68,17 @@ def dataloader_rules(
     device: str | None,
     data: Data | None = None,
 ) -> list[Finding]:
-    """Data-wait findings; ``data``: the run's data (its measured other load, its ranks), for the
+    """Data-wait findings, each loader component's ``rules`` (``pitstop.recipes.dataloader``: workers,
+    persistent workers, pinning); ``data``: the run's data (its measured other load, its ranks), for the
     worker count."""
     used = [r for r in map(LoaderRecord.of, loaders) if r.batches_seen]
     if not used:
         return []
     # the loader the step waited on most speaks for the run's worker count and pinning
     main = max(used, key=lambda ld: ld.wait_s or 0.0)
-    out = _data_wait_findings(bd, main.to_json(), cores, device, _as_json(data))
-    if device and device.startswith("cuda") and not main.pin_memory:
-        out.append(_pin_memory_finding(bd, main.location))
-    out.extend(f for ld in used if (f := _persistent_workers_finding(bd, ld.to_json())) is not None)
-    return out
-
-
-def _data_wait_findings(
-    bd: Breakdown,
-    main: dict[str, Any],
-    cores: int,
-    device: str | None,
-    data: dict[str, Any] | None,
-) -> list[Finding]:
-    """The data-wait finding of the ``main`` loader: too few workers when the cores allow more,
-    else a slow input pipeline; none while the wait is under ``WARN_SHARE`` of the step."""
-    wait = bd.parts["data_wait_s"]
-    share = bd.share("data_wait_s")
-    if share < WARN_SHARE:
-        return []
-    workers = main.get("num_workers") or 0
-    where = main.get("location")
-    choice = choose_workers(WorkerMachine.of_run(data, cores))
-    evidence = (
-        f"data wait {ms(wait)} per step, {pct(share)} of the {ms(bd.total_s)} step, over {bd.n} steps; "
-        f"DataLoader with num_workers={workers}, {cores} usable cores"
-    )
-    if workers < choice.workers:
-        suggest = choice.workers
-        return [
-            Finding(
-                id=recipe("workers").finding,
-                severity=sev(share),
-                title="Training waits for data: the DataLoader has fewer workers than the cores allow",
-                evidence=f"{evidence}; {suggest} worker(s) suggested ({choice.basis})",
-                data={
-                    "data_wait_s": wait,
-                    "num_workers": workers,
-                    "usable_cores": cores,
-                    "steps": bd.n,
-                    "suggested_workers": suggest,
-                    "worker_cap": choice.cap,
-                },
-                fix=f"Load batches in {suggest} worker processes and keep them between epochs "
-                "(`pitstop tune loader` measures the best count on your data).",
-                fix_code=f"DataLoader(..., num_workers={suggest}, persistent_workers=True"
-                + (", pin_memory=True" if device and device.startswith("cuda") else "")
-                + ")",
-                location=where,
-                est_saving_s=wait,
-                share=share,
-            )
-        ]
-    return [
-        Finding(
-            id="dataloader.slow",
-            severity=sev(share),
-            title="Training waits for data although the loader has the workers the cores allow",
-            evidence=f"{evidence} ({choice.basis})",
-            data={"data_wait_s": wait, "num_workers": workers, "usable_cores": cores, "steps": bd.n},
-            fix="The input pipeline is CPU-bound: decode smaller images, move augmentation to the GPU, "
-            "or pre-process once and cache the tensors.",
-            location=where,
-            est_saving_s=wait,
-            share=share,
-        )
-    ]
-
-
-def _pin_memory_finding(bd: Breakdown, where: str | None) -> Finding:
-    """Pageable host-to-device copies: the cost is the measured copy time per step."""
-    h2d = bd.parts["h2d_s"]
-    saving, sh = cost(bd, h2d)
-    return Finding(
-        id=recipe("pin_memory").finding,
-        severity=sev(sh),
-        title="Batches are copied to the GPU from pageable memory",
-        evidence=f"host-to-device copies block {ms(h2d)} per step ({pct(sh)}); the loader has "
-        "pin_memory=False",
-        data={"h2d_s": h2d},
-        fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute.",
-        fix_code=recipe("pin_memory").snippet,
-        location=where,
-        est_saving_s=saving,
-        share=sh,
-    )
-
-
-def _persistent_workers_finding(bd: Breakdown, ld: dict[str, Any]) -> Finding | None:
-    """Worker pools restarted every epoch: the first batch's extra wait spread over an epoch's
-    batches; None when the loader has no workers, keeps them, or the cost is under ``MIN_SHARE``."""
-    if not (ld.get("num_workers") or 0) > 0 or ld.get("persistent_workers"):
-        return None
-    first = ld.get("first_batch_s") or []
-    per_epoch = ld.get("batches_per_epoch") or ld.get("batches_seen") or 1
-    avg_wait = ld.get("wait_s", 0.0) / max(1, ld.get("batches_seen", 1))
-    spawn = max(0.0, (sum(first) / len(first) if first else 0.0) - avg_wait)
-    saving, sh = cost(bd, spawn / max(1, per_epoch))
-    if sh < MIN_SHARE:
-        return None  # long epochs amortise the restart: not worth a line
-    return Finding(
-        id=recipe("persistent_workers").finding,
-        severity=sev(sh),
-        title="DataLoader workers are started again every epoch",
-        evidence=f"the first batch of a fresh worker pool waited {ms(spawn)} more than an average "
-        f"batch; over {per_epoch} batches per epoch that is {ms(saving)} per step "
-        f"({ld.get('iterators', 0)} worker pool(s) started in this run)",
-        data={
-            "first_batch_s": first,
-            "batches_per_epoch": per_epoch,
-            "epochs_seen": ld.get("iterators"),
-        },
-        fix="Keep the workers alive between epochs.",
-        fix_code=recipe("persistent_workers").snippet,
-        location=ld.get("location"),
-        est_saving_s=saving,
-        share=sh,
-    )
+    # the loader components read the loaders as the child wrote them (they sit below profile)
+    run = LoaderRun(bd, [ld.to_json() for ld in used], main.to_json(), cores, device, _as_json(data))
+    return [f for comp in components(LOADER) for f in cast("LoaderComponent", comp).rules(run, rulekit)]
 
 
 # -------------------------------------------------------------------------------------------- sync

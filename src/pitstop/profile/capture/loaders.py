@@ -20,6 +20,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from pitstop.profile.capture.where import user_location
 from pitstop.profile.record.captured import CapturedLoader
+from pitstop.recipes import dataloader
 
 if TYPE_CHECKING:
     from pitstop.profile.capture.patches import Patches
@@ -103,29 +104,9 @@ def _make_init(inst: ProbePoints, tables: LoaderTables, orig: Any) -> Any:
 def apply_loader_overrides(
     kw: dict[str, Any], forced: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    applied: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    if not forced:
-        return applied, skipped
-    if "batch_size" in forced:
-        if kw.get("batch_sampler") is not None:
-            skipped["batch_size"] = "the script passes a batch_sampler"
-        else:
-            kw["batch_size"] = applied["batch_size"] = forced["batch_size"]
-    for key in ("num_workers", "pin_memory"):
-        if key in forced:
-            kw[key] = applied[key] = forced[key]
-    workers = kw.get("num_workers", 0) or 0
-    for key in ("persistent_workers", "prefetch_factor"):
-        if key in forced:
-            if workers > 0:
-                kw[key] = applied[key] = forced[key]
-            else:
-                skipped[key] = "needs num_workers > 0"
-    if workers == 0:  # DataLoader rejects these without workers
-        kw["prefetch_factor"] = None
-        kw["persistent_workers"] = False
-    return applied, skipped
+    """``forced`` into the loader's keywords, in place, by the loader components
+    (``pitstop.recipes.dataloader.inject``); what was applied, and what was skipped and why."""
+    return dataloader.inject(kw, forced)
 
 
 def _make_iter(inst: ProbePoints, tables: LoaderTables, orig: Any) -> Any:

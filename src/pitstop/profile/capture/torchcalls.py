@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pitstop.profile.capture.where import user_location
-from pitstop.recipes import optimizer_impl
+from pitstop.recipes import optimizer_impl, threads
 
 if TYPE_CHECKING:
     from pitstop.profile.capture.patches import Patches
@@ -38,20 +38,7 @@ def install_torch_patches(inst: ProbePoints, patches: Patches) -> None:
     patches.handle(register_optimizer_step_pre_hook(inst.optimizer_begin))
     patches.handle(register_optimizer_step_post_hook(inst.optimizer_end))
     if inst.cfg.overrides.num_threads:
-        force_threads(patches, int(inst.cfg.overrides.num_threads))
-
-
-def force_threads(patches: Patches, n: int) -> None:
-    """The ``num_threads`` override in this process: n intra-op threads now, and whatever count the
-    script asks for later (a script that sets its own would otherwise undo the fix being timed)."""
-    torch.set_num_threads(n)
-    orig = torch.set_num_threads
-
-    @functools.wraps(orig)
-    def set_num_threads(requested: int) -> None:
-        orig(n)
-
-    patches.patch(torch, "set_num_threads", set_num_threads)
+        threads.inject(patches, int(inst.cfg.overrides.num_threads))
 
 
 def _make_opt_init(inst: ProbePoints, orig: Any) -> Any:

@@ -165,7 +165,7 @@ class RankWorker:
         inst.backward_listener = self.comm.timers
         if not inst.cfg.full:
             inst.cfg.on_done = self._stop_together
-        if inst.cfg.overrides.num_threads:  # forced by the capture (torchcalls.force_threads)
+        if inst.cfg.overrides.num_threads:  # forced by the capture (``recipes.threads.inject``)
             self._record_threads()
         if threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError):

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from pitstop.recipes import loader_components
+
 
 @dataclass
 class CapturedLoader:
@@ -39,10 +41,9 @@ class CapturedLoader:
             n_batches = None
         return {
             "location": self.location,
-            "num_workers": ld.num_workers,
-            "pin_memory": bool(ld.pin_memory),
+            # num_workers, persistent_workers, pin_memory: each loader component's record
+            **{k: v for c in loader_components() for k, v in c.facts(ld).items()},
             "prefetch_factor": ld.prefetch_factor,
-            "persistent_workers": bool(ld.persistent_workers),
             "batch_size": ld.batch_size,
             "drop_last": bool(ld.drop_last),
             "dataset_type": type(self.dataset).__name__,
