@@ -68,7 +68,7 @@ def test_the_registry_entry_points_at_the_component():
     r = recipe("channels_last")
     assert component("channels_last") is channels_last and r.component == channels_last.__name__
     assert r.snippet == channels_last.SNIPPET and "torch.channels_last" in r.code()
-    assert component("host_memory") is None  # an entry without a component
+    assert component("static_graph") is None  # an entry without a component of its own
 
 
 BD = Breakdown(n=10, total_s=0.1, median_total_s=0.1, parts={"forward_s": 0.05}, syncs_per_step=0.0)
