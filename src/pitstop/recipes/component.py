@@ -117,6 +117,18 @@ class LoaderJudge(Protocol):
         ...
 
 
+class HostJudge(LoaderJudge, Protocol):
+    """Profile's thresholds, costs and probe verdict, for the ``HOST`` component's rule (``rulekit`` is
+    one)."""
+
+    MIN_FAULTS_TO_TIME: int  # fewer faults saved in the probe: its time difference is mostly noise
+    FAULTS_WORTH_A_RUN: int  # untimed page faults per step worth a ``pitstop fix`` run
+
+    def probe_helps(self, probe: dict[str, Any]) -> bool:
+        """Whether the change measured a saving worth counting."""
+        ...
+
+
 class DeviceSettings(Protocol):
     """The device's capability, its fp32 matmul precision and cuDNN autotuning, as a ``PROCESS``
     component's probe reads and sets them (``pitstop.profile.probe.gpu_probes.Backend`` is one; tests give
@@ -409,8 +421,10 @@ def scoped_arm(
 
 
 # The training loop's own optimizations: applied by ``pitstop.train`` and bench, injected by profile
-# where a knob names them, never probed in the script's process (no ``ARMS``, no ``RULE``: profile's own
-# rules make their findings), so ``components()`` without a surface leaves them out.
+# where a knob names them, never probed in the script's process (no ``ARMS``, no ``RULE``). Their rules
+# are functions of what profile hands them, each with its own inputs (``host_memory.rules``: the probe's
+# result and a ``HostJudge``; ``step.no_sync_rule``, ``step.static_graph_rule``: the ranks' summaries and
+# the warning share), so ``LoopComponent`` names none and ``components()`` without a surface leaves them out.
 STEP = "step"  # the step loop's structure: micro-batches per optimizer step, DDP's gradient sync among them
 HOST = "host"  # the host process's allocator (glibc malloc's thresholds)
 BLOCKS = "blocks"  # chosen submodules' forwards, dropped in the forward and recomputed in the backward

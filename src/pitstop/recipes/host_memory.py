@@ -20,8 +20,9 @@ One component (``pitstop.recipes.component``, ``SURFACE`` ``HOST``). Which comma
   (what the script or an override did, in the run's facts);
 - profile's exit probe (``pitstop.profile.probe.probes``, stored under ``PROBE``): ``preloaded_allocator``,
   ``kept``, ``blocker``, ``minor_page_faults``, then ``keep_host_memory``; profile's rules
-  (``rules_compute.host_memory_rules``) and fresh runs (``fresh_confirm``, ``malloc_confirm``) and
-  ``pitstop launch --allocator glibc``: ``GLIBC_ENV``;
+  (``rules_compute.host_memory_rules``): ``rules`` on the probe's result, with profile's thresholds as a
+  ``HostJudge``; fresh runs (``fresh_confirm``, ``malloc_confirm``) and ``pitstop launch --allocator
+  glibc``: ``GLIBC_ENV``;
 - ``fix --apply`` (``pitstop.fix.apply.apply_keep_host_memory``): ``EDIT_LINE`` and ``EDIT_IMPORT``
   first in the script's main;
 - a finding's code: ``SNIPPET``.
@@ -33,10 +34,15 @@ import ctypes
 import os
 import resource
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pitstop.recipes.component import HOST
+from pitstop.findings import Finding, Severity
+from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
+from pitstop.recipes.component import HOST, HostJudge
+from pitstop.units import duration as ms
 
 NAME = "host_memory"
 KNOB = "keep_host_memory"  # the ``Knobs`` field (and ``TrainConfig``'s, with "auto": on for CPU)
@@ -182,4 +188,107 @@ def _decide(
         )
     return HostMemory(
         True, f"glibc keeps freed blocks up to {threshold >> 20} MiB mapped (mallopt)", threshold
+    )
+
+
+# ------------------------------------------------------------------------------------------- rule
+
+_FIX = (
+    "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
+    "mmap/trim thresholds); or, without a code change, start the script with `pitstop launch --allocator "
+    "glibc` (the same through glibc's environment variables) or `--allocator jemalloc`. Cost: the "
+    "process keeps its peak heap."
+)
+
+
+def rules(bd: Any, hm: Mapping[str, Any] | None, judge: HostJudge) -> list[Finding]:
+    """Profile's finding on CPU steps that page-fault their tensors in (glibc gives large freed blocks
+    back to the kernel), from the probe's result (``hm``: the one stored under ``PROBE``; ``bd``: the
+    run's ``Breakdown``): a pass where malloc keeps freed memory already, the faults' cost where the
+    probe timed them, else info where the run took enough faults to be worth a ``pitstop fix`` run."""
+    if not hm:
+        return []
+    data = {**hm, "faults_per_step": bd.faults_per_step}
+    if hm.get("kept"):  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
+        return [
+            Finding(
+                id=FINDING,
+                severity=Severity.PASS,
+                title="Freed host memory stays mapped: steps do not page-fault their tensors in",
+                evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
+                "(mean)",
+                data=data,
+            )
+        ]
+    if "saving_s" not in hm:
+        return []
+    measured = (
+        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (mean); a training step on the "
+        f"script's last batch: {ms(hm['base_s'])} and {hm['base_faults']:,.0f} faults with malloc as it "
+        f"was, {ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
+        "(medians, one after the other: the change cannot be undone in the process)"
+    )
+    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
+    fix_code = f"{SNIPPET}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
+    # The probe runs after the script, with the heap in another state, so its own fault count is not the
+    # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.
+    dropped = hm["base_faults"] - hm["new_faults"]
+    timed = dropped >= judge.MIN_FAULTS_TO_TIME  # else the probe's heap took too few faults to time one
+    per_fault = hm["saving_s"] / dropped if timed and judge.probe_helps(dict(hm)) else 0.0  # below noise
+    per_fault, unexplained = _bounded_per_fault(per_fault, hm.get("isolated_fault_s"), dropped)
+    saving, share = judge.cost(bd, per_fault * bd.faults_per_step)
+    if timed and share >= judge.MIN_SHARE:
+        data.update(per_fault_s=per_fault, est_saving_s=saving)
+        return [
+            Finding(
+                id=FINDING,
+                severity=judge.sev(share),
+                title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
+                evidence=f"{measured}{unexplained}; {per_fault * 1e6:.2f} us per fault x "
+                f"{bd.faults_per_step:,.0f} faults per step = {ms(saving)} per step",
+                data=data,
+                fix=_FIX,
+                fix_code=fix_code,
+                est_saving_s=saving,
+                share=share,
+            )
+        ]
+    if not timed and bd.faults_per_step >= judge.FAULTS_WORTH_A_RUN:
+        # The run's faults are known but not their cost.
+        return [
+            Finding(
+                id=FINDING,
+                severity=Severity.INFO,
+                title=f"CPU steps page-fault {bd.faults_per_step:,.0f} pages each; the probe could not time it",
+                evidence=measured + f". `pitstop fix --candidates {NAME}` times it on the whole script",
+                data=data,
+                fix=_FIX,
+                fix_code=fix_code,
+            )
+        ]
+    return [
+        Finding(
+            id=FINDING,
+            severity=Severity.PASS,
+            title="Page faults measured to cost under 1% of the step here"
+            if timed
+            else f"Steps take few page faults ({bd.faults_per_step:,.0f} per step)",
+            evidence=measured,
+            data=data,
+        )
+    ]
+
+
+def _bounded_per_fault(per_fault: float, isolated: float | None, dropped: float) -> tuple[float, str]:
+    """The probe's price of one fault, at most ``FAULT_COST_MULTIPLE`` x what one costs on this machine
+    in isolation (``pitstop.host.event_costs``), and the evidence's words when that bound applied."""
+    bound = page_fault_bound_s(isolated)
+    if bound is None or per_fault <= bound:
+        return per_fault, ""
+    rest = (per_fault - bound) * dropped
+    return bound, (
+        f"; the probe's difference is {per_fault * 1e6:.1f} us per fault, but one fault costs "
+        f"{(isolated or 0.0) * 1e6:.2f} us on this machine in isolation: faults are charged at most "
+        f"{FAULT_COST_MULTIPLE:g}x that, and the rest of the probe's difference ({ms(rest)}) is not "
+        "explained by faults (the probe's two passes differed in more than malloc, or were disturbed)"
     )

@@ -11,6 +11,9 @@ parts live here too (``ACCUMULATION_*``, ``STATIC_GRAPH_*``). Which command call
 - profile's injection into every rank (``pitstop.profile.rank.rank_worker``, ``Overrides.ddp_no_sync``
   and ``ddp_static_graph``, also in ``pitstop fix``'s runs): ``install``, whose ``DDPInjection`` says
   what it did (``facts``) and what changed nothing (``not_applied``: the fix judge rejects those);
+- profile's rules over a launch's ranks (``pitstop.profile.analyze.dist_rules``, on the ranks' summaries,
+  with profile's warning share): ``no_sync_rule`` (``FINDING``), ``static_graph_rule``
+  (``STATIC_GRAPH_FINDING``: the reducer's search for unused parameters);
 - ``fix --apply`` (``pitstop.fix.apply_dist.apply_no_sync``): ``EDIT_LINE`` and ``EDIT_IMPORT``, first in
   the script's main: ``no_sync_every(k)``, the mechanism fix measured;
 - a finding's code: ``SNIPPET``, ``STATIC_GRAPH_SNIPPET``, ``ACCUMULATION_SNIPPET``.
@@ -37,11 +40,13 @@ import contextlib
 import functools
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pitstop.findings import Finding, Severity
 from pitstop.patching import Patches
 from pitstop.recipes.component import STEP
+from pitstop.units import duration as ms
 
 if TYPE_CHECKING:
     import torch
@@ -288,3 +293,75 @@ def install(every: int | None = None, static_graph: bool = False) -> DDPInjectio
     with contextlib.suppress(ImportError):
         inj.install()
     return inj
+
+
+# ------------------------------------------------------------------------------------------- rules
+# ``summaries``: one mapping per rank (``pitstop.profile.runs.merge.rank_summary``): its ``rank``, its
+# ``breakdown`` (``mean_step_s``), its DDP models' records (``ddp``) and its communication per optimizer
+# step (``comm_per_step``); ``warn_share``: the share of the step from which a cost is a warning.
+
+
+def static_graph_rule(summaries: Sequence[Mapping[str, Any]], warn_share: float) -> Finding | None:
+    """The first rank whose DDP model searches the autograd graph for unused parameters every step
+    (``find_unused_parameters=True``): what the search cost and whether the flag is needed."""
+    for s in summaries:
+        ddp = next((d for d in s["ddp"] if d.get("find_unused_parameters")), None)
+        if ddp is None or not s["breakdown"]:
+            continue
+        cost = s["comm_per_step"]["unused_search_s"]
+        step = s["breakdown"]["mean_step_s"]
+        unused = ddp.get("unused_parameters", 0)
+        needed = (
+            f"{unused} of {ddp['parameters']} parameters got no gradient, so the flag is needed: "
+            "remove them from the model (or freeze them) to turn it off"
+            if unused
+            else f"every one of the {ddp['parameters']} parameters got a gradient: the flag is not needed"
+        )
+        return Finding(
+            id=STATIC_GRAPH_FINDING,
+            severity=Severity.WARN if step and cost / step >= warn_share else Severity.INFO,
+            title="DDP searches the autograd graph for unused parameters every step",
+            evidence=f"rank {s['rank']}: find_unused_parameters=True (at {ddp.get('location')}); the search after "
+            f"each forward took {ms(cost)} per step ({100 * cost / step:.1f}% of the step); {needed}",
+            data={
+                "rank": s["rank"],
+                "search_s": cost,
+                "unused_parameters": unused,
+                "parameters": ddp["parameters"],
+            },
+            location=ddp.get("location"),
+            fix="Pass find_unused_parameters=False (the default) when every parameter gets a gradient; "
+            "static_graph=True when the same ones are unused every step.",
+            fix_code="DDP(model, find_unused_parameters=False)",
+            est_saving_s=cost,
+            share=cost / step if step else None,
+        )
+    return None
+
+
+def no_sync_rule(summaries: Sequence[Mapping[str, Any]], warn_share: float) -> Finding | None:
+    """The first rank that all-reduced gradients more than once per optimizer step (accumulation without
+    ``no_sync``): the exposed part of the extra all-reduces is its cost."""
+    for s in summaries:
+        c = s["comm_per_step"]
+        if not s["breakdown"] or c["ddp_rounds"] <= 1.05:
+            continue
+        rounds = c["ddp_rounds"]
+        extra = rounds - 1
+        cost = c["ddp_exposed_s"] * extra / rounds
+        step = s["breakdown"]["mean_step_s"]
+        return Finding(
+            id=FINDING,
+            severity=Severity.WARN if step and cost / step >= warn_share else Severity.INFO,
+            title=f"Gradient accumulation all-reduces every micro-batch: {extra:.1f} extra all-reduces per step",
+            evidence=f"rank {s['rank']}: {rounds:.1f} DDP gradient all-reduces per optimizer step "
+            f"({c['ddp_bytes'] / rounds / 2**20:.2f} MiB each, {ms(c['ddp_comm_s'])} in all, {ms(c['ddp_exposed_s'])} "
+            f"exposed per step); only the last one before optimizer.step() is needed",
+            data={"rank": s["rank"], "rounds_per_step": rounds, "extra_rounds": extra, "cost_s": cost},
+            fix="Wrap the backward of every micro-batch but the last in model.no_sync().",
+            fix_code="ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
+            "with ctx:\n    loss.backward()",
+            est_saving_s=cost,
+            share=cost / step if step else None,
+        )
+    return None

@@ -1,4 +1,5 @@
-"""Findings that compare ranks: stragglers, exposed communication, DDP settings, threads, backend.
+"""Findings that compare ranks: stragglers, exposed communication, DDP settings (the step component's
+rules, ``pitstop.recipes.step``), threads, backend.
 
 Pure functions of the per-rank summaries (``pitstop.profile.runs.merge.rank_summary``) and the skew of the
 collectives. A rank's *wait* per step is the time it spent blocked in collectives: DDP's gradient
@@ -17,6 +18,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.profile.analyze.rulekit import ms
 from pitstop.profile.process.children import LAUNCHER
 from pitstop.profile.record.timeline import PART_LABELS
+from pitstop.recipes.step import no_sync_rule, static_graph_rule
 
 WARN_SHARE = 0.05
 PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "other_s")
@@ -160,65 +162,13 @@ def comm_exposed(summaries: list[dict[str, Any]]) -> Finding | None:
 
 
 def find_unused(summaries: list[dict[str, Any]]) -> Finding | None:
-    for s in summaries:
-        ddp = next((d for d in s["ddp"] if d.get("find_unused_parameters")), None)
-        if ddp is None or not s["breakdown"]:
-            continue
-        cost = s["comm_per_step"]["unused_search_s"]
-        step = s["breakdown"]["mean_step_s"]
-        unused = ddp.get("unused_parameters", 0)
-        needed = (
-            f"{unused} of {ddp['parameters']} parameters got no gradient, so the flag is needed: "
-            "remove them from the model (or freeze them) to turn it off"
-            if unused
-            else f"every one of the {ddp['parameters']} parameters got a gradient: the flag is not needed"
-        )
-        return Finding(
-            id="ddp.find_unused_parameters",
-            severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
-            title="DDP searches the autograd graph for unused parameters every step",
-            evidence=f"rank {s['rank']}: find_unused_parameters=True (at {ddp.get('location')}); the search after "
-            f"each forward took {ms(cost)} per step ({100 * cost / step:.1f}% of the step); {needed}",
-            data={
-                "rank": s["rank"],
-                "search_s": cost,
-                "unused_parameters": unused,
-                "parameters": ddp["parameters"],
-            },
-            location=ddp.get("location"),
-            fix="Pass find_unused_parameters=False (the default) when every parameter gets a gradient; "
-            "static_graph=True when the same ones are unused every step.",
-            fix_code="DDP(model, find_unused_parameters=False)",
-            est_saving_s=cost,
-            share=cost / step if step else None,
-        )
-    return None
+    """DDP's search for unused parameters: the step component's ``static_graph_rule``."""
+    return static_graph_rule(summaries, WARN_SHARE)
 
 
 def no_sync(summaries: list[dict[str, Any]]) -> Finding | None:
-    for s in summaries:
-        c = s["comm_per_step"]
-        if not s["breakdown"] or c["ddp_rounds"] <= 1.05:
-            continue
-        rounds = c["ddp_rounds"]
-        extra = rounds - 1
-        cost = c["ddp_exposed_s"] * extra / rounds
-        step = s["breakdown"]["mean_step_s"]
-        return Finding(
-            id="ddp.no_sync",
-            severity=Severity.WARN if step and cost / step >= WARN_SHARE else Severity.INFO,
-            title=f"Gradient accumulation all-reduces every micro-batch: {extra:.1f} extra all-reduces per step",
-            evidence=f"rank {s['rank']}: {rounds:.1f} DDP gradient all-reduces per optimizer step "
-            f"({c['ddp_bytes'] / rounds / 2**20:.2f} MiB each, {ms(c['ddp_comm_s'])} in all, {ms(c['ddp_exposed_s'])} "
-            f"exposed per step); only the last one before optimizer.step() is needed",
-            data={"rank": s["rank"], "rounds_per_step": rounds, "extra_rounds": extra, "cost_s": cost},
-            fix="Wrap the backward of every micro-batch but the last in model.no_sync().",
-            fix_code="ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
-            "with ctx:\n    loss.backward()",
-            est_saving_s=cost,
-            share=cost / step if step else None,
-        )
-    return None
+    """An all-reduce per micro-batch: the step component's ``no_sync_rule``."""
+    return no_sync_rule(summaries, WARN_SHARE)
 
 
 def threads(summaries: list[dict[str, Any]], children: str | None = None) -> Finding | None:

@@ -1,38 +1,30 @@
-"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last and
-foreach through their components' rules, keeping freed host memory mapped; cudnn.benchmark and TF32 are
-``gpu_rules``') and the setup
-facts (compile through its component, DataParallel, GPU use). Pure functions from measurements to Findings."""
+"""Rules for the compute side of a step: the exit probes' measured what-ifs (autocast, channels_last,
+foreach and keeping freed host memory mapped, each through its component's rules; cudnn.benchmark and
+TF32 are ``gpu_rules``') and the setup facts (compile through its component, DataParallel, GPU use).
+Pure functions from measurements to Findings."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
 from pitstop.findings import Finding, Severity
-from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.profile.analyze import rulekit
 from pitstop.profile.analyze.registry import RunView, rule
 from pitstop.profile.analyze.rulekit import (
-    FAULTS_WORTH_A_RUN,
     GPU_IDLE_PCT,
-    MIN_FAULTS_TO_TIME,
-    MIN_SHARE,
     WARN_SHARE,
-    cost,
-    ms,
     pct,
     probe_finding,
-    probe_helps,
-    sev,
 )
 from pitstop.profile.record.timeline import Breakdown
-from pitstop.recipes import components, recipe
+from pitstop.recipes import components, host_memory
 from pitstop.recipes.component import DTYPE, FORWARD, MODEL, OPTIMIZER, WRAP
-from pitstop.recipes.host_memory import GLIBC_ENV
 
 if TYPE_CHECKING:
     from pitstop.recipes.component import (
         DtypeComponent,
         ForwardComponent,
+        HostJudge,
         Judge,
         OptimizerComponent,
         ProbedComponent,
@@ -102,104 +94,10 @@ def dtype_rules(bd: Breakdown, model: dict[str, Any], probes: dict[str, Any]) ->
     return out
 
 
-PAGE_FAULTS = recipe("host_memory").finding
-
-
 def host_memory_rules(bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
-    """CPU steps that page-fault their tensors in: glibc gives large freed blocks back to the kernel."""
-    hm = probes.get("host_memory")
-    if not hm:
-        return []
-    data = {**hm, "faults_per_step": bd.faults_per_step}
-    if hm.get("kept"):  # the script kept freed memory itself, or jemalloc/tcmalloc is preloaded
-        return [
-            Finding(
-                id=PAGE_FAULTS,
-                severity=Severity.PASS,
-                title="Freed host memory stays mapped: steps do not page-fault their tensors in",
-                evidence=f"{hm['skipped']}; {bd.faults_per_step:,.0f} minor page faults per step in the run "
-                "(mean)",
-                data=data,
-            )
-        ]
-    if "saving_s" not in hm:
-        return []
-    measured = (
-        f"{bd.faults_per_step:,.0f} minor page faults per step in the run (mean); a training step on the "
-        f"script's last batch: {ms(hm['base_s'])} and {hm['base_faults']:,.0f} faults with malloc as it "
-        f"was, {ms(hm['new_s'])} and {hm['new_faults']:,.0f} faults with freed memory kept mapped "
-        "(medians, one after the other: the change cannot be undone in the process)"
-    )
-    fix = (
-        "Keep freed memory in the process, once at start: pitstop.train.keep_host_memory() (raises glibc's "
-        "mmap/trim thresholds); or, without a code change, start the script with `pitstop launch --allocator "
-        "glibc` (the same through glibc's environment variables) or `--allocator jemalloc`. Cost: the "
-        "process keeps its peak heap."
-    )
-    env = " ".join(f"{k}={v}" for k, v in GLIBC_ENV.items())
-    fix_code = f"{recipe('host_memory').snippet}\n# or: pitstop launch --allocator glibc -- train.py   (= {env} python train.py)"
-    # The probe runs after the script, with the heap in another state, so its own fault count is not the
-    # run's: what carries over is the time one fault costs, applied to the faults the run's steps took.
-    dropped = hm["base_faults"] - hm["new_faults"]
-    timed = dropped >= MIN_FAULTS_TO_TIME  # else the probe's heap took too few faults to time one
-    per_fault = hm["saving_s"] / dropped if timed and probe_helps(hm) else 0.0  # below noise: ~free
-    per_fault, unexplained = _bounded_per_fault(per_fault, hm.get("isolated_fault_s"), dropped)
-    saving, share = cost(bd, per_fault * bd.faults_per_step)
-    if timed and share >= MIN_SHARE:
-        data.update(per_fault_s=per_fault, est_saving_s=saving)
-        return [
-            Finding(
-                id=PAGE_FAULTS,
-                severity=sev(share),
-                title="CPU steps page-fault their tensors in: malloc returns freed memory to the kernel",
-                evidence=f"{measured}{unexplained}; {per_fault * 1e6:.2f} us per fault x "
-                f"{bd.faults_per_step:,.0f} faults per step = {ms(saving)} per step",
-                data=data,
-                fix=fix,
-                fix_code=fix_code,
-                est_saving_s=saving,
-                share=share,
-            )
-        ]
-    if not timed and bd.faults_per_step >= FAULTS_WORTH_A_RUN:
-        # The run's faults are known but not their cost.
-        return [
-            Finding(
-                id=PAGE_FAULTS,
-                severity=Severity.INFO,
-                title=f"CPU steps page-fault {bd.faults_per_step:,.0f} pages each; the probe could not time it",
-                evidence=measured + ". `pitstop fix --candidates host_memory` times it on the whole script",
-                data=data,
-                fix=fix,
-                fix_code=fix_code,
-            )
-        ]
-    return [
-        Finding(
-            id=PAGE_FAULTS,
-            severity=Severity.PASS,
-            title="Page faults measured to cost under 1% of the step here"
-            if timed
-            else f"Steps take few page faults ({bd.faults_per_step:,.0f} per step)",
-            evidence=measured,
-            data=data,
-        )
-    ]
-
-
-def _bounded_per_fault(per_fault: float, isolated: float | None, dropped: float) -> tuple[float, str]:
-    """The probe's price of one fault, at most ``FAULT_COST_MULTIPLE`` x what one costs on this machine
-    in isolation (``pitstop.host.event_costs``), and the evidence's words when that bound applied."""
-    bound = page_fault_bound_s(isolated)
-    if bound is None or per_fault <= bound:
-        return per_fault, ""
-    rest = (per_fault - bound) * dropped
-    return bound, (
-        f"; the probe's difference is {per_fault * 1e6:.1f} us per fault, but one fault costs "
-        f"{(isolated or 0.0) * 1e6:.2f} us on this machine in isolation: faults are charged at most "
-        f"{FAULT_COST_MULTIPLE:g}x that, and the rest of the probe's difference ({ms(rest)}) is not "
-        "explained by faults (the probe's two passes differed in more than malloc, or were disturbed)"
-    )
+    """CPU steps that page-fault their tensors in: the host-memory component's ``rules`` on its probe's
+    result, judged by this package's thresholds (``rulekit``)."""
+    return host_memory.rules(bd, probes.get(host_memory.PROBE), cast("HostJudge", rulekit))
 
 
 def optimizer_rules(bd: Breakdown, optimizers: list[dict[str, Any]], probes: dict[str, Any]) -> list[Finding]:
