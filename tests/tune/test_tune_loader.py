@@ -129,6 +129,30 @@ def test_setting_kwargs_and_defaults():
     assert worker_candidates(5) == [0, 1, 2, 3, 4, 5]
 
 
+def test_chosen_kwargs_keep_their_keys_and_order_through_the_loader_components():
+    """The report's ``chosen_kwargs``, key for key and in order (the loader components build them)."""
+    full = LoaderSetting(num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True, pin_memory=True)
+    assert list(full.kwargs().items()) == [
+        ("num_workers", 2),
+        ("pin_memory", True),
+        ("batch_size", 8),
+        ("prefetch_factor", 4),
+        ("persistent_workers", True),
+    ]
+    no_workers = LoaderSetting(0, None, 4, True, True)
+    assert list(no_workers.kwargs().items()) == [("num_workers", 0), ("pin_memory", True)]
+    assert list(LoaderTuneResult(full, full, [], [], None, None, None).to_dict()["chosen_kwargs"]) == [
+        "num_workers", "pin_memory", "batch_size", "prefetch_factor", "persistent_workers"
+    ]  # fmt: skip
+    assert setting_from_kwargs({"num_workers": None, "pin_memory": 1}) == LoaderSetting(pin_memory=True)
+    from dataclasses import fields
+
+    from pitstop.recipes.dataloader import PIN_MEMORY, SETTINGS
+
+    assert {c.KEY for c in SETTINGS} <= {f.name for f in fields(LoaderSetting)}
+    assert full.with_value(PIN_MEMORY, False).of(PIN_MEMORY) is False
+
+
 def test_climb_stops_when_throughput_stops_rising_and_finds_the_peak():
     # Interior optimum at 6 workers; beyond it throughput falls (oversubscription).
     curve = {0: 10, 1: 18, 2: 30, 3: 41, 4: 50, 5: 55, 6: 60, 7: 57, 8: 52, 12: 40, 16: 30, 24: 20, 32: 10}

@@ -381,6 +381,12 @@ class LoaderComponent(Component, Protocol):
     No in-process probe (``PROBE`` None): its ``rules`` judge the run's data wait."""
 
     KEY: str  # the DataLoader keyword; its knob is ``dataloader.<KEY>``
+    NEEDS_WORKERS: bool  # DataLoader rejects the keyword without worker processes
+    DEFAULT: Any  # torch's value where the call leaves the keyword out
+
+    def value(self, given: Any) -> Any:
+        """The keyword's value as given to a DataLoader, as a plain value (None: ``DEFAULT``)."""
+        ...
 
     def apply_loader_kwargs(
         self, kwargs: Mapping[str, Any], knobs: Mapping[str, Any]

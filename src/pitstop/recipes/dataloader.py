@@ -72,6 +72,7 @@ class LoaderSetting:
     RULE: ProbeRule  # its finding's texts (no probe: the rule reads the run's data wait)
     PHASES: tuple[str, ...]  # () for persistent_workers: restarts may fall outside the measured steps
     NEEDS_WORKERS: bool  # DataLoader rejects the keyword without worker processes
+    DEFAULT: Any  # torch's value where the call leaves the keyword out (its type: the value's)
     find: Callable[[LoaderSetting, LoaderRun, LoaderJudge], list[Finding]] = field(repr=False)
     choose: Callable[[LoaderSetting, Mapping[str, Any], WorkerMachine, Any], Candidates] = field(repr=False)
     SURFACE: str = LOADER
@@ -96,10 +97,14 @@ class LoaderSetting:
         kw[self.KEY] = knobs[self.KEY]
         return kw, {self.KEY: knobs[self.KEY]}, {}
 
+    def value(self, given: Any) -> Any:
+        """The keyword's value as given to a DataLoader (None or left out: ``DEFAULT``), as a plain value
+        of ``DEFAULT``'s type: the worker count an int, a switch a bool."""
+        return type(self.DEFAULT)(given or self.DEFAULT)
+
     def facts(self, loader: Any) -> dict[str, Any]:
-        """The keyword's value on a built DataLoader (``num_workers`` as is, the switches as bools)."""
-        value = getattr(loader, self.KEY)
-        return {self.KEY: value if self.KEY == "num_workers" else bool(value)}
+        """The keyword's value on a built DataLoader (the count an int, the switches bools)."""
+        return {self.KEY: self.value(getattr(loader, self.KEY))}
 
     def edit(self, editor: LoaderEditor) -> dict[str, Any]:
         """``KEY=<the fix's value>`` on the loader's ``DataLoader(...)`` call."""
@@ -226,6 +231,7 @@ WORKERS = LoaderSetting(
     ),
     ("data_wait_s",),
     False,
+    0,
     _workers_findings,
     _workers_candidates,
 )
@@ -292,6 +298,7 @@ PERSISTENT_WORKERS = LoaderSetting(
     ),
     (),
     True,
+    False,
     _persistent_findings,
     _persistent_candidates,
 )
@@ -343,6 +350,7 @@ PIN_MEMORY = LoaderSetting(
         fix="Pin the loader's memory and copy with non_blocking=True so copies overlap compute.",
     ),
     ("h2d_s",),
+    False,
     False,
     _pin_findings,
     _pin_candidates,

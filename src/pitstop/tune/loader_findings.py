@@ -7,6 +7,7 @@ from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.measure import HELPED, Interval, decide
+from pitstop.recipes import dataloader
 from pitstop.tune.loader_measure import LoaderPoint, LoaderSetting, TuneConfig, is_worker_crash
 
 
@@ -99,7 +100,8 @@ def kwargs_diff(baseline: LoaderSetting, chosen: LoaderSetting) -> dict[str, Any
     return {k: v for k, v in c.items() if b.get(k, _DEFAULTS.get(k)) != v}
 
 
-_DEFAULTS = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
+# torch's values for keywords a call leaves out: each loader component's ``DEFAULT``, and the prefetch factor
+_DEFAULTS = {**{c.KEY: c.DEFAULT for c in dataloader.SETTINGS}, "prefetch_factor": None}
 
 
 def best_finding(

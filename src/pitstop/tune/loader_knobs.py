@@ -5,10 +5,10 @@ what pinning costs the loader). Each returns its finding; ``tune.loader`` adopts
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Finding, Severity
+from pitstop.recipes.dataloader import PERSISTENT_WORKERS, PIN_MEMORY
 from pitstop.tune.loader_measure import (
     LoaderPoint,
     LoaderSetting,
@@ -20,12 +20,16 @@ from pitstop.tune.loader_measure import (
 )
 from pitstop.units import MiB
 
+# each finding is the tuner's measure of a loader component's keyword
+PERSISTENT_ID = f"tune.loader.{PERSISTENT_WORKERS.KEY}"
+PIN_ID = f"tune.loader.{PIN_MEMORY.KEY}"
+
 
 def persistent_finding(
     dataset: Any, base_kwargs: dict[str, Any], chosen: LoaderSetting, best: LoaderPoint | None
 ) -> Finding | None:
-    cold = measure_restart(dataset, replace(chosen, persistent_workers=False), base_kwargs)
-    warm = measure_restart(dataset, replace(chosen, persistent_workers=True), base_kwargs)
+    cold = measure_restart(dataset, chosen.with_value(PERSISTENT_WORKERS, False), base_kwargs)
+    warm = measure_restart(dataset, chosen.with_value(PERSISTENT_WORKERS, True), base_kwargs)
     if cold is None or warm is None or best is None or not best.ok:
         return None
     saving = max(0.0, cold - warm)
@@ -40,7 +44,7 @@ def persistent_finding(
         f" = {100 * share:.1f}% of a {epoch_s:.2f} s epoch ({n_batches} batches)" if share is not None else ""
     )
     return Finding(
-        id="tune.loader.persistent_workers",
+        id=PERSISTENT_ID,
         severity=Severity.INFO,
         title="persistent_workers=True saves worker start-up each epoch"
         if recommend
@@ -66,23 +70,23 @@ def pin_memory_finding(
 
     if not torch.cuda.is_available():
         return Finding(
-            id="tune.loader.pin_memory",
+            id=PIN_ID,
             severity=Severity.INFO,
             title="pin_memory not measured: no CUDA device",
             evidence="Pinned (page-locked) host memory only speeds up host-to-device copies; this process "
             "sees no CUDA device, so there is no copy to measure and pin_memory was left as the script set it "
-            f"({bool(base_kwargs.get('pin_memory', False))}).",
+            f"({PIN_MEMORY.value(base_kwargs.get(PIN_MEMORY.KEY))}).",
             data={"measured": False},
         )
     if dataset is None:
-        return Finding(id="tune.loader.pin_memory", severity=Severity.INFO, title="pin_memory not measured")
+        return Finding(id=PIN_ID, severity=Severity.INFO, title="pin_memory not measured")
     from pitstop.tune.h2d import measure_h2d
 
     try:
-        r = measure_h2d(next(iter(make_loader(dataset, base_kwargs, replace(chosen, pin_memory=False)))))
+        r = measure_h2d(next(iter(make_loader(dataset, base_kwargs, chosen.with_value(PIN_MEMORY, False)))))
     except Exception as e:  # a dataset that fails was reported by the sweep already
         return Finding(
-            id="tune.loader.pin_memory",
+            id=PIN_ID,
             severity=Severity.INFO,
             title="pin_memory not measured",
             evidence=f"could not time a copy: {describe_failure(e)}",
@@ -96,8 +100,8 @@ def pin_memory_finding(
     loader_cost = 0.0
     if copy_saving > r["pageable_s"] * cfg.min_gain:
         # Pinning is done by a thread in the training process: measure what it costs the loader.
-        off = measure(dataset, replace(chosen, pin_memory=False), base_kwargs, cfg.measure)
-        on = measure(dataset, replace(chosen, pin_memory=True), base_kwargs, cfg.measure)
+        off = measure(dataset, chosen.with_value(PIN_MEMORY, False), base_kwargs, cfg.measure)
+        on = measure(dataset, chosen.with_value(PIN_MEMORY, True), base_kwargs, cfg.measure)
         if off.ok and on.ok:
             loader_cost = max(0.0, 1 / on.batches_per_s - 1 / off.batches_per_s)  # type: ignore[operator]
             evidence += f"; the loader gives {on.batches_per_s:.1f} batches/s pinning vs {off.batches_per_s:.1f} without"
@@ -105,8 +109,8 @@ def pin_memory_finding(
     net = copy_saving - loader_cost
     recommend = copy_saving > r["pageable_s"] * cfg.min_gain and net > 0
     return Finding(
-        id="tune.loader.pin_memory",
-        severity=Severity.WARN if recommend and not chosen.pin_memory else Severity.INFO,
+        id=PIN_ID,
+        severity=Severity.WARN if recommend and not chosen.of(PIN_MEMORY) else Severity.INFO,
         title="pin_memory=True speeds the host-to-device copy"
         if recommend
         else "pin_memory does not pay off here",

@@ -17,19 +17,29 @@ import statistics
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pitstop.measure.clock import Stopwatch
+from pitstop.recipes import dataloader
 from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
 
+if TYPE_CHECKING:
+    from pitstop.recipes.component import LoaderComponent
+
+# The DataLoader keywords the loader components own (``pitstop.recipes.dataloader``: num_workers,
+# persistent_workers, pin_memory) and the tuner's own two.
+OWN_KEYS = ("prefetch_factor", "batch_size")
 # DataLoader arguments the tuner sets; everything else the script passed is kept as it was.
-TUNED_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
+TUNED_KEYS = tuple(c.KEY for c in dataloader.SETTINGS) + OWN_KEYS
 DEFAULT_PREFETCH = 2  # torch's default when num_workers > 0
 
 
 @dataclass(frozen=True)
 class LoaderSetting:
+    """One DataLoader setting the tuner measures: a field per loader component's ``KEY`` (its value) and
+    the tuner's own keywords, ``batch_size`` and ``prefetch_factor``."""
+
     num_workers: int = 0
     batch_size: int | None = 1  # None when the loader uses a batch_sampler
     prefetch_factor: int | None = None  # ignored (None) when num_workers == 0
@@ -37,18 +47,39 @@ class LoaderSetting:
     pin_memory: bool = False
 
     def normalized(self) -> LoaderSetting:
+        """Without workers, the keywords that need them at their defaults; with workers, a prefetch
+        factor (torch's default where none is set)."""
         if self.num_workers == 0:
-            return replace(self, prefetch_factor=None, persistent_workers=False)
+            reset = {c.KEY: c.DEFAULT for c in dataloader.SETTINGS if c.NEEDS_WORKERS}
+            return replace(self, prefetch_factor=None, **reset)
         return replace(self, prefetch_factor=self.prefetch_factor or DEFAULT_PREFETCH)
 
+    def of(self, comp: LoaderComponent) -> Any:
+        """The value this setting gives the loader component ``comp``'s keyword."""
+        return getattr(self, comp.KEY)
+
+    def with_value(self, comp: LoaderComponent, value: Any) -> LoaderSetting:
+        """This setting with ``comp``'s keyword at ``value``."""
+        return replace(self, **{comp.KEY: value})
+
     def kwargs(self) -> dict[str, Any]:
+        """The DataLoader keywords of this setting: each loader component's, through its
+        ``apply_loader_kwargs`` (which leaves out one that needs workers where there are none), the batch
+        size and, with workers, the prefetch factor. In the order the report's ``chosen_kwargs`` has:
+        the keywords valid without workers first, then those that need them."""
         s = self.normalized()
-        d: dict[str, Any] = {"num_workers": s.num_workers, "pin_memory": s.pin_memory}
+        forced = {c.KEY: s.of(c) for c in dataloader.SETTINGS}
+        d: dict[str, Any] = {}
+        for c in dataloader.SETTINGS:
+            if not c.NEEDS_WORKERS:
+                d = c.apply_loader_kwargs(d, forced)[0]
         if s.batch_size is not None:
             d["batch_size"] = s.batch_size
         if s.num_workers > 0:
             d["prefetch_factor"] = s.prefetch_factor
-            d["persistent_workers"] = s.persistent_workers
+        for c in dataloader.SETTINGS:
+            if c.NEEDS_WORKERS:
+                d = c.apply_loader_kwargs(d, forced)[0]
         return d
 
     def label(self) -> str:
@@ -66,15 +97,11 @@ class LoaderSetting:
 
 
 def setting_from_kwargs(kwargs: dict[str, Any]) -> LoaderSetting:
-    """The setting a script's own DataLoader(...) call used (torch defaults for what it left out)."""
+    """The setting a script's own DataLoader(...) call used (torch defaults for what it left out: each
+    loader component's ``value``)."""
     bs = None if kwargs.get("batch_sampler") is not None else kwargs.get("batch_size", 1)
-    return LoaderSetting(
-        num_workers=int(kwargs.get("num_workers", 0) or 0),
-        batch_size=bs,
-        prefetch_factor=kwargs.get("prefetch_factor"),
-        persistent_workers=bool(kwargs.get("persistent_workers", False)),
-        pin_memory=bool(kwargs.get("pin_memory", False)),
-    ).normalized()
+    own = {c.KEY: c.value(kwargs.get(c.KEY)) for c in dataloader.SETTINGS}
+    return LoaderSetting(batch_size=bs, prefetch_factor=kwargs.get("prefetch_factor"), **own).normalized()
 
 
 @dataclass
