@@ -51,6 +51,25 @@ def test_inject_holds_the_count_against_the_script(restore_threads):
     assert torch.get_num_threads() == 2
 
 
+def test_profile_injection_applies_the_knobs_count_to_each_model(monkeypatch):
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from pitstop.profile.capture.models import ModelHooks
+    from pitstop.profile.record.overrides import Overrides
+
+    seen = []
+    monkeypatch.setattr(threads, "apply", lambda dev, on: seen.append((dev, on)) or {})
+    for ov, want in ((Overrides(num_threads=3), [("cpu", 3)]), (Overrides(), [])):
+        seen.clear()
+        inst = SimpleNamespace(
+            cfg=SimpleNamespace(overrides=ov), captured=SimpleNamespace(models=[]), model_facts={}
+        )
+        ModelHooks(inst).add_model(nn.Linear(2, 2))
+        assert seen == want
+
+
 def test_the_device_probes_pass_it_by():
     assert not threads.applies({}, object()) and threads.cannot_help("cpu", {}) is None
     fn = lambda: None  # noqa: E731

@@ -131,7 +131,9 @@ def test_setting_kwargs_and_defaults():
 
 def test_chosen_kwargs_keep_their_keys_and_order_through_the_loader_components():
     """The report's ``chosen_kwargs``, key for key and in order (the loader components build them)."""
-    full = LoaderSetting(num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True, pin_memory=True)
+    full = LoaderSetting(
+        num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True, pin_memory=True
+    )
     assert list(full.kwargs().items()) == [
         ("num_workers", 2),
         ("pin_memory", True),

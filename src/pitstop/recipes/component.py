@@ -291,9 +291,9 @@ class ProcessComponent(Component, Protocol):
 
     CANDIDATE: str  # the name of ``pitstop fix``'s candidate that turns it on
 
-    def apply(self, device_type: str, on: bool) -> dict[str, Any]:
-        """The setting on (or off) for the process where it acts on ``device_type``; what was set ({}:
-        nothing here)."""
+    def apply(self, device_type: str, on: Any) -> dict[str, Any]:
+        """The setting at the knob's value ``on`` (a switch's bool, threads' count) for the process where
+        it acts on ``device_type``; what was set ({}: nothing here)."""
         ...
 
     def scoped(self, device_type: str, on: bool) -> AbstractContextManager[None]:

@@ -267,9 +267,10 @@ class ModelHooks:
         inst.captured.models.append(module)
         inst.model_facts[id(module)] = {"first_location": user_location(4)}
         ov = inst.cfg.overrides
-        for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, cudnn_benchmark
-            if getattr(ov, comp.KNOB, False):
-                comp.apply(module_device_type(module), True)
+        for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, cudnn_benchmark, threads
+            setting = getattr(ov, comp.KNOB, None)
+            if setting:  # the knob's value: a switch's True, the thread count
+                comp.apply(module_device_type(module), setting)
         if self.injected:
             self.apply_components(module)
         if id(module) not in self.direct_ids:  # model.forward(x): its inputs cannot be converted
