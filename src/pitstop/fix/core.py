@@ -133,7 +133,6 @@ class _Script:
     dev: str
     loader: dict[str, Any]
     models: list[dict[str, Any]]
-    workers_now: int
     machine: WorkerMachine
     data: dict[str, Any] = field(default_factory=dict)  # the baseline run's data (its probes, torch facts)
     findings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the profile's, id -> data
@@ -259,7 +258,6 @@ def build_candidates(
         device_type(config.get("device")),
         loader,
         config.get("models") or [],
-        int(loader.get("num_workers") or 0),
         WorkerMachine.of_run(data, usable_cores()),
         data or {},
         {f.id: f.data for f in findings or []},
