@@ -13,6 +13,8 @@ registry's entries name as ``pitstop.recipes.dataloader:NAME``). Which command c
   tuner's own keywords, ``batch_size`` and ``prefetch_factor``);
 - profile's record of a loader: ``facts``; profile's rules (``rules.dataloader_rules``): ``rules`` on a
   ``LoaderRun``, with profile's thresholds as a ``LoaderJudge``; ``PHASES`` bound the saving;
+- ``pitstop tune loader`` (``pitstop.tune.loader_measure``, ``loader_knobs``): ``KEY``, ``NEEDS_WORKERS``,
+  ``DEFAULT``, ``value`` and ``apply_loader_kwargs`` for each measured setting's keywords;
 - ``pitstop fix``: ``candidates`` (the worker count: ``pitstop.recipes.workers.choose_workers``);
   ``fix --apply``: ``edit``, one keyword on the ``DataLoader(...)`` call;
 - a finding's code: ``SNIPPET``.
