@@ -142,7 +142,7 @@ def _profile_source() -> str:
 @pytest.mark.parametrize("r", [r for r in RECIPES if r.finding], ids=lambda r: r.name)
 def test_every_finding_id_is_emitted_by_a_profile_rule(r):
     """A rule names the id as a literal, through its recipe, or through a ProbeRule of the recipe (a
-    component's ``RULE``, which profile's rules list)."""
+    component's ``RULE``, which profile's rules list), or a training-loop component's rule makes it."""
     source = _profile_source()
     comp = component(r.name)
     assert (
@@ -150,8 +150,39 @@ def test_every_finding_id_is_emitted_by_a_profile_rule(r):
         or f'recipe("{r.name}").finding' in source
         or re.search(rf'ProbeRule\(\s*"{r.name}"', source)
         or (comp is not None and r.finding == comp.FINDING and f"{r.name}.RULE" in source)
+        or _loop_ruled(r.finding, source)
         or (comp is not None and r.finding == comp.FINDING and _ruled(comp))
     ), r.finding
+
+
+def _loop_ruled(finding: str, source: str) -> bool:
+    """Whether a training-loop component (no ``RULE``) makes the finding: a function of its module that
+    passes the constant naming the id as ``id=``, and that profile's rules call."""
+    import ast
+    import inspect
+
+    from pitstop.recipes import components
+    from pitstop.recipes.component import LOOP_SURFACES
+
+    for mod in components(*LOOP_SURFACES):
+        names = {k for k, v in vars(mod).items() if k.isupper() and v == finding}
+        short = mod.__name__.rsplit(".", 1)[1]
+        for fn in ast.walk(ast.parse(inspect.getsource(mod))):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            called = f"{short}.{fn.name}(" in source or (
+                f"from {mod.__name__} import" in source and re.search(rf"\b{fn.name}\(", source)
+            )
+            makes = any(
+                isinstance(k, ast.keyword)
+                and k.arg == "id"
+                and isinstance(k.value, ast.Name)
+                and k.value.id in names
+                for k in ast.walk(fn)
+            )
+            if called and makes:
+                return True
+    return False
 
 
 def _ruled(comp) -> bool:
