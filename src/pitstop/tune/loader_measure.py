@@ -17,15 +17,12 @@ import statistics
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pitstop.measure.clock import Stopwatch
 from pitstop.recipes import dataloader
 from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
-
-if TYPE_CHECKING:
-    from pitstop.recipes.component import LoaderComponent
 
 # The DataLoader keywords the loader components own (``pitstop.recipes.dataloader``: num_workers,
 # persistent_workers, pin_memory) and the tuner's own two.
@@ -54,11 +51,11 @@ class LoaderSetting:
             return replace(self, prefetch_factor=None, **reset)
         return replace(self, prefetch_factor=self.prefetch_factor or DEFAULT_PREFETCH)
 
-    def of(self, comp: LoaderComponent) -> Any:
+    def of(self, comp: dataloader.LoaderSetting) -> Any:
         """The value this setting gives the loader component ``comp``'s keyword."""
         return getattr(self, comp.KEY)
 
-    def with_value(self, comp: LoaderComponent, value: Any) -> LoaderSetting:
+    def with_value(self, comp: dataloader.LoaderSetting, value: Any) -> LoaderSetting:
         """This setting with ``comp``'s keyword at ``value``."""
         return replace(self, **{comp.KEY: value})
 
