@@ -103,7 +103,7 @@ class Session:
             return self._step()
         with contextlib.ExitStack() as settings:
             for comp in self.process:
-                settings.enter_context(comp.scoped(self.device.type, True))
+                settings.enter_context(comp.scoped(self.device.type, getattr(self.config, comp.KNOB)))
             self._step()
 
     def _step(self) -> None:

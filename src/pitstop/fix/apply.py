@@ -15,7 +15,7 @@ byte:
   for the optimizer (foreach / fused: ``foreach=True`` / ``fused=True`` on its constructor call); compile
   and float32 through ``ModelEditor`` too (compile: ``model.compile()`` after the line that assigns the
   model, in place as the timed run compiled it; float32: ``model = ...``);
-- keep_host_memory, and a process component's edit (tf32, cudnn.benchmark: ``first_lines``):
+- keep_host_memory, and a process component's edit (tf32, cudnn.benchmark, threads: ``first_lines``):
   lines at the top of the script's ``main()`` (or of its ``if __name__ == "__main__":`` block, or after
   its imports), plus the import beside the others;
 - the distributed fixes (static_graph, threads, no_sync): ``pitstop.fix.apply_dist``.

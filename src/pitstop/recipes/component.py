@@ -296,7 +296,7 @@ class ProcessComponent(Component, Protocol):
         it acts on ``device_type``; what was set ({}: nothing here)."""
         ...
 
-    def scoped(self, device_type: str, on: bool) -> AbstractContextManager[None]:
+    def scoped(self, device_type: str, on: Any) -> AbstractContextManager[None]:
         """``apply`` for a block, the previous settings restored after it."""
         ...
 

@@ -5,7 +5,7 @@ components (``pitstop.recipes.component``) whose ``SURFACE`` is the loader: one 
 The three share everything but their rule and their ``pitstop fix`` candidates: the call they act on,
 how a forced value is injected (``persistent_workers`` needs worker processes), what profile records of a
 built loader, and the ``fix --apply`` edit (a keyword on the call). So they are one module, each a
-``LoaderSetting`` record (the components ``WORKERS``, ``PERSISTENT_WORKERS``, ``PIN_MEMORY``, which the
+``LoaderKeyword`` record (the components ``WORKERS``, ``PERSISTENT_WORKERS``, ``PIN_MEMORY``, which the
 registry's entries name as ``pitstop.recipes.dataloader:NAME``). Which command calls which part:
 
 - profile's injection into an unmodified script (``Knobs.dataloader``; also in ``pitstop fix``'s runs) and
@@ -63,7 +63,7 @@ Candidates = list[tuple[str, dict[str, Any]]] | str  # (name, DataLoader keyword
 
 
 @dataclass(frozen=True)
-class LoaderSetting:
+class LoaderKeyword:
     """One DataLoader keyword as a component (``component.LoaderComponent``); the parts that differ
     between the three, its rule and its fix candidates, are functions of the record."""
 
@@ -75,8 +75,8 @@ class LoaderSetting:
     PHASES: tuple[str, ...]  # () for persistent_workers: restarts may fall outside the measured steps
     NEEDS_WORKERS: bool  # DataLoader rejects the keyword without worker processes
     DEFAULT: Any  # torch's value where the call leaves the keyword out (its type: the value's)
-    find: Callable[[LoaderSetting, LoaderRun, LoaderJudge], list[Finding]] = field(repr=False)
-    choose: Callable[[LoaderSetting, Mapping[str, Any], WorkerMachine, Any], Candidates] = field(repr=False)
+    find: Callable[[LoaderKeyword, LoaderRun, LoaderJudge], list[Finding]] = field(repr=False)
+    choose: Callable[[LoaderKeyword, Mapping[str, Any], WorkerMachine, Any], Candidates] = field(repr=False)
     SURFACE: str = LOADER
     PROBE: str | None = None
     ARMS: tuple[str, str] = ("as built", "forced")
@@ -154,7 +154,7 @@ def inject(kwargs: dict[str, Any], forced: Mapping[str, Any]) -> tuple[dict[str,
 # ------------------------------------------------------------------------------------------- workers
 
 
-def _workers_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
+def _workers_findings(c: LoaderKeyword, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
     """The data-wait finding of the ``main`` loader: too few workers when the cores allow more, else a
     slow input pipeline (``SLOW``); none while the wait is under ``WARN_SHARE`` of the step."""
     bd, main, cores = run.bd, run.main, run.cores
@@ -205,7 +205,7 @@ def _workers_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -> l
 
 
 def _workers_candidates(
-    c: LoaderSetting, loader: Mapping[str, Any], m: WorkerMachine, values: Any
+    c: LoaderKeyword, loader: Mapping[str, Any], m: WorkerMachine, values: Any
 ) -> Candidates:
     """The count ``choose_workers`` gives this machine (what profile suggests) and the most it allows
     (its cap), when they differ; ``values`` replaces them. Each keeps its workers between epochs."""
@@ -215,11 +215,11 @@ def _workers_candidates(
     now = int(loader.get("num_workers") or 0)
     counts = values or tuple(sorted({choice.workers, choice.cap}))
     return [
-        (f"num_workers={w}", {c.KEY: w, "persistent_workers": True}) for w in counts if w != now and w > 0
+        (f"num_workers={w}", workers_fix(w)) for w in counts if w != now and w > 0
     ]
 
 
-WORKERS = LoaderSetting(
+WORKERS = LoaderKeyword(
     "workers",
     "num_workers",
     "dataloader.workers",
@@ -242,7 +242,7 @@ WORKERS = LoaderSetting(
 # -------------------------------------------------------------------------------- persistent workers
 
 
-def _persistent_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
+def _persistent_findings(c: LoaderKeyword, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
     """For each loader used: worker pools restarted every epoch, the first batch's extra wait spread over
     an epoch's batches; none where it has no workers, keeps them, or the cost is under ``MIN_SHARE``."""
     out = []
@@ -280,14 +280,14 @@ def _persistent_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -
 
 
 def _persistent_candidates(
-    c: LoaderSetting, loader: Mapping[str, Any], m: WorkerMachine, values: Any
+    c: LoaderKeyword, loader: Mapping[str, Any], m: WorkerMachine, values: Any
 ) -> Candidates:
     if not (loader.get("num_workers") or 0) or loader.get("persistent_workers"):
         return "persistent_workers: needs a loader with workers that are not persistent yet"
     return [(c.KEY, {c.KEY: True})]
 
 
-PERSISTENT_WORKERS = LoaderSetting(
+PERSISTENT_WORKERS = LoaderKeyword(
     "persistent_workers",
     "persistent_workers",
     "dataloader.persistent_workers",
@@ -309,7 +309,7 @@ PERSISTENT_WORKERS = LoaderSetting(
 # ------------------------------------------------------------------------------------------ pinning
 
 
-def _pin_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
+def _pin_findings(c: LoaderKeyword, run: LoaderRun, judge: LoaderJudge) -> list[Finding]:
     """Pageable host-to-device copies from the ``main`` loader on CUDA: the cost is the measured copy
     time per step."""
     if not run.cuda or run.main.get("pin_memory"):
@@ -333,14 +333,14 @@ def _pin_findings(c: LoaderSetting, run: LoaderRun, judge: LoaderJudge) -> list[
     ]
 
 
-def _pin_candidates(c: LoaderSetting, loader: Mapping[str, Any], m: WorkerMachine, values: Any) -> Candidates:
+def _pin_candidates(c: LoaderKeyword, loader: Mapping[str, Any], m: WorkerMachine, values: Any) -> Candidates:
     """One switch (not timed by ``pitstop fix`` today: its entry has ``fix=False``)."""
     if loader.get("pin_memory"):
         return "pin_memory: the loader pins its memory already"
     return [(c.KEY, {c.KEY: True})]
 
 
-PIN_MEMORY = LoaderSetting(
+PIN_MEMORY = LoaderKeyword(
     "pin_memory",
     "pin_memory",
     "dataloader.pin_memory",
@@ -359,6 +359,14 @@ PIN_MEMORY = LoaderSetting(
 )
 
 SETTINGS = (WORKERS, PERSISTENT_WORKERS, PIN_MEMORY)  # the registry's order: num_workers first
+TUNER_KEYS = ("prefetch_factor", "batch_size")  # the loader tuner's own keywords (``inject`` forces them too)
+KEYS = tuple(c.KEY for c in SETTINGS) + TUNER_KEYS  # every keyword a knob may force
+
+
+def workers_fix(n: int) -> dict[str, Any]:
+    """The workers fix as keywords: ``n`` worker processes, kept between epochs (what ``pitstop fix``
+    times and what profile's fresh runs confirm the workers finding with)."""
+    return {WORKERS.KEY: n, PERSISTENT_WORKERS.KEY: True}
 
 __all__ = [
     "PERSISTENT_WORKERS",
@@ -366,7 +374,7 @@ __all__ = [
     "SETTINGS",
     "SLOW",
     "WORKERS",
+    "LoaderKeyword",
     "LoaderRun",
-    "LoaderSetting",
     "inject",
 ]

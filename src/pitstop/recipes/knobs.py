@@ -14,15 +14,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-from pitstop.recipes import autocast, optimizer_impl
+from pitstop.recipes import autocast, dataloader, optimizer_impl
 
 AUTOCAST_DTYPES = frozenset(autocast.DTYPES)
 OPTIMIZER_IMPLS = frozenset(optimizer_impl.IMPLS)
-# DataLoader keywords a knob may force: the recipes' ``dataloader.<key>`` knobs (the registry checks it
-# names only these), and the two the loader tuner sets
-DATALOADER_KEYS = frozenset(
-    {"num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size"}
-)
+# DataLoader keywords a knob may force: the loader components' (the registry checks its ``dataloader.<key>``
+# knobs name only these), and the two the loader tuner sets
+DATALOADER_KEYS = frozenset(dataloader.KEYS)
 
 K = TypeVar("K", bound="Knobs")
 

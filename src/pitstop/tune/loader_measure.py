@@ -24,11 +24,10 @@ from pitstop.recipes import dataloader
 from pitstop.tune.memwatch import MemLimits, MemWatch, children_uss, ram_available, shm_free
 from pitstop.units import MiB
 
-# The DataLoader keywords the loader components own (``pitstop.recipes.dataloader``: num_workers,
-# persistent_workers, pin_memory) and the tuner's own two.
-OWN_KEYS = ("prefetch_factor", "batch_size")
-# DataLoader arguments the tuner sets; everything else the script passed is kept as it was.
-TUNED_KEYS = tuple(c.KEY for c in dataloader.SETTINGS) + OWN_KEYS
+OWN_KEYS = dataloader.TUNER_KEYS  # the tuner's own two, beside the loader components' keywords
+# DataLoader arguments the tuner sets (``pitstop.recipes.dataloader.KEYS``); everything else the script
+# passed is kept as it was.
+TUNED_KEYS = dataloader.KEYS
 DEFAULT_PREFETCH = 2  # torch's default when num_workers > 0
 
 
@@ -51,11 +50,11 @@ class LoaderSetting:
             return replace(self, prefetch_factor=None, **reset)
         return replace(self, prefetch_factor=self.prefetch_factor or DEFAULT_PREFETCH)
 
-    def of(self, comp: dataloader.LoaderSetting) -> Any:
+    def of(self, comp: dataloader.LoaderKeyword) -> Any:
         """The value this setting gives the loader component ``comp``'s keyword."""
         return getattr(self, comp.KEY)
 
-    def with_value(self, comp: dataloader.LoaderSetting, value: Any) -> LoaderSetting:
+    def with_value(self, comp: dataloader.LoaderKeyword, value: Any) -> LoaderSetting:
         """This setting with ``comp``'s keyword at ``value``."""
         return replace(self, **{comp.KEY: value})
 

@@ -338,7 +338,8 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
             )
         )
     for comp in components(PROCESS):  # cudnn_benchmark, tf32: its RULE on its probe's result
-        out += probe_finding(comp.RULE, bd, probes)
+        if comp.PROBE:  # threads has none: its probe's result is the contention rules' to judge
+            out += probe_finding(comp.RULE, bd, probes)
     h2d = probes.get("h2d")
     if h2d:
         for i, f in enumerate(out):

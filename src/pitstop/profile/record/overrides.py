@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pitstop.recipes import dataloader
 from pitstop.recipes.knobs import AUTOCAST_DTYPES, DATALOADER_KEYS, OPTIMIZER_IMPLS, Knobs
 
 __all__ = ["AUTOCAST_DTYPES", "DATALOADER_KEYS", "OPTIMIZER_IMPLS", "Overrides"]
@@ -44,4 +45,4 @@ class Overrides(Knobs):
     def workers(cls, n: int) -> Overrides:
         """The workers fix: ``n`` DataLoader worker processes, kept between epochs (what ``pitstop fix``
         times and what the profile's fresh runs confirm the workers finding with)."""
-        return cls(dataloader={"num_workers": n, "persistent_workers": True})
+        return cls(dataloader=dataloader.workers_fix(n))
