@@ -72,7 +72,8 @@ def contention_findings(bd: Breakdown, data: Data, cores: int) -> list[Finding]:
     """``host.oversubscribed`` / ``host.contention`` from the thread probe's record and the run's facts
     (its loaders, its threads); none on a machine where the script's threads fit the free cores."""
     m = Measurements.of(data)
-    rec = m.probe_results.get("threads") or {}
+    probe = m.probed.result("threads")
+    rec = probe.to_json() if probe is not None else {}  # the thread probe's own keys (``probe.thread_probe``)
     threads = int(rec.get("threads") or (m.torch or {}).get("num_threads") or 0)
     if threads < 1:
         return []
@@ -208,7 +209,8 @@ def contention_note(data: Data) -> tuple[str, dict[str, float]]:
     other = m.other_cpu_share
     steal = m.steal_share or 0.0
     if other is None:
-        seen = (m.probe_results.get("threads") or {}).get("competition")
+        probe = m.probed.result("threads")
+        seen = probe.get("competition") if probe is not None else None
         if not seen:
             return "", {}
         c = Competition.from_dict(seen)

@@ -24,6 +24,7 @@ from pitstop.profile.analyze.rulekit import (
 from pitstop.profile.capture import device_time
 from pitstop.profile.probe import mfu
 from pitstop.profile.record.measurements import Measurements
+from pitstop.profile.record.parts import MemoryRecord, ProbeResult, Probes
 from pitstop.profile.record.timeline import Breakdown, StepRecord, usable_steps
 from pitstop.recipes import components, recipe
 from pitstop.recipes.component import PROCESS
@@ -42,7 +43,7 @@ Data = Measurements | Mapping[str, Any]  # the run's record, typed or as its JSO
 
 def _analysis(m: Measurements) -> dict[str, Any]:
     """The ``--trace`` window's kernel analysis (empty without one)."""
-    return (m.trace or {}).get("analysis") or {}
+    return (m.trace.analysis if m.trace is not None else None) or {}
 
 
 def _launch_gap_s(m: Measurements) -> float | None:
@@ -56,11 +57,11 @@ def _launch_gap_s(m: Measurements) -> float | None:
 
 def device_section(steps: list[StepRecord], data: Data) -> dict[str, Any] | None:
     m = Measurements.of(data)
-    dt = m.device_time or {}
-    if not dt.get("steps"):
+    dt = m.device_time
+    if dt is None or not dt.steps:
         return None
     used = [s.to_dict() for s in usable_steps(steps)]
-    return device_time.device_breakdown(used, dt["steps"], _launch_gap_s(m))
+    return device_time.device_breakdown(used, dt.steps, _launch_gap_s(m))
 
 
 def sections(steps: list[StepRecord], data: Data, bd: Breakdown | None) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def sections(steps: list[StepRecord], data: Data, bd: Breakdown | None) -> dict[
     out: dict[str, Any] = {}
     if (dev := device_section(steps, m)) is not None:
         out["device_time"] = dev
-    passes = mfu.passes_per_step(m.totals or {}, len(m.steps or []))
+    passes = mfu.passes_per_step(m.run_totals, len(m.steps or []))
     section = mfu.section(m.mfu, bd.median_total_s if bd else None, passes)
     if section:
         out["mfu"] = section
@@ -92,8 +93,8 @@ def apply(found: list[Finding], bd: Breakdown, steps: list[StepRecord], data: Da
         out += idle_from_events(dev)
     out = merge_idle(out)
     out += mfu_findings(sections(steps, m, bd).get("mfu"))
-    out += memory_findings(m.memory or {})
-    out = probe_findings(out, bd, m.probe_results)
+    out += memory_findings(m.memory or MemoryRecord())
+    out = probe_findings(out, bd, m.probed)
     return out
 
 
@@ -271,9 +272,10 @@ def mfu_findings(m: dict[str, Any] | None) -> list[Finding]:
     ]
 
 
-def memory_findings(mem: dict[str, Any]) -> list[Finding]:
+def memory_findings(memory: MemoryRecord | Mapping[str, Any]) -> list[Finding]:
+    mem = MemoryRecord.of(memory)
     out: list[Finding] = []
-    oom = mem.get("oom")
+    oom = mem.oom
     if oom and oom.get("path"):
         top = oom.get("largest") or []
         where = "; ".join(
@@ -292,8 +294,8 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
                 location=top[0]["location"] if top and ":" in top[0]["location"] else None,
             )
         )
-    res, alloc = mem.get("cuda_peak_reserved_bytes"), mem.get("cuda_peak_allocated_bytes")
-    frag = mem.get("cuda_peak_fragmentation_bytes")
+    res, alloc = mem.cuda_peak_reserved_bytes, mem.cuda_peak_allocated_bytes
+    frag = mem.cuda_peak_fragmentation_bytes
     if res and frag is not None and frag >= FRAGMENTED_MIN_BYTES and frag >= FRAGMENTED_SHARE * res:
         out.append(
             Finding(
@@ -302,7 +304,7 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
                 title=f"The caching allocator holds {frag / 2**20:.0f} MiB that no tensor uses",
                 evidence=f"peak reserved {res / 2**20:.0f} MiB, peak allocated {alloc / 2**20:.0f} MiB: "
                 f"{pct(frag / res)} of the reserved memory is cached but free",
-                data={k: v for k, v in mem.items() if k.startswith("cuda_")},
+                data=mem.cuda(),
                 fix="Let the allocator grow segments instead of caching many sizes (set before CUDA starts).",
                 fix_code="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
             )
@@ -310,26 +312,34 @@ def memory_findings(mem: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) -> list[Finding]:
+def probe_findings(
+    found: list[Finding], bd: Breakdown, results: Probes | Mapping[str, Any]
+) -> list[Finding]:
     """precision.fp16 and the process components' findings (cudnn.benchmark, precision.tf32) from the GPU
     probes; the pinned-copy probe's numbers on dataloader.pin_memory."""
     out = list(found)
-    fp16 = probes.get("fp16_scaler")
-    prec = probes.get("precision") or {}
-    bf16_new = prec.get("new_s") if prec.get("dtype") == "bfloat16" and probe_helps(prec) else None
-    if fp16 and probe_helps(fp16) and (bf16_new is None or fp16["new_s"] < (1 - MIN_PROBE_GAIN) * bf16_new):
-        saving = max(0.0, fp16["saving_s"] if bf16_new is None else bf16_new - fp16["new_s"])
+    probes = Probes.of(results)
+    fp16 = probes.result("fp16_scaler")
+    prec = probes.result("precision") or ProbeResult()
+    bf16_new = prec.new_s if prec.dtype == "bfloat16" and probe_helps(prec) else None
+    if (
+        fp16 is not None
+        and fp16.new_s is not None
+        and probe_helps(fp16)
+        and (bf16_new is None or fp16.new_s < (1 - MIN_PROBE_GAIN) * bf16_new)
+    ):
+        saving = max(0.0, (fp16.saving_s or 0.0) if bf16_new is None else bf16_new - fp16.new_s)
         share = min(1.0, saving / bd.total_s) if bd.total_s else 0.0
         out.append(
             Finding(
                 id="precision.fp16",
                 severity=sev(share),
                 title="fp16 autocast with a GradScaler is faster here",
-                evidence=f"forward+backward on the script's last batch: fp32 {ms(fp16['base_s'])}, fp16 with "
-                f"GradScaler {ms(fp16['new_s'])}"
+                evidence=f"forward+backward on the script's last batch: fp32 {ms(fp16.base_s or 0.0)}, fp16 "
+                f"with GradScaler {ms(fp16.new_s)}"
                 + (f", bf16 {ms(bf16_new)}" if bf16_new else "")
                 + " (medians, measured after the run)",
-                data={"fp16_scaler": fp16, "bf16_s": bf16_new},
+                data={"fp16_scaler": fp16.to_json(), "bf16_s": bf16_new},
                 fix="Run forward and loss under fp16 autocast and scale the loss (fp16 needs the scaler).",
                 fix_code="scaler = torch.amp.GradScaler('cuda')\nwith torch.autocast('cuda', dtype=torch.float16):\n"
                 "    loss = criterion(model(x), y)\nscaler.scale(loss).backward()\nscaler.step(opt)\nscaler.update()",
@@ -340,8 +350,9 @@ def probe_findings(found: list[Finding], bd: Breakdown, probes: dict[str, Any]) 
     for comp in components(PROCESS):  # cudnn_benchmark, tf32: its RULE on its probe's result
         if comp.PROBE:  # threads has none: its probe's result is the contention rules' to judge
             out += probe_finding(comp.RULE, bd, probes)
-    h2d = probes.get("h2d")
-    if h2d:
+    probe = probes.result("h2d")
+    if probe is not None and probe.to_json():
+        h2d = probe.to_json()  # the pinned-copy probe's own keys (``probe.gpu_probes``)
         for i, f in enumerate(out):
             if f.id == "dataloader.pin_memory":
                 saving = max(0.0, min(f.est_saving_s or 0.0, h2d["saving_s"]))

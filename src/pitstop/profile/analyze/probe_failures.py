@@ -4,10 +4,12 @@ the report would otherwise show is never dropped in silence."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile.analyze.registry import RunView, rule
+from pitstop.profile.record.parts import Probes
 from pitstop.recipes import recipe
 
 
@@ -25,28 +27,29 @@ def probe_failed_finding(probe: str, error: str) -> Finding:
 
 @rule(order=110)
 def probe_failure_rule(v: RunView) -> list[Finding]:
-    return probe_failure_rules(v.probes)
+    return probe_failure_rules(v.m.probed)
 
 
-def probe_failure_rules(probes: dict[str, Any]) -> list[Finding]:
+def probe_failure_rules(results: Probes | Mapping[str, Any]) -> list[Finding]:
+    probes = Probes.of(results)
     out = []
-    if probes.get("error"):
-        out.append(probe_failed_finding("model (autocast, channels_last, cudnn.benchmark)", str(probes["error"])))
-    for o in probes.get("optimizer") or []:
-        if o.get("error"):
-            out.append(probe_failed_finding(f"optimizer ({o.get('type')} foreach)", str(o["error"])))
-    hm = probes.get("host_memory") or {}
-    if hm.get("error"):
-        out.append(probe_failed_finding("host-memory", str(hm["error"])))
-    prec = probes.get("precision") or {}
-    if prec.get("slower"):
+    if probes.error:
+        out.append(probe_failed_finding("model (autocast, channels_last, cudnn.benchmark)", str(probes.error)))
+    for o in probes.optimizer:
+        if o.error:
+            out.append(probe_failed_finding(f"optimizer ({o.type} foreach)", str(o.error)))
+    hm = probes.result("host_memory")
+    if hm is not None and hm.error:
+        out.append(probe_failed_finding("host-memory", str(hm.error)))
+    prec = probes.result("precision")
+    if prec is not None and prec.slower:
         out.append(
             Finding(
                 id=recipe("amp").finding,
                 severity=Severity.INFO,
                 title="Autocast was not probed: its matmuls measured slower than fp32 here",
-                evidence=str(prec["skipped"]),
-                data=prec,
+                evidence=str(prec.skipped),
+                data=prec.to_json(),
                 fix="Keep fp32 on this hardware.",
             )
         )

@@ -4,12 +4,14 @@ of the step the problem lives in)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.measure import NO_GAIN, UNDECIDED, against_bar
+from pitstop.profile.record.parts import ProbeResult, Probes
 from pitstop.profile.record.timeline import PART_LABELS
 from pitstop.recipes import components, fix_kinds, recipe
 from pitstop.recipes.component import ProbeRule  # a component's rule is one (served here to the rules)
@@ -26,11 +28,14 @@ FAULTS_WORTH_A_RUN = 256  # untimed page faults per step (1 MiB of fresh pages) 
 MIN_FAULTS_TO_TIME = 200  # fewer faults saved in the probe: its time difference is mostly noise
 MEASURES = ("compute.mfu",)  # info findings that report a measurement, not an unmeasured problem
 
+Probe = ProbeResult | Mapping[str, Any]  # one probe's result, typed or as its JSON
 
-def probe_helps(probe: dict[str, Any]) -> bool:
+
+def probe_helps(probe: Probe) -> bool:
     """A probed change counts only when it saves more than MIN_PROBE_GAIN of the probed pass."""
-    saving = probe.get("saving_s", 0.0)
-    return saving > MIN_PROBE_GAIN * probe.get("base_s", 0.0) and saving > 0
+    p = ProbeResult.of(probe)
+    saving = p.saving_s or 0.0
+    return saving > MIN_PROBE_GAIN * (p.base_s or 0.0) and saving > 0
 
 
 def sev(share: float | None) -> Severity:
@@ -127,52 +132,56 @@ def _bounded(f: Finding, bd: Breakdown, device: str) -> Finding:
         est_saving_s=limit,
         share=share,
     )
-def saving_verdict(probe: dict[str, Any], step_s: float) -> str:
+def saving_verdict(probe: Probe, step_s: float) -> str:
     """``pitstop.measure.against_bar`` for a probe's saving interval (``saving_lo_s``, ``saving_hi_s``)
     against the bar a warning must clear, ``WARN_SHARE`` of the median step: HELPED, NO_GAIN (a pass
     as decisive as a warning) or UNDECIDED (no interval, or one that straddles the bar)."""
-    return against_bar(probe.get("saving_lo_s"), probe.get("saving_hi_s"), WARN_SHARE * step_s)
+    p = ProbeResult.of(probe)
+    return against_bar(p.saving_lo_s, p.saving_hi_s, WARN_SHARE * step_s)
 
 
-def scaled_text(probe: dict[str, Any]) -> str:
+def scaled_text(probe: Probe) -> str:
     """'; 3 rounds in a budget scaled to 11 s for passes this slow' where the probe's budget was raised."""
-    if not probe.get("budget_scaled"):
+    p = ProbeResult.of(probe)
+    if not p.budget_scaled:
         return ""
-    return f"; {probe.get('rounds', 0)} rounds in a budget scaled to {probe.get('budget_s', 0):.0f} s for passes this slow"
+    return f"; {p.rounds or 0} rounds in a budget scaled to {p.budget_s or 0:.0f} s for passes this slow"
 
 
-def ci_text(probe: dict[str, Any]) -> str:
+def ci_text(probe: Probe) -> str:
     """'95% CI 1.2 ms–3.4 ms' for the saving's bounds, or why there are none."""
-    lo, hi = probe.get("saving_lo_s"), probe.get("saving_hi_s")
+    p = ProbeResult.of(probe)
+    lo, hi = p.saving_lo_s, p.saving_hi_s
     if lo is None or hi is None:
-        budget = f" of {probe['budget_s']:.0f} s" if probe.get("budget_s") else ""
+        budget = f" of {p.budget_s:.0f} s" if p.budget_s else ""
         return f"no interval: too few probe rounds fitted the probe's budget{budget}"
     return f"95% CI {ms(lo)}\u2013{ms(hi)}"
 
 
 def probe_finding(
-    rule: ProbeRule, bd: Breakdown, probes: dict[str, Any], where: str | None = None, **fields: Any
+    rule: ProbeRule, bd: Breakdown, probes: Probes | Mapping[str, Any], where: str | None = None, **fields: Any
 ) -> list[Finding]:
     """``rule``'s finding from its recipe's probe result in ``probes`` (none when the probe did not run):
     the problem when the change measured faster (``probe_helps``; ``confirm`` then judges it by its
     interval), a pass only when the interval rules out a saving of ``WARN_SHARE`` of the step, else
     info, undecided, naming the ``pitstop fix`` run that decides it."""
     r = recipe(rule.recipe)
-    p = probes.get(r.probe or "")
-    if not p or "saving_s" not in p or "base_s" not in p:
+    p = Probes.of(probes).result(r.probe)
+    if p is None or not p.timed:
         return []
-    text = {**p, **fields, "base": ms(p["base_s"]), "new": ms(p["new_s"])}
+    js = p.to_json()
+    text = {**js, **fields, "base": ms(p.base_s), "new": ms(p.new_s)}
     location = where if rule.at_model else None
     fid = r.finding or r.name
     if probe_helps(p):
-        saving, share = cost(bd, p["saving_s"])
+        saving, share = cost(bd, p.saving_s)
         return [
             Finding(
                 id=fid,
                 severity=sev(share),
                 title=rule.title.format(**text),
                 evidence=rule.evidence.format(**text) + scaled_text(p),
-                data=p,
+                data=js,
                 fix=rule.fix.format(**text),
                 fix_code=r.code(**text),
                 location=location,
@@ -189,9 +198,9 @@ def probe_finding(
                 id=fid,
                 severity=Severity.PASS,
                 title=rule.pass_title.format(**text),
-                evidence=f"{rule.pass_evidence.format(**text)}; saving {ms(p['saving_s'])} ({ci_text(p)}): "
+                evidence=f"{rule.pass_evidence.format(**text)}; saving {ms(p.saving_s)} ({ci_text(p)}): "
                 f"its upper bound is under the {pct(WARN_SHARE)} of the {ms(step)} median step a warning needs",
-                data={**p, "verdict": NO_GAIN, "saving_ci_s": [p["saving_lo_s"], p["saving_hi_s"]]},
+                data={**js, "verdict": NO_GAIN, "saving_ci_s": [p.saving_lo_s, p.saving_hi_s]},
             )
         ]
     evidence = rule.pass_evidence.format(**text) or rule.evidence.format(**text)
@@ -199,22 +208,23 @@ def probe_finding(
 
 
 def undecided(
-    name: str, probe: dict[str, Any], step_s: float, evidence: str, where: str | None, measured: str = ""
+    name: str, probe: Probe, step_s: float, evidence: str, where: str | None, measured: str = ""
 ) -> Finding:
     """Info for recipe ``name`` whose probe measured no gain worth a warning without ruling one out (no
     interval, or an upper bound at ``WARN_SHARE`` of the step or above): neither a problem nor a pass,
     naming the ``pitstop fix`` run that decides it. ``measured``: the saving and its bounds, as text
     (default: the probe's saving and interval)."""
     r = recipe(name)
-    bounds = [probe["saving_lo_s"], probe["saving_hi_s"]] if probe.get("saving_hi_s") is not None else None
-    measured = measured or f"saving {ms(probe['saving_s'])} ({ci_text(probe)})"
+    p = ProbeResult.of(probe)
+    bounds = [p.saving_lo_s, p.saving_hi_s] if p.saving_hi_s is not None else None
+    measured = measured or f"saving {ms(p.saving_s or 0.0)} ({ci_text(p)})"
     return Finding(
         id=r.finding or r.name,
         severity=Severity.INFO,
         title=f"Undecided: does {r.title} save {pct(WARN_SHARE)} of the step here?",
         evidence=f"{evidence}; {measured}: a pass needs the upper bound under {pct(WARN_SHARE)} of the "
         f"{ms(step_s)} median step",
-        data={**probe, "verdict": UNDECIDED, "saving_ci_s": bounds, "confirmed": False},
+        data={**p.to_json(), "verdict": UNDECIDED, "saving_ci_s": bounds, "confirmed": False},
         fix=f"`pitstop fix --candidates {r.name}` times it on the whole script until its interval decides."
         if r.name in fix_kinds()
         else "A longer run (`--steps`) or a quieter machine narrows the probe's interval.",

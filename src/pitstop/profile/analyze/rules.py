@@ -207,7 +207,7 @@ def no_step_finding(data: Data) -> Finding:
     """``profile.no_step``: no measured step. Either every step the script ran was a warm-up step (it
     ended too soon for ``--warmup``), or no step boundary was seen at all."""
     m = Measurements.of(data)
-    totals = m.totals if m.totals is not None else {}
+    t = m.run_totals
     warm = sum(1 for r in m.steps or [] if isinstance(r, dict) and r.get("warmup"))
     if warm:
         what = "optimizer steps" if m.step_boundary == "optimizer.step()" else "steps"
@@ -217,9 +217,9 @@ def no_step_finding(data: Data) -> Finding:
             id="profile.no_step",
             severity=Severity.WARN,
             title=f"All {warm} {what} were warm-up: none was measured",
-            evidence=f"{warm} {what} seen ({totals.get('optimizer_steps', 0)} optimizer.step() calls), all "
+            evidence=f"{warm} {what} seen ({t.optimizer_steps or 0} optimizer.step() calls), all "
             f"within the first {n} that --warmup leaves out of the measurement; {ended}",
-            data={**totals, "warmup_steps": warm, "warmup": n},
+            data={**t.to_json(), "warmup_steps": warm, "warmup": n},
             fix=f"Run the script longer (more batches or epochs), or lower --warmup below {warm} "
             f"(e.g. --warmup {max(0, warm - 3)}) so some steps are measured.",
         )
@@ -227,12 +227,12 @@ def no_step_finding(data: Data) -> Finding:
         id="profile.no_step",
         severity=Severity.WARN,
         title="No training step was seen",
-        evidence=f"{totals.get('batches', 0)} batches loaded ({totals.get('data_wait_s', 0.0):.3f} s waiting), "
-        f"{totals.get('forwards', 0)} forward calls ({totals.get('forward_s', 0.0):.3f} s), "
-        f"{totals.get('backwards', 0)} backward calls ({totals.get('backward_s', 0.0):.3f} s), but "
+        evidence=f"{t.batches or 0} batches loaded ({t.data_wait_s or 0.0:.3f} s waiting), "
+        f"{t.forwards or 0} forward calls ({t.forward_s or 0.0:.3f} s), "
+        f"{t.backwards or 0} backward calls ({t.backward_s or 0.0:.3f} s), but "
         "neither optimizer.step() nor enough backward() calls to delimit steps by "
         "(or the script stopped before them)",
-        data=totals,
+        data=t.to_json(),
         fix="pitstop delimits steps by optimizer.step(), or by backward() in loops without an optimizer; "
         "profile the training script, or run longer.",
     )

@@ -54,7 +54,7 @@ def unprobed_precision_rule(v: RunView) -> list[Finding]:
 
 @rule(order=80)
 def optimizer_rule(v: RunView) -> list[Finding]:
-    return optimizer_rules(v.breakdown, v.m.optimizers or [], v.probes)
+    return optimizer_rules(v.breakdown, [o.to_json() for o in v.m.optimizers], v.probes)
 
 
 @rule(order=90)

@@ -16,6 +16,7 @@ from pitstop.profile.analyze.stalls import stall_findings
 from pitstop.profile.capture.stacks import KINDS, describe_exit
 from pitstop.profile.capture.watchdog import REQUEST_WAIT_S
 from pitstop.profile.record.measurements import Measurements
+from pitstop.profile.record.parts import WatchdogRecord
 
 _TB_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
@@ -44,14 +45,14 @@ def progress_rule(v: RunView) -> list[Finding]:
 def progress_rules(data: Measurements | Mapping[str, Any]) -> list[Finding]:
     """All progress findings for one run's measurements record (hang, timeout, stalls, dead workers)."""
     m = Measurements.of(data)
-    wd = m.watchdog or {}
+    wd = m.watchdog or WatchdogRecord()
     out: list[Finding] = []
-    status = wd.get("run_status") or m.status
+    status = wd.run_status or m.status
     hang = hang_finding(wd, m, status)
     if hang is not None:
         out.append(hang)
-    elif status == "timeout" and wd.get("stop"):
-        out.append(_timeout_finding(wd["stop"]))
+    elif status == "timeout" and wd.stop:
+        out.append(_timeout_finding(wd.stop))
     out += stall_findings(m.steps or [], wd)
     if hang is None or hang.data.get("kind") != "dataloader":
         out += worker_died_findings(wd, m, status)
@@ -86,11 +87,12 @@ def _dead_text(dump: dict[str, Any]) -> str:
 
 
 def hang_finding(
-    wd: dict[str, Any], data: Measurements | Mapping[str, Any], status: str | None
+    watchdog: WatchdogRecord | Mapping[str, Any], data: Measurements | Mapping[str, Any], status: str | None
 ) -> Finding | None:
-    dump = wd.get("hang")
+    wd = WatchdogRecord.of(watchdog)
+    dump = wd.hang
     stopped = status in ("timeout", "interrupted", "killed")
-    if dump is None and wd.get("unanswered") and not wd.get("error") and stopped:
+    if dump is None and wd.unanswered and not wd.error and stopped:
         return _native_hang(wd, Measurements.of(data))
     if dump is None:
         return None
@@ -142,8 +144,8 @@ def hang_finding(
     )
 
 
-def _native_hang(wd: dict[str, Any], m: Measurements) -> Finding:
-    samples = wd.get("samples") or []
+def _native_hang(wd: WatchdogRecord, m: Measurements) -> Finding:
+    samples = wd.samples or []
     last = (samples[-1].get("main") or {}) if samples else {}
     n = len(m.steps or [])
     return Finding(
@@ -186,12 +188,13 @@ def _timeout_finding(stop: dict[str, Any]) -> Finding:
 
 
 def worker_died_findings(
-    wd: dict[str, Any], data: Measurements | Mapping[str, Any], status: str | None
+    watchdog: WatchdogRecord | Mapping[str, Any], data: Measurements | Mapping[str, Any], status: str | None
 ) -> list[Finding]:
     """A worker of the script's DataLoader exited non-zero (a crash, the OOM killer's SIGKILL)."""
+    wd = WatchdogRecord.of(watchdog)
     dead: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for when in ("end", "error", "stop"):  # the first record that saw the dead worker's exit code
-        loaders = (wd.get(when) or {}).get("loaders") or []
+    for seen in (wd.end, wd.error, wd.stop):  # the first record that saw the dead worker's exit code
+        loaders = (seen.get("loaders") if isinstance(seen, dict) else None) or []
         dead = [
             (ld, w) for ld in loaders for w in ld.get("workers") or [] if w.get("exitcode") not in (None, 0)
         ]

@@ -26,11 +26,13 @@ import itertools
 import re
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile.analyze.rulekit import WARN_SHARE
 from pitstop.profile.capture.watchdog import MAX_SAMPLES, POLL_S, STALL_FACTOR, STALL_MIN_S
+from pitstop.profile.record.parts import WatchdogRecord
 from pitstop.units import duration
 
 CONTENDED_CPUS = 0.5  # other processes (plus steal) held at least half a CPU ...
@@ -216,8 +218,11 @@ def _groups_text(
     return "; ".join(parts)
 
 
-def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Finding]:
+def stall_findings(
+    records: list[dict[str, Any]], watchdog: WatchdogRecord | Mapping[str, Any]
+) -> list[Finding]:
     """One finding for the measured steps that stalled: when, how long, and what each was."""
+    wd = WatchdogRecord.of(watchdog)
     steps = [r for r in records if r.get("index", 0) > 0 and not r.get("warmup") and not r.get("traced")]
     if len(steps) < 3:
         return []
@@ -229,9 +234,9 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
     if not stalled:
         return []
     samples: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for s in wd.get("samples") or []:
+    for s in wd.samples or []:
         samples[s["step"]].append(s)
-    windows = {w["step"]: w for w in wd.get("contention") or []}
+    windows = {w["step"]: w for w in wd.contention or []}
     typical = {
         "total_s": med,
         "data_wait_s": statistics.median(r.get("data_wait_s", 0.0) for r in base),
@@ -254,7 +259,7 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
         when += f" (every {g} steps)"
     took = _list([duration(r["total_s"]) for r in stalled])
     unsampled = [r for r in stalled if not samples.get(r["index"])]
-    poll_s = wd.get("poll_s") or POLL_S
+    poll_s = wd.poll_s or POLL_S
     headline = WHAT[main_cause[0]]
     if (g := period([r["index"] for r in groups[main_cause]])) is not None:
         headline += f" every {g} steps"
@@ -268,7 +273,7 @@ def stall_findings(records: list[dict[str, Any]], wd: dict[str, Any]) -> list[Fi
             f"steps (warm-up left out): {duration(excess)} in all, {duration(saving)} per step "
             f"({100 * share:.0f}% of the step time). What they were: {_groups_text(groups, windows)}."
             + _sampled_text(top, len(seen), len(stalled))
-            + _unsampled_text(unsampled, poll_s, len(wd.get("samples") or [])),
+            + _unsampled_text(unsampled, poll_s, len(wd.samples or [])),
             data={
                 "steps": idx,
                 "step_s": [r["total_s"] for r in stalled],

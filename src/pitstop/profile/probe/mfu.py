@@ -11,9 +11,11 @@ out, as nanoGPT and torchtitan do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pitstop.measure.clock import Stopwatch
+from pitstop.profile.record.parts import Totals
 from pitstop.units import duration
 
 MAX_PASS_S = 5.0
@@ -95,11 +97,12 @@ def measure(
     }
 
 
-def passes_per_step(totals: dict[str, Any], steps: int) -> float:
+def passes_per_step(totals: Totals | Mapping[str, Any], steps: int) -> float:
     """Training forward+backward passes per step: top-level forwards with grad on and the module in
     training mode (``train_forwards``), so a no-grad sampling callback, an inference-mode or an eval pass
     is not counted as training; at least one. Records from before that count use all forwards."""
-    forwards = totals.get("train_forwards", totals.get("forwards", 0))
+    t = Totals.of(totals)
+    forwards = t.train_forwards if t.train_forwards is not None else t.forwards or 0
     return max(1.0, round(forwards / steps)) if steps else 1.0
 
 

@@ -4,7 +4,7 @@ frozen dataclasses the parent reads it into, so the rules read ``m.loaders[0].nu
 
 Each record's ``from_json`` takes the JSON mapping as written: a missing key is the field's default, a
 key the record does not name is kept in its ``extra`` mapping, so ``to_json`` gives back the same keys
-(fields left at None are left out) and nothing a newer child adds is lost on the way through. The
+(fields left at None are left out, except where a nested record's JSON held them as null) and nothing a newer child adds is lost on the way through. The
 record carries its ``SCHEMA`` (``"schema"``, stamped by the child where it writes the record); one
 without it is from an older pitstop and read as schema 1; one from a newer major schema is refused
 (``NewerRecord``), as this pitstop cannot know what its fields mean.
@@ -13,12 +13,38 @@ without it is from an older pitstop and read as schema 1; one from a newer major
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pitstop.profile.record.base import Record
+from pitstop.profile.record.parts import (
+    DeviceTime,
+    MemoryRecord,
+    OptimizerRecord,
+    Probes,
+    Totals,
+    TraceRecord,
+    WatchdogRecord,
+)
+
+__all__ = [
+    "SCHEMA",
+    "DeviceTime",
+    "LoaderRecord",
+    "Measurements",
+    "MemoryRecord",
+    "ModelRecord",
+    "NewerRecord",
+    "OptimizerRecord",
+    "Probes",
+    "Record",
+    "SyncSite",
+    "Totals",
+    "TraceRecord",
+    "WatchdogRecord",
+]
 
 SCHEMA = 1  # the record's major version: a change that old readers would misread raises it
-
-R = TypeVar("R", bound="Record")
 
 
 class NewerRecord(ValueError):
@@ -33,46 +59,6 @@ def check_schema(d: Mapping[str, Any]) -> None:
             f"the measurements record has schema {schema}, newer than this pitstop reads ({SCHEMA}): "
             "it was written by a newer pitstop; profile with the same version, or upgrade this one"
         )
-
-
-class Record:
-    """What every record shares: JSON in and out, by its fields' names. ``NESTED``: fields holding a
-    sequence of records, by the record class each item is read into."""
-
-    NESTED: ClassVar[dict[str, type[Record]]] = {}
-    OWN: ClassVar[frozenset[str]] = frozenset({"extra", "absent"})  # fields that are no JSON key
-    extra: Mapping[str, Any]
-
-    @classmethod
-    def from_json(cls: type[R], d: Mapping[str, Any] | None) -> R:
-        d = d or {}
-        names = {f.name for f in fields(cls)} - cls.OWN
-        kw: dict[str, Any] = {}
-        for k in names & d.keys():
-            sub = cls.NESTED.get(k)
-            kw[k] = tuple(sub.from_json(x) for x in d[k] or ()) if sub is not None else d[k]
-        if cls.NESTED:  # a sequence the JSON did not hold is empty here and left out again by to_json
-            kw["absent"] = frozenset(cls.NESTED) - d.keys()
-        return cls(**kw, extra={k: v for k, v in d.items() if k not in names})
-
-    @classmethod
-    def of(cls: type[R], data: R | Mapping[str, Any] | None) -> R:
-        """``data`` as this record: itself where it is one, else read from its JSON mapping."""
-        return data if isinstance(data, cls) else cls.from_json(data)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in self.OWN or v is None or f.name in getattr(self, "absent", ()):
-                continue
-            out[f.name] = [x.to_json() for x in v] if f.name in self.NESTED else v
-        out.update(self.extra)
-        return out
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """Mapping access by JSON key, for code that takes the record as a mapping."""
-        return self.to_json().get(key, default)
 
 
 @dataclass(frozen=True)
@@ -90,6 +76,7 @@ class LoaderRecord(Record):
     wait_s: float | None = None
     first_batch_s: list[float] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    nulls: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     @property
     def workers(self) -> int:
@@ -109,6 +96,7 @@ class SyncSite(Record):
     sampled_steps: int | None = None
     measured_steps: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    nulls: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -122,6 +110,7 @@ class ModelRecord(Record):
     dataparallel: bool | None = None
     param_dtypes: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    nulls: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -134,6 +123,15 @@ class Measurements(Record):
         "loaders": LoaderRecord,
         "sync_sites": SyncSite,
         "models": ModelRecord,
+        "optimizers": OptimizerRecord,
+    }
+    ONE: ClassVar[dict[str, type[Record]]] = {
+        "totals": Totals,
+        "memory": MemoryRecord,
+        "device_time": DeviceTime,
+        "trace": TraceRecord,
+        "probes": Probes,
+        "watchdog": WatchdogRecord,
     }
 
     schema: int | None = None
@@ -145,19 +143,19 @@ class Measurements(Record):
     warmup: int | None = None
     step_boundary: str | None = None
     steps: list[dict[str, Any]] | None = None
-    totals: dict[str, Any] | None = None
+    totals: Totals | None = None
     loaders: tuple[LoaderRecord, ...] = ()
     sync_sites: tuple[SyncSite, ...] = ()
     models: tuple[ModelRecord, ...] = ()
-    optimizers: list[dict[str, Any]] | None = None
+    optimizers: tuple[OptimizerRecord, ...] = ()
     torch: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
+    memory: MemoryRecord | None = None
     gpu_util: dict[str, Any] | None = None
-    device_time: dict[str, Any] | None = None
-    trace: dict[str, Any] | None = None
+    device_time: DeviceTime | None = None
+    trace: TraceRecord | None = None
     mfu: dict[str, Any] | None = None
-    probes: dict[str, Any] | None = None
-    watchdog: dict[str, Any] | None = None
+    probes: Probes | None = None
+    watchdog: WatchdogRecord | None = None
     distributed: dict[str, Any] | None = None
     other_cpu_share: float | None = None
     steal_share: float | None = None
@@ -177,7 +175,18 @@ class Measurements(Record):
 
     @property
     def probe_results(self) -> dict[str, Any]:
-        return self.probes or {}
+        """The probes' results as JSON, for the recipes' components that read them by key."""
+        return self.probes.to_json() if self.probes is not None else {}
+
+    @property
+    def probed(self) -> Probes:
+        """The probes' results, typed (empty where no probe ran)."""
+        return self.probes if self.probes is not None else Probes()
+
+    @property
+    def run_totals(self) -> Totals:
+        """What ran over the whole run (empty where the record has none)."""
+        return self.totals if self.totals is not None else Totals()
 
     @property
     def used_loaders(self) -> tuple[LoaderRecord, ...]:
