@@ -196,7 +196,7 @@ def test_no_optimizer_and_no_backward_gives_no_step(instrument):
     inst.close_pending()
     assert inst.records == []
     assert inst.snapshot("completed", final=False)["step_boundary"] is None
-    assert inst.totals()["forwards"] == 6
+    assert inst.totals().forwards == 6
 
 
 def test_copies_and_submodule_calls_of_a_known_model(instrument):

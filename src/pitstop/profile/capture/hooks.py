@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +33,11 @@ import torch
 
 from pitstop.profile.capture import gpu_memory
 from pitstop.profile.capture.device_time import DeviceTimer
-from pitstop.profile.capture.facts import GpuSampler, model_facts, torch_facts
+from pitstop.profile.capture.facts import GpuSampler
 from pitstop.profile.capture.loaders import LoaderTables, install_loader_patches
 from pitstop.profile.capture.models import NARROW_AFTER, ModelHooks, call_kwargs, forward_facts
 from pitstop.profile.capture.patches import Patches, install_cuda_sync_debug, make_inert
+from pitstop.profile.capture.snapshot import measurements
 from pitstop.profile.capture.stepclock import (
     BACKWARD,
     BY_BACKWARD,
@@ -53,10 +53,11 @@ from pitstop.profile.capture.torchcalls import install_torch_patches
 from pitstop.profile.capture.where import user_location
 from pitstop.profile.record.captured import Captured, CapturedLoader
 from pitstop.profile.record.jsonfile import write_json_atomic
-from pitstop.profile.record.measurements import SCHEMA
+from pitstop.profile.record.measurements import Measurements
 from pitstop.profile.record.overrides import Overrides
+from pitstop.profile.record.parts import Totals
 from pitstop.profile.record.timeline import STEPS_LOG, StepsLog
-from pitstop.recipes.host_memory import keep_host_memory, kept, minor_page_faults
+from pitstop.recipes.host_memory import keep_host_memory, minor_page_faults
 
 __all__ = ["Captured", "CapturedLoader", "Config", "Instrumentation", "StopProfiling"]
 
@@ -431,16 +432,18 @@ class Instrumentation:
     def sync_site_rows(self) -> list[dict[str, Any]]:
         return self.syncs.rows()
 
-    def totals(self) -> dict[str, Any]:
+    def totals(self) -> Totals:
         """What ran over the whole run, steps or not (the report's evidence when no step was seen)."""
         run = self.clock.phases.run_totals()
-        return {
-            "data_wait_s": run[DATA],
-            "forward_s": run[FORWARD],
-            "backward_s": run[BACKWARD],
-            "optimizer_s": run[OPTIMIZER],
-            **self.counts,
-        }
+        return Totals.from_json(
+            {
+                "data_wait_s": run[DATA],
+                "forward_s": run[FORWARD],
+                "backward_s": run[BACKWARD],
+                "optimizer_s": run[OPTIMIZER],
+                **self.counts,
+            }
+        )
 
     def flush(self, status: str, **extra: Any) -> None:
         """The measurements so far to ``flush_path``, the step records appended to the steps log beside it."""
@@ -455,43 +458,8 @@ class Instrumentation:
         write_json_atomic(self.flush_path, data)
 
     def snapshot(self, status: str, final: bool = True) -> dict[str, Any]:
-        facts = []
-        for m in self.captured.models:
-            f = dict(self.model_facts.get(id(m), {}))
-            if final:
-                f.update(model_facts(m))
-            facts.append(f)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        memory: dict[str, Any] = {"peak_rss_bytes": usage.ru_maxrss * 1024}
-        dev = self.captured.device
-        if final and dev is not None and dev.type == "cuda":
-            with contextlib.suppress(Exception):
-                memory["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
-                memory["cuda_peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
-            memory.update(gpu_memory.memory_facts(dev))
-        memory["oom"] = self.oom
-        return {
-            "version": 1,
-            "schema": SCHEMA,
-            "status": status,
-            "warmup": self.cfg.warmup,
-            "steps": self.records,
-            "step_boundary": self.clock.boundary_label(),
-            "totals": self.totals(),
-            "sync_sites": self.sync_site_rows(),
-            "loaders": [c.settings() for c in self.captured.loaders],
-            "models": facts,
-            "optimizers": self.optimizer_facts,
-            "device": str(dev) if dev is not None else None,
-            "torch": torch_facts() if final else {},  # at the end only: keep the periodic flush cheap
-            "memory": memory,
-            "callback_result": self.callback_result,
-            "callback_error": self.callback_error,
-            "compile_error": self.compile_error,
-            "override_errors": self.override_errors,
-            "host_memory": str(kept()) if kept() is not None else None,  # set by the script or an override
-            "gpu_util": self.gpu_sampler.summary(self.records) if self.gpu_sampler else None,
-            "device_time": self.device_timer.summary(),
-            "wall_s": clock() - self.t0,
-            "pid": os.getpid(),
-        }
+        """The measurements record so far, as the JSON the parent reads (``capture.snapshot``)."""
+        return self.record(status, final).to_json()
+
+    def record(self, status: str, final: bool = True) -> Measurements:
+        return measurements(self, status, final)

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pitstop.profile.record.parts import Probes, TraceRecord
 
 if TYPE_CHECKING:  # hooks imports torch: not before main() can report an interrupted import
     from pitstop.profile.capture.hooks import Config
@@ -109,7 +112,8 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         inst.tracer.finish()
         trace = inst.tracer.summary()
     inst.device_timer.finish()  # CUDA phase events: read the rest, anchor on the host clock
-    data = inst.snapshot(status)
+    record = inst.record(status)
+    data = record.to_json()
     probes: dict[str, Any] | None = None
     if (
         status in ("completed", "stopped")
@@ -124,7 +128,7 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         if inst.flush_path is not None:
             write_json_atomic(inst.flush_path, {**data, "status": "probing", "losses": losses})
         model = inst.captured.models[0] if inst.captured.models else None
-        facts = data["models"][0] if data["models"] else {}
+        facts = record.model.to_json()
         why_not = None
         for fn in ON_PROBES:
             model, why_not = fn(model)
@@ -141,7 +145,12 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
             probes = {"error": f"{type(e).__name__}: {e}"}
         if why_not:
             probes.setdefault("skipped", []).append(f"model: {why_not}")
-        data["mfu"] = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
-        data["probes_s"] = time.perf_counter() - t_probes  # the MFU's matmul peak included
-    data.update({"losses": losses, "trace": trace, "probes": probes})
-    return data
+        mfu = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
+        record = replace(record, mfu=mfu, extra={**record.extra, "probes_s": time.perf_counter() - t_probes})
+    return replace(
+        record,
+        trace=TraceRecord.from_json(trace) if trace is not None else None,
+        probes=Probes.from_json(probes) if probes is not None else None,
+        extra={**record.extra, "losses": losses},
+        nulls=record.nulls | {"trace", "probes"},  # written as null where there is none
+    ).to_json()

@@ -12,14 +12,23 @@ R = TypeVar("R", bound="Record")
 
 class Record:
     """JSON in and out, by the fields' names. ``NESTED``: fields holding a sequence of records, by the
-    record class each item is read into; ``ONE``: fields holding one record. A record with a ``nulls``
-    field keeps the names its JSON held as null, so ``to_json`` writes them again (elsewhere a field left
-    at None is left out)."""
+    record class each item is read into; ``ONE``: fields holding one record. A field left at None is left
+    out of ``to_json``, except the names in a record's ``nulls``: those its JSON held as null
+    (``KEEP_NULLS``) or that ``build`` was given as None, so the writer's nulls are written again."""
 
     NESTED: ClassVar[dict[str, type[Record]]] = {}
     ONE: ClassVar[dict[str, type[Record]]] = {}
     OWN: ClassVar[frozenset[str]] = frozenset({"extra", "absent", "nulls"})  # fields that are no JSON key
+    KEEP_NULLS: ClassVar[bool] = True
     extra: Mapping[str, Any]
+
+    @classmethod
+    def build(cls: type[R], **kw: Any) -> R:
+        """The record of these fields, those given as None written as null by ``to_json`` (where the
+        record has ``nulls``): the writer's side, whose JSON names every key it wrote."""
+        if "nulls" in {f.name for f in fields(cls)}:  # type: ignore[arg-type]
+            kw["nulls"] = frozenset(k for k, v in kw.items() if v is None)
+        return cls(**kw)
 
     @classmethod
     def from_json(cls: type[R], d: Mapping[str, Any] | None) -> R:
@@ -31,7 +40,7 @@ class Record:
             kw[k] = _read(cls, k, d[k])
         if cls.NESTED:  # a sequence the JSON did not hold is empty here and left out again by to_json
             kw["absent"] = frozenset(cls.NESTED) - d.keys()
-        if "nulls" in own:
+        if "nulls" in own and cls.KEEP_NULLS:
             kw["nulls"] = frozenset(k for k in names & d.keys() if d[k] is None)
         return cls(**kw, extra={k: v for k, v in d.items() if k not in names})
 

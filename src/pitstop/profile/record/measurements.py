@@ -133,6 +133,7 @@ class Measurements(Record):
         "probes": Probes,
         "watchdog": WatchdogRecord,
     }
+    KEEP_NULLS: ClassVar[bool] = False  # the parent's copy leaves a null out; the child's (``build``) writes it
 
     schema: int | None = None
     version: int | None = None
@@ -162,6 +163,7 @@ class Measurements(Record):
     workers_two_process: dict[str, Any] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    nulls: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> Measurements:
