@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pitstop.profile.record.measurements import Measurements
 from pitstop.profile.record.parts import Probes, TraceRecord
 
 if TYPE_CHECKING:  # hooks imports torch: not before main() can report an interrupted import
@@ -80,7 +81,6 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
 
     from pitstop.profile.capture.facts import finish_optimizer_facts
     from pitstop.profile.capture.loaders import shutdown_loader_workers
-    from pitstop.profile.record.jsonfile import write_json_atomic
 
     inst.close_pending()
     inst.uninstall()
@@ -113,8 +113,6 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         trace = inst.tracer.summary()
     inst.device_timer.finish()  # CUDA phase events: read the rest, anchor on the host clock
     record = inst.record(status)
-    data = record.to_json()
-    probes: dict[str, Any] | None = None
     if (
         status in ("completed", "stopped")
         and inst.cfg.probes
@@ -122,35 +120,42 @@ def finalize(inst: Any, status: str, stop_workers: bool = True) -> dict[str, Any
         and inst.cfg.overrides.is_empty()
         and inst.records
     ):
-        from pitstop.profile.probe.mfu import measure as measure_mfu
-        from pitstop.profile.probe.probes import run_probes
-
-        if inst.flush_path is not None:
-            write_json_atomic(inst.flush_path, {**data, "status": "probing", "losses": losses})
-        model = inst.captured.models[0] if inst.captured.models else None
-        facts = record.model.to_json()
-        why_not = None
-        for fn in ON_PROBES:
-            model, why_not = fn(model)
-        t_probes = time.perf_counter()
-        try:
-            probes = run_probes(
-                model,
-                inst.captured.last_inputs,
-                facts,
-                list(zip(inst.captured.optimizers, inst.optimizer_facts, strict=False)),
-                loaders=inst.captured.loaders if stop_workers else None,  # in-process: the script goes on
-            )
-        except Exception as e:
-            probes = {"error": f"{type(e).__name__}: {e}"}
-        if why_not:
-            probes.setdefault("skipped", []).append(f"model: {why_not}")
-        mfu = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
-        record = replace(record, mfu=mfu, extra={**record.extra, "probes_s": time.perf_counter() - t_probes})
+        record = _with_probes(inst, record, losses, stop_workers)
     return replace(
         record,
         trace=TraceRecord.from_json(trace) if trace is not None else None,
-        probes=Probes.from_json(probes) if probes is not None else None,
         extra={**record.extra, "losses": losses},
         nulls=record.nulls | {"trace", "probes"},  # written as null where there is none
     ).to_json()
+
+
+def _with_probes(inst: Any, record: Measurements, losses: list[float | None], stop_workers: bool) -> Measurements:
+    """``record`` with the exit probes' results and the MFU (the record so far is written first, as
+    ``probing``, so a run stopped in the probes keeps its steps)."""
+    from pitstop.profile.probe.mfu import measure as measure_mfu
+    from pitstop.profile.probe.probes import run_probes
+    from pitstop.profile.record.jsonfile import write_json_atomic
+
+    if inst.flush_path is not None:
+        write_json_atomic(inst.flush_path, {**record.to_json(), "status": "probing", "losses": losses})
+    model = inst.captured.models[0] if inst.captured.models else None
+    facts = record.model.to_json()
+    why_not = None
+    for fn in ON_PROBES:
+        model, why_not = fn(model)
+    t_probes = time.perf_counter()
+    try:
+        probes = run_probes(
+            model,
+            inst.captured.last_inputs,
+            facts,
+            list(zip(inst.captured.optimizers, inst.optimizer_facts, strict=False)),
+            loaders=inst.captured.loaders if stop_workers else None,  # in-process: the script goes on
+        )
+    except Exception as e:
+        probes = {"error": f"{type(e).__name__}: {e}"}
+    if why_not:
+        probes.setdefault("skipped", []).append(f"model: {why_not}")
+    mfu = measure_mfu(model, inst.captured.last_inputs, facts, probes)  # FLOPs/step vs peak
+    probes_s = time.perf_counter() - t_probes  # the MFU's matmul peak included
+    return replace(record, mfu=mfu, probes=Probes.from_json(probes), extra={**record.extra, "probes_s": probes_s})
