@@ -26,7 +26,7 @@ class Record:
     def build(cls: type[R], **kw: Any) -> R:
         """The record of these fields, those given as None written as null by ``to_json`` (where the
         record has ``nulls``): the writer's side, whose JSON names every key it wrote."""
-        if "nulls" in {f.name for f in fields(cls)}:  # type: ignore[arg-type]
+        if "nulls" in {f.name for f in fields(cls)}:
             kw["nulls"] = frozenset(k for k, v in kw.items() if v is None)
         return cls(**kw)
 
@@ -52,7 +52,7 @@ class Record:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         nulls = getattr(self, "nulls", ())
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             v = getattr(self, f.name)
             if f.name in self.OWN or f.name in getattr(self, "absent", ()):
                 continue

@@ -117,6 +117,7 @@ class Probes(Record):
     results: Mapping[str, ProbeResult] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=NO_NAMES, compare=False, repr=False)
+    nulls: frozenset[str] = field(default=NO_NAMES, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> Probes:
