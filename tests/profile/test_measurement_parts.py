@@ -21,6 +21,7 @@ from pitstop.profile.record.parts import (
     TraceRecord,
     WatchdogRecord,
 )
+from pitstop.profile.record.rank_summary import RankSummary
 
 PROBE = {
     "base_s": 0.02,
@@ -139,3 +140,52 @@ def test_the_child_writes_the_record_the_parent_reads(instrument):
     assert m.run_totals.optimizer_steps == 8 and m.run_totals.forwards == 8
     assert m.optimizers[0].type == "SGD" and m.memory is not None and m.memory.peak_rss_bytes
     assert m.loaders == () and m.steps == inst.records
+
+
+RANK = {
+    "rank": 1,
+    "status": "stopped",
+    "error": None,
+    "host": "h",
+    "local_rank": 1,
+    "node_rank": 0,
+    "world_size": 2,
+    "measured_steps": 10,
+    "breakdown": {
+        "mean_step_s": 0.1,
+        "median_step_s": 0.1,
+        "forward_s": 0.02,
+        "backward_s": 0.05,
+        "other_s": 0.03,
+    },
+    "comm_per_step": {
+        "collective_s": 0.01,
+        "ddp_comm_s": 0.02,
+        "ddp_exposed_s": 0.005,
+        "ddp_rounds": 1.0,
+        "unused_search_s": 0.0,
+        "ddp_bytes": 1024.0,
+        "ddp_timed_rounds": 1.0,
+    },
+    "steps": [{"index": 0, "total_s": 0.1}],
+    "comm_steps": {"0": {"collective_s": 0.01}},
+    "collective_sites": [],
+    "ddp": [{"location": "t.py:9"}],
+    "backend": "gloo",
+    "devices": ["cpu"],
+    "env": {},
+    "process": {"intra_op_threads": 4},
+    "signal": None,
+    "state": None,
+}
+
+
+def test_rank_summary_round_trips_and_reads_typed():
+    s = RankSummary.from_json(RANK)
+    assert s.to_json() == RANK
+    assert s.measured and s.step_s == 0.1 and s.comm_per_step.wait_s == pytest.approx(0.015)
+    assert (
+        s.breakdown is not None and s.breakdown.part("forward_s") == 0.02 and s.breakdown.part("h2d_s") == 0.0
+    )
+    built = RankSummary.build(rank=0, status="error", breakdown=None)
+    assert built.to_json()["breakdown"] is None and not built.measured  # the writer's nulls are written

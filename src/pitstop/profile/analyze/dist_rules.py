@@ -1,7 +1,8 @@
 """Findings that compare ranks: stragglers, exposed communication, DDP settings (the step component's
 rules, ``pitstop.recipes.step``), threads, backend.
 
-Pure functions of the per-rank summaries (``pitstop.profile.runs.merge.rank_summary``) and the skew of the
+Pure functions of the per-rank summaries (``record.rank_summary.RankSummary``, made by
+``pitstop.profile.runs.merge.rank_summary``; a rule takes them typed or as their JSON) and the skew of the
 collectives. A rank's *wait* per step is the time it spent blocked in collectives: DDP's gradient
 all-reduce after its last bucket was ready, plus blocking explicit collectives and ``Work.wait``. A rank's
 *busy* time is its step minus that wait: in a lockstep job every rank's step lasts as long as the slowest
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pitstop.findings import Finding, Severity
 from pitstop.profile.analyze.rulekit import ms
 from pitstop.profile.process.children import LAUNCHER
+from pitstop.profile.record.rank_summary import RankSummary
 from pitstop.profile.record.timeline import PART_LABELS
 from pitstop.recipes.step import no_sync_rule, static_graph_rule
 
@@ -24,8 +27,15 @@ WARN_SHARE = 0.05
 PHASES = ("data_wait_s", "h2d_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "other_s")
 
 
+Summaries = Sequence[RankSummary | Mapping[str, Any]]  # the ranks' summaries, typed or as their JSON
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
+
+
+def _typed(summaries: Summaries) -> list[RankSummary]:
+    return [RankSummary.of(s) for s in summaries]
 
 
 def skew_summary(calls: dict[int, list[dict[str, Any]]], warmup: int) -> dict[str, Any]:
@@ -58,18 +68,17 @@ def skew_summary(calls: dict[int, list[dict[str, Any]]], warmup: int) -> dict[st
     return out
 
 
-def _wait(s: dict[str, Any]) -> float:
-    c = s["comm_per_step"]
-    return c["ddp_exposed_s"] + c["collective_s"]
+def _wait(s: RankSummary) -> float:
+    return s.comm_per_step.wait_s
 
 
-def _phases(s: dict[str, Any]) -> dict[str, float]:
+def _phases(s: RankSummary) -> dict[str, float]:
     """Mean seconds per step of each part, with time blocked in collectives taken out."""
-    bd = s["breakdown"]
-    c = s["comm_per_step"]
-    ph = {k: float(bd.get(k, 0.0)) for k in PHASES}
-    ph["backward_s"] = max(0.0, ph["backward_s"] - c["ddp_exposed_s"])
-    left = c["collective_s"]
+    bd = s.breakdown
+    c = s.comm_per_step
+    ph = {k: bd.part(k) if bd is not None else 0.0 for k in PHASES}
+    ph["backward_s"] = max(0.0, ph["backward_s"] - c.ddp_exposed_s)
+    left = c.collective_s
     for k in ("other_s", "sync_s", "forward_s", "optimizer_s"):  # where blocking collectives are counted
         take = min(ph[k], left)
         ph[k] -= take
@@ -77,24 +86,24 @@ def _phases(s: dict[str, Any]) -> dict[str, float]:
     return ph
 
 
-def straggler(summaries: list[dict[str, Any]]) -> Finding | None:
-    ranks = [s for s in summaries if s["breakdown"] and s["measured_steps"]]
+def straggler(summaries: Summaries) -> Finding | None:
+    ranks = [s for s in _typed(summaries) if s.measured]
     if len(ranks) < 2:
         return None
-    busy = {s["rank"]: s["breakdown"]["mean_step_s"] - _wait(s) for s in ranks}
+    busy = {s.rank: s.step_s - _wait(s) for s in ranks}
     slow = max(busy, key=lambda r: busy[r])
-    others = [s for s in ranks if s["rank"] != slow]
-    s_slow = next(s for s in ranks if s["rank"] == slow)
-    other_busy = _med([busy[s["rank"]] for s in others])
+    others = [s for s in ranks if s.rank != slow]
+    s_slow = next(s for s in ranks if s.rank == slow)
+    other_busy = _med([busy[s.rank] for s in others])
     excess = busy[slow] - other_busy
-    step = _med([s["breakdown"]["mean_step_s"] for s in ranks])
+    step = _med([s.step_s for s in ranks])
     other_wait = _med([_wait(s) for s in others])
     if step <= 0 or excess < WARN_SHARE * step or other_wait <= _wait(s_slow):
         return None
     ph_slow = _phases(s_slow)
     ph_other = {k: _med([_phases(s)[k] for s in others]) for k in PHASES}
     phase = max(PHASES, key=lambda k: ph_slow[k] - ph_other[k])
-    waits = ", ".join(f"rank {s['rank']} {ms(_wait(s))}" for s in others)
+    waits = ", ".join(f"rank {s.rank} {ms(_wait(s))}" for s in others)
     where = _wait_where(others)
     return Finding(
         id="distributed.straggler",
@@ -103,13 +112,13 @@ def straggler(summaries: list[dict[str, Any]]) -> Finding | None:
         f"in {PART_LABELS[phase]}",
         evidence=f"rank {slow} busy {ms(busy[slow])} per step vs {ms(other_busy)} on the others "
         f"({PART_LABELS[phase]} {ms(ph_slow[phase])} vs {ms(ph_other[phase])}); the others wait for it in "
-        f"collectives: {waits} per step{where}, over {s_slow['measured_steps']} measured steps",
+        f"collectives: {waits} per step{where}, over {s_slow.measured_steps} measured steps",
         data={
             "rank": slow,
             "phase": phase,
             "slower_pct": 100 * excess / max(other_busy, 1e-9),
             "busy_s": busy,
-            "others_wait_s": {s["rank"]: _wait(s) for s in others},
+            "others_wait_s": {s.rank: _wait(s) for s in others},
             "phase_s": ph_slow[phase],
             "others_phase_s": ph_other[phase],
         },
@@ -120,38 +129,38 @@ def straggler(summaries: list[dict[str, Any]]) -> Finding | None:
     )
 
 
-def _wait_where(others: list[dict[str, Any]]) -> str:
+def _wait_where(others: list[RankSummary]) -> str:
     s = others[0]
-    c = s["comm_per_step"]
-    if c["ddp_exposed_s"] >= c["collective_s"]:
-        loc = next((d.get("location") for d in s["ddp"] if d.get("location")), None)
+    c = s.comm_per_step
+    if c.ddp_exposed_s >= c.collective_s:
+        loc = next((d.get("location") for d in s.ddp if d.get("location")), None)
         return " (in DDP's gradient all-reduce" + (f", model wrapped at {loc}" if loc else "") + ")"
-    sites = sorted(s["collective_sites"], key=lambda x: -x["time_s"])
+    sites = sorted(s.collective_sites, key=lambda x: -x["time_s"])
     return f" (mostly in {sites[0]['op']} at {sites[0]['location']})" if sites else ""
 
 
-def comm_exposed(summaries: list[dict[str, Any]]) -> Finding | None:
-    ranks = [s for s in summaries if s["breakdown"] and s["comm_per_step"]["ddp_rounds"] > 0]
+def comm_exposed(summaries: Summaries) -> Finding | None:
+    ranks = [s for s in _typed(summaries) if s.breakdown is not None and s.comm_per_step.ddp_rounds > 0]
     if not ranks:
         return None
     # the rank that waited least: its exposed time is communication, not waiting for a slower peer
     s = min(ranks, key=_wait)
-    c = s["comm_per_step"]
-    step = s["breakdown"]["mean_step_s"]
-    exposed, total = c["ddp_exposed_s"], c["ddp_comm_s"]
+    c = s.comm_per_step
+    step = s.step_s
+    exposed, total = c.ddp_exposed_s, c.ddp_comm_s
     if step <= 0 or exposed < 0.01 * step:
         return None
     share = exposed / step
-    ddp = s["ddp"][0] if s["ddp"] else {}
+    ddp = s.ddp[0] if s.ddp else {}
     return Finding(
         id="distributed.comm_exposed",
         severity=Severity.WARN if share >= WARN_SHARE else Severity.INFO,
         title=f"Gradient all-reduce not hidden behind backward: {ms(exposed)} per step",
-        evidence=f"rank {s['rank']}: DDP all-reduce {ms(total)} per step, {ms(exposed)} of it after the last "
-        f"bucket was ready ({100 * share:.0f}% of the {ms(step)} step); {c['ddp_bytes'] / 2**20:.1f} MiB per step, "
+        evidence=f"rank {s.rank}: DDP all-reduce {ms(total)} per step, {ms(exposed)} of it after the last "
+        f"bucket was ready ({100 * share:.0f}% of the {ms(step)} step); {c.ddp_bytes / 2**20:.1f} MiB per step, "
         f"bucket cap {ddp.get('bucket_cap_bytes')} B, gradient_as_bucket_view={ddp.get('gradient_as_bucket_view')}, "
         f"static_graph={ddp.get('static_graph')}",
-        data={"rank": s["rank"], "exposed_s": exposed, "comm_s": total, "ddp": ddp},
+        data={"rank": s.rank, "exposed_s": exposed, "comm_s": total, "ddp": ddp},
         fix="Let communication overlap backward: smaller buckets start earlier (bucket_cap_mb), "
         "gradient_as_bucket_view=True saves a copy, static_graph=True when the graph does not change; "
         "on slow links, a compression hook (fp16/bf16_compress_hook).",
@@ -171,31 +180,31 @@ def no_sync(summaries: list[dict[str, Any]]) -> Finding | None:
     return no_sync_rule(summaries, WARN_SHARE)
 
 
-def threads(summaries: list[dict[str, Any]], children: str | None = None) -> Finding | None:
+def threads(summaries: Summaries, children: str | None = None) -> Finding | None:
     """More threads than CPUs over a host's ranks; ``children``: the script's command, when the ranks are
     its ``torch.multiprocessing`` children rather than a launcher's workers."""
-    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for s in summaries:
-        if s["process"].get("intra_op_threads"):
-            by_host[s["host"] or "?"].append(s)
+    by_host: dict[str, list[RankSummary]] = defaultdict(list)
+    for s in _typed(summaries):
+        if s.process.get("intra_op_threads"):
+            by_host[s.host or "?"].append(s)
     for host, ranks in by_host.items():
         if len(ranks) < 2:
             continue
-        want = sum(s["process"]["intra_op_threads"] for s in ranks)
+        want = sum(s.process["intra_op_threads"] for s in ranks)
         cpus: set[int] = set()
         overlap = False
         for s in ranks:
-            aff = set(s["process"].get("affinity") or range(s["process"].get("cpu_count") or 1))
+            aff = set(s.process.get("affinity") or range(s.process.get("cpu_count") or 1))
             overlap = overlap or bool(cpus & aff)
             cpus |= aff
         if want <= len(cpus):
             continue
         each = max(1, len(cpus) // len(ranks))
         cpu = ", ".join(
-            f"rank {s['rank']} {s['process']['intra_op_threads']} threads"
+            f"rank {s.rank} {s.process['intra_op_threads']} threads"
             + (
-                f" ({s['process']['busy_cpus']:.1f} CPUs busy on average)"
-                if s["process"].get("busy_cpus")
+                f" ({s.process['busy_cpus']:.1f} CPUs busy on average)"
+                if s.process.get("busy_cpus")
                 else ""
             )
             for s in ranks
@@ -223,21 +232,22 @@ def threads(summaries: list[dict[str, Any]], children: str | None = None) -> Fin
     return None
 
 
-def backend(summaries: list[dict[str, Any]]) -> list[Finding]:
+def backend(summaries: Summaries) -> list[Finding]:
     out: list[Finding] = []
-    s = next((s for s in summaries if s["backend"]), None)
-    if s is not None and s["backend"] == "gloo" and "cuda" in s["devices"]:
+    ranks = _typed(summaries)
+    s = next((s for s in ranks if s.backend), None)
+    if s is not None and s.backend == "gloo" and "cuda" in s.devices:
         out.append(
             Finding(
                 id="distributed.backend",
                 severity=Severity.WARN,
                 title="gloo carries CUDA tensors: they go through host memory",
-                evidence=f"rank {s['rank']}: process group backend gloo, collectives on {', '.join(s['devices'])} tensors",
+                evidence=f"rank {s.rank}: process group backend gloo, collectives on {', '.join(s.devices)} tensors",
                 fix="Use the NCCL backend for CUDA tensors.",
                 fix_code='dist.init_process_group("nccl")',
             )
         )
-    env = next((s["env"] for s in summaries if s["env"]), {})
+    env = next((s.env for s in ranks if s.env), {})
     slow = {k: v for k, v in env.items() if (k == "NCCL_DEBUG" and v.upper() in ("INFO", "TRACE"))
             or (k in ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT", "CUDA_LAUNCH_BLOCKING") and v == "1")
             or (k == "TORCH_DISTRIBUTED_DEBUG" and v.upper() == "DETAIL")}  # fmt: skip
@@ -256,10 +266,10 @@ def backend(summaries: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
-def comm_untimed(summaries: list[dict[str, Any]]) -> Finding | None:
+def comm_untimed(summaries: Summaries) -> Finding | None:
     """A DDP model whose gradient reduction pitstop could not time (a built-in C++ comm hook)."""
-    for s in summaries:
-        ddp = next((d for d in s["ddp"] if d.get("hook_untimed") or d.get("hook_error")), None)
+    for s in _typed(summaries):
+        ddp = next((d for d in s.ddp if d.get("hook_untimed") or d.get("hook_error")), None)
         if ddp is None:
             continue
         why = ddp.get("hook_untimed") or f"the timing hook could not be registered ({ddp['hook_error']})"
@@ -267,9 +277,9 @@ def comm_untimed(summaries: list[dict[str, Any]]) -> Finding | None:
             id="distributed.comm_untimed",
             severity=Severity.INFO,
             title="DDP's gradient communication is not timed on this model",
-            evidence=f"rank {s['rank']}: comm hook {ddp.get('hook')} (DDP at {ddp.get('location')}): {why}; "
+            evidence=f"rank {s.rank}: comm hook {ddp.get('hook')} (DDP at {ddp.get('location')}): {why}; "
             "the all-reduce time and its exposed part are missing from the steps' communication",
-            data={"rank": s["rank"], "hook": ddp.get("hook"), "why": why},
+            data={"rank": s.rank, "hook": ddp.get("hook"), "why": why},
             location=ddp.get("location"),
             fix="To have it timed, register the Python form of the hook for the profile run "
             "(default_hooks.allreduce_hook, default_hooks.fp16_compress_hook): pitstop times those.",
@@ -342,7 +352,7 @@ def fewer_processes(launcher: str, command: list[str], ranks: int) -> Finding | 
     )
 
 
-def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
+def failure(summaries: Summaries, result: Any) -> Finding | None:
     if result.status in ("completed", "stopped") or not result.ranks:
         return None
     return Finding(
@@ -350,24 +360,26 @@ def failure(summaries: list[dict[str, Any]], result: Any) -> Finding | None:
         severity=Severity.ERROR,
         title=f"The {'run' if result.launcher == LAUNCHER else 'launch'} did not finish: {result.status}",
         evidence=result.error or "",
-        data={"status": result.status, "ranks": {s["rank"]: s["status"] for s in summaries}},
+        data={"status": result.status, "ranks": {s.rank: s.status for s in _typed(summaries)}},
     )
 
 
-def distributed_findings(summaries: list[dict[str, Any]], skew: dict[str, Any], result: Any) -> list[Finding]:
+def distributed_findings(summaries: Summaries, skew: dict[str, Any], result: Any) -> list[Finding]:
     children = " ".join(result.command) if result.launcher == LAUNCHER else None
-    found = [f for f in (failure(summaries, result), straggler(summaries), comm_exposed(summaries)) if f]
+    ranks = _typed(summaries)
+    as_json = [s.to_json() for s in ranks]  # find_unused and no_sync read the summaries by key
+    found = [f for f in (failure(ranks, result), straggler(ranks), comm_exposed(ranks)) if f]
     found += [
         f
         for f in (
-            find_unused(summaries),
-            no_sync(summaries),
-            threads(summaries, children),
-            comm_untimed(summaries),
+            find_unused(as_json),
+            no_sync(as_json),
+            threads(ranks, children),
+            comm_untimed(ranks),
         )
         if f
     ]
-    found += backend(summaries)
+    found += backend(ranks)
     strag = next((f for f in found if f.id == "distributed.straggler"), None)
     if strag is not None and skew:
         op, row = max(skew.items(), key=lambda kv: kv[1]["median_skew_s"])

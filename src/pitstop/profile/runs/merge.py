@@ -24,6 +24,7 @@ from pitstop.profile.analyze import summary
 from pitstop.profile.analyze.rulekit import ms
 from pitstop.profile.rank import rank_worker as rw
 from pitstop.profile.rank.rank_states import collective_name, read_states
+from pitstop.profile.record.rank_summary import CommPerStep, RankBreakdown, RankSummary
 from pitstop.profile.record.timeline import breakdown
 from pitstop.profile.runs.result import MEASUREMENTS, RunResult, RunSpec, read_measurements
 
@@ -286,8 +287,9 @@ def merge_dir(out: Path, wait_s: float = 0.0) -> RanksResult:
 # ------------------------------------------------------------------------------------------ report
 
 
-def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
-    """One rank's section: its breakdown, steps, communication per step and process facts."""
+def rank_summary(rank: int, res: RunResult, state: Any = None) -> RankSummary:
+    """One rank's section: its breakdown, steps, communication per step and process facts; ``state``: its
+    watchdog's last word, for a rank that never wrote its own."""
     dist = res.data.get("distributed") or {}
     comm = dist.get("comm") or {}
     bd = breakdown(res.steps)
@@ -304,30 +306,30 @@ def rank_summary(rank: int, res: RunResult) -> dict[str, Any]:
     mean["ddp_timed_rounds"] = timed / n
     for k in ("ddp_comm_s", "ddp_exposed_s", "ddp_bytes"):
         mean[k] = mean[k] * max(1.0, mean["ddp_rounds"] / mean["ddp_timed_rounds"]) if timed else 0.0
-    return {
-        "rank": rank,
-        "status": res.status,
-        "error": res.error,
-        "host": dist.get("hostname"),
-        "local_rank": dist.get("local_rank"),
-        "node_rank": dist.get("node_rank"),
-        "world_size": dist.get("world_size"),
-        "measured_steps": len(res.steps),
-        "breakdown": None
+    return RankSummary.build(
+        rank=rank,
+        status=res.status,
+        error=res.error,
+        host=dist.get("hostname"),
+        local_rank=dist.get("local_rank"),
+        node_rank=dist.get("node_rank"),
+        world_size=dist.get("world_size"),
+        measured_steps=len(res.steps),
+        breakdown=None
         if bd is None
-        else {"mean_step_s": bd.total_s, "median_step_s": bd.median_total_s, **bd.parts},
-        "comm_per_step": mean,
-        "steps": [s.to_dict() for s in res.warmup_steps + res.steps],
-        "comm_steps": per_step,
-        "collective_sites": comm.get("sites") or [],
-        "ddp": comm.get("ddp") or [],
-        "backend": comm.get("backend"),
-        "devices": comm.get("devices") or [],
-        "env": comm.get("env") or {},
-        "process": dist.get("process") or {},
-        "signal": dist.get("signal"),
-        "state": dist.get("state"),
-    }
+        else RankBreakdown.from_json({"mean_step_s": bd.total_s, "median_step_s": bd.median_total_s, **bd.parts}),
+        comm_per_step=CommPerStep.from_json(mean),
+        steps=[s.to_dict() for s in res.warmup_steps + res.steps],
+        comm_steps=per_step,
+        collective_sites=comm.get("sites") or [],
+        ddp=comm.get("ddp") or [],
+        backend=comm.get("backend"),
+        devices=comm.get("devices") or [],
+        env=comm.get("env") or {},
+        process=dist.get("process") or {},
+        signal=dist.get("signal"),
+        state=dist.get("state") or state,
+    )
 
 
 def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) -> Report:
@@ -340,9 +342,8 @@ def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) 
     )
     from pitstop.profile.analyze.rules import problem_findings
 
-    summaries = [rank_summary(r, res) for r, res in sorted(result.ranks.items())]
-    for s in summaries:  # a rank that never wrote its final record: its watchdog's last word
-        s["state"] = s["state"] or result.states.get(s["rank"])
+    # a rank that never wrote its final record: its watchdog's last word
+    summaries = [rank_summary(r, res, result.states.get(r)) for r, res in sorted(result.ranks.items())]
     calls = {
         r: ((res.data.get("distributed") or {}).get("comm") or {}).get("calls") or []
         for r, res in result.ranks.items()
@@ -366,25 +367,28 @@ def build_ranks_report(result: RanksResult, extra: list[Finding] | None = None) 
     basis = None
     if result.ranks:
         measured = f"{len(result.ranks)} ranks, " + ", ".join(
-            f"rank {s['rank']} {ms(s['breakdown']['median_step_s'])}" for s in summaries if s["breakdown"]
+            f"rank {s.rank} {ms(s.breakdown.median_step_s)}" for s in summaries if s.breakdown is not None
         )
         title = "No measured problem costs 5% of the step or more, on any rank"
         basis = summary.basis(title, measured, result.data.get("other_cpu_share"))
         last = summary.verdict(findings, **basis)
         findings += [last] if last else []
-    sections: dict[str, Any] = {"ranks": summaries, "distributed": {"skew": skew, "hang": result.hang}}
+    sections: dict[str, Any] = {
+        "ranks": [s.to_json() for s in summaries],
+        "distributed": {"skew": skew, "hang": result.hang},
+    }
     if result.steps:
-        rank0 = next((s for s in summaries if s["breakdown"]), None)
-        if rank0:
-            sections["breakdown"] = {"steps": rank0["measured_steps"], **rank0["breakdown"]}
-            sections["steps"] = rank0["steps"]
+        rank0 = next((s for s in summaries if s.breakdown is not None), None)
+        if rank0 is not None and rank0.breakdown is not None:
+            sections["breakdown"] = {"steps": rank0.measured_steps, **rank0.breakdown.to_json()}
+            sections["steps"] = rank0.steps
     meta: dict[str, Any] = {
         "command": " ".join(result.command),
         "launcher": result.launcher,
         "status": result.status,
         "returncode": result.returncode,
         "ranks": len(result.ranks),
-        "world_size": max([s["world_size"] or 0 for s in summaries], default=0) or len(result.ranks),
+        "world_size": max([s.world_size or 0 for s in summaries], default=0) or len(result.ranks),
         "measured_steps": len(result.steps),
         "warmup_steps": len(result.warmup_steps),
         "steps_per_s": round(result.steps_per_s(), 4),
