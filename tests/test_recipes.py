@@ -83,6 +83,82 @@ def test_every_entry_is_complete_and_its_references_exist(r):
         assert r.bench_knob in {f.name for f in dataclasses.fields(BenchConfig)}
 
 
+# the registry's order as fix's candidates, bench's rows, the docs' tables and the tests rely on it
+REGISTRY_ORDER = (
+    "workers",
+    "persistent_workers",
+    "pin_memory",
+    "amp",
+    "float32",
+    "channels_last",
+    "foreach",
+    "compile",
+    "cudnn_benchmark",
+    "host_memory",
+    "tf32",
+    "activation_checkpointing",
+    "accumulation",
+    "no_sync",
+    "static_graph",
+    "threads",
+)
+
+
+def test_registry_order_is_the_modules_order():
+    from pitstop.recipes.registry import MODULES, declared
+
+    assert tuple(r for m in MODULES for r in declared(m)) == RECIPES
+    assert tuple(r.name for r in RECIPES) == REGISTRY_ORDER
+
+
+def test_each_component_module_declares_its_entries_from_its_constants():
+    """Adding an optimization is its module, whose entry it declares, plus one line in ``MODULES``: every
+    module of ``pitstop.recipes`` that is a component or declares an entry is listed, and each entry's
+    copied fields are its component's constants."""
+    import pkgutil
+
+    import pitstop.recipes as pkg
+    from pitstop.recipes.registry import MODULES, declared
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        declares = any(hasattr(mod, a) for a in ("SURFACE", "RECIPE", "RECIPES"))
+        if declares and info.name != "registry":
+            assert mod in MODULES, f"{mod.__name__} is not in registry.MODULES"
+    for m in MODULES:
+        assert hasattr(m, "RECIPE") != hasattr(m, "RECIPES"), m.__name__
+        for r in declared(m):
+            if r.component is None:  # an entry with no component of its own (step's accumulation)
+                continue
+            module, _, attr = r.component.partition(":")
+            assert module == m.__name__, r.name
+            comp = getattr(m, attr) if attr else m
+            assert comp is component(r.name)
+            fields = (r.name, r.snippet, r.finding, r.also, r.override, r.probe)
+            consts = (comp.NAME, comp.SNIPPET, comp.FINDING, getattr(comp, "ALSO", ()), comp.KNOB)
+            assert fields == (*consts, getattr(comp, "PROBE", None)), r.name
+
+
+def test_entry_reads_a_new_components_constants(monkeypatch):
+    """``entries.entry`` builds a module's entry from its constants (a module passes its ``__name__``)."""
+    import sys
+    import types
+
+    from pitstop.recipes.entries import entry
+
+    mod = types.ModuleType("fake_component")
+    mod.NAME, mod.KNOB, mod.FINDING, mod.PROBE, mod.SNIPPET = "fake", "compile", "fake.slow", "fake", "f()"
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    r = entry(mod.__name__, title="fake switch", bench=(("fake", "fake"),), site="model")
+    assert (r.name, r.title, r.snippet, r.finding, r.also) == ("fake", "fake switch", "f()", "fake.slow", ())
+    assert (r.override, r.probe) == ("compile", "fake")
+    assert (r.component, r.bench, r.site, r.fix) == ("fake_component", (("fake", "fake"),), "model", True)
+    mod.RECORD = types.SimpleNamespace(NAME="rec", KNOB=None, FINDING=None, SNIPPET="g()", ALSO=("x.y",))
+    r = entry(mod.__name__, "RECORD", title="a record")
+    assert (r.name, r.override, r.finding, r.also, r.probe) == ("rec", None, None, ("x.y",), None)
+    assert r.component == "fake_component:RECORD"
+
+
 def test_names_findings_and_bench_rows_are_unique():
     assert len(BY_NAME) == len(RECIPES)
     assert len(BY_FINDING) == sum(len(r.findings) for r in RECIPES)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pitstop.recipes.component import BLOCKS
+from pitstop.recipes.entries import entry
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +41,16 @@ SNIPPET = (
 # a qualified name, a module type or a predicate (a string: the alias needs no torch at run time)
 Target: TypeAlias = "str | type[torch.nn.Module] | Callable[[str, torch.nn.Module], bool]"
 _MARK = "_pitstop_ckpt_forward"
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="activation checkpointing",
+    train="TrainConfig.activation_checkpointing",
+    bench=(("checkpoint", "activation checkpointing"),),
+    bench_knob="checkpoint",
+    site="model",
+)
 
 
 def _matches(name: str, module: torch.nn.Module, targets: Iterable[Target]) -> bool:

@@ -29,6 +29,7 @@ from pitstop.host.precision import preferred_amp_dtype
 from pitstop.matmul import slower_reason
 from pitstop.recipes.component import FORWARD, ProbeRule
 from pitstop.recipes.editing import ScriptEditor
+from pitstop.recipes.entries import entry
 
 NAME = "amp"
 KNOB = "autocast"  # the ``Knobs`` field: "bfloat16" or "float16"
@@ -50,6 +51,16 @@ RULE = ProbeRule(
     pass_title="fp32 kept: {dtype} autocast measured to save under {bar} of the step here",
     pass_evidence="forward+backward: fp32 {base}, {dtype} {new}",
     at_model=True,
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="mixed precision (autocast)",
+    train="TrainConfig.precision",
+    bench=(("amp_bf16", "AMP bf16"), ("amp_fp16", "AMP fp16 + GradScaler")),
+    apply="pitstop.fix.apply.apply_component",
+    site="model",
 )
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop.recipes.component import MODEL, ProbeRule
 from pitstop.recipes.editing import ScriptEditor
+from pitstop.recipes.entries import entry
 
 if TYPE_CHECKING:
     import torch
@@ -49,6 +50,16 @@ RULE = ProbeRule(
     pass_title="channels_last measured to save under {bar} of the step for this model",
     pass_evidence="NCHW {base}, channels_last {new}",
     at_model=True,
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="channels_last",
+    train="TrainConfig.channels_last",
+    bench=(("channels_last", "channels_last"),),
+    apply="pitstop.fix.apply.apply_component",
+    site="model",
 )
 
 

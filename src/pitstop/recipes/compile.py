@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pitstop.findings import Finding, Severity
 from pitstop.recipes.component import WRAP, ProbeRule
 from pitstop.recipes.editing import ScriptEditor
+from pitstop.recipes.entries import entry
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +68,17 @@ RULE = ProbeRule(
     evidence="torch.compile was not used; its gain depends on the model and is not measured by a profile run "
     "(compiling takes minutes). `pitstop fix` measures it.",
     fix="Try torch.compile; keep it if `pitstop fix` shows a gain.",
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title=CANDIDATE,
+    train="TrainConfig.compile",
+    bench=((NAME, "torch.compile"),),
+    apply="pitstop.fix.apply.apply_component",
+    untimed=True,
+    site="model",
 )
 
 

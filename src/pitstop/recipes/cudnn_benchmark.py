@@ -28,6 +28,7 @@ from typing import Any
 
 from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, scoped_arm
 from pitstop.recipes.editing import ProcessEditor, edit_first_lines
+from pitstop.recipes.entries import entry
 
 NAME = "cudnn_benchmark"
 KNOB = "cudnn_benchmark"  # the ``Knobs`` field that turns it on (``TrainConfig.cudnn_benchmark`` too)
@@ -44,6 +45,14 @@ RULE = ProbeRule(
     title="cudnn.benchmark is off for a conv net with fixed input shapes",
     evidence="forward+backward: benchmark off {base}, on {new}",
     fix="Let cuDNN pick the fastest convolution algorithms (input shapes must not change every step).",
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="cuDNN autotuning",
+    train="TrainConfig.cudnn_benchmark",
+    apply="pitstop.fix.apply.apply_component",
 )
 
 

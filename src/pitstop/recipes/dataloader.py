@@ -31,6 +31,7 @@ from typing import Any
 from pitstop.findings import Finding
 from pitstop.recipes.component import LOADER, LoaderJudge, ProbeRule
 from pitstop.recipes.editing import LoaderEditor
+from pitstop.recipes.entries import entry
 from pitstop.recipes.workers import WorkerMachine, choose_workers
 from pitstop.units import duration as ms
 
@@ -362,6 +363,30 @@ SETTINGS = (WORKERS, PERSISTENT_WORKERS, PIN_MEMORY)  # the registry's order: nu
 TUNER_KEYS = ("prefetch_factor", "batch_size")  # the loader tuner's own keywords (``inject`` forces them too)
 KEYS = tuple(c.KEY for c in SETTINGS) + TUNER_KEYS  # every keyword a knob may force
 
+PATCH = "pitstop.fix.patch.dataloader_patch"  # what ``fix --apply`` writes each keyword with
+# their registry entries, in ``SETTINGS``' order: name, snippet, finding, knob are each record's constants
+RECIPES = (
+    entry(
+        __name__,
+        "WORKERS",
+        title="DataLoader workers",
+        bench=(("workers", "DataLoader workers"),),
+        apply=PATCH,
+        site="loader",
+    ),
+    entry(__name__, "PERSISTENT_WORKERS", title="persistent workers", apply=PATCH, site="loader"),
+    entry(
+        __name__,
+        "PIN_MEMORY",
+        title="pinned memory",
+        train="pitstop.train.prefetch.DevicePrefetcher",
+        bench=(("pin_memory", "pinned memory"),),
+        apply=PATCH,
+        fix=False,
+        site="loader",
+    ),
+)
+
 
 def workers_fix(n: int) -> dict[str, Any]:
     """The workers fix as keywords: ``n`` worker processes, kept between epochs (what ``pitstop fix``
@@ -371,6 +396,7 @@ def workers_fix(n: int) -> dict[str, Any]:
 __all__ = [
     "PERSISTENT_WORKERS",
     "PIN_MEMORY",
+    "RECIPES",
     "SETTINGS",
     "SLOW",
     "WORKERS",

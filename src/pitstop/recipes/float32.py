@@ -32,6 +32,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.recipes.component import DTYPE, ProbeRule
 from pitstop.recipes.editing import ScriptEditor
+from pitstop.recipes.entries import entry
 
 NAME = "float32"
 KNOB = "float32"  # the ``Knobs`` field that turns it on (profile's injection, fix's runs)
@@ -53,6 +54,15 @@ RULE = ProbeRule(
     pass_title="float32 measured no faster than float64 for this model here",
     pass_evidence="forward+backward: float64 {base}, float32 {new}",
     at_model=True,
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="float32 instead of float64",
+    train="pitstop.train.float32.float32_model",
+    apply="pitstop.fix.apply.apply_component",
+    site="model",
 )
 
 

@@ -42,6 +42,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.host.event_costs import FAULT_COST_MULTIPLE, page_fault_bound_s
 from pitstop.recipes.component import HOST, HostJudge
+from pitstop.recipes.entries import entry
 from pitstop.units import duration as ms
 
 NAME = "host_memory"
@@ -52,6 +53,15 @@ PROBE = "host_memory"  # its probe result's key
 SNIPPET = "from pitstop.train import keep_host_memory\nkeep_host_memory()  # once, before the training loop"
 EDIT_LINE = "keep_host_memory()"
 EDIT_IMPORT = "from pitstop.train import keep_host_memory"
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="keep freed host memory",
+    train="TrainConfig.keep_host_memory",
+    apply="pitstop.fix.apply.apply_keep_host_memory",
+    untimed=True,
+)
 
 # mallopt parameter numbers from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1

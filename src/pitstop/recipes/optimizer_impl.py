@@ -29,6 +29,7 @@ from pitstop.findings import Finding
 from pitstop.measure import NO_GAIN
 from pitstop.recipes.component import OPTIMIZER, Judge, ProbeRule
 from pitstop.recipes.editing import OptimizerEditor
+from pitstop.recipes.entries import entry
 from pitstop.units import duration as ms
 
 NAME = "foreach"
@@ -49,6 +50,16 @@ RULE = ProbeRule(
     evidence="{built} a Python loop over {their} {params} parameter tensors; {timed}",
     fix="Ask for the multi-tensor implementation (fused=True where supported is faster still).",
     pass_evidence="{type} one step: as built {base}, foreach {new}",
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="foreach / fused optimizer",
+    train="pitstop.train.optim.make_optimizer",
+    bench=(("fused", "fused optimizer"),),
+    apply="pitstop.fix.apply.apply_component",
+    site="optimizer",
 )
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pitstop.findings import Finding, Severity
 from pitstop.patching import Patches
 from pitstop.recipes.component import STEP
+from pitstop.recipes.entries import Recipe, entry
 from pitstop.units import duration as ms
 
 if TYPE_CHECKING:
@@ -73,6 +74,32 @@ ACCUMULATION = "accumulation"
 ACCUMULATION_SNIPPET = (
     "loss = criterion(model(x), y) / accum_steps\nloss.backward()\n"
     "if (i + 1) % accum_steps == 0:\n    optimizer.step()\n    optimizer.zero_grad(set_to_none=True)"
+)
+
+# the registry entries, in registry order: accumulation and static_graph are entries with no component
+RECIPES = (
+    Recipe(
+        ACCUMULATION,
+        "gradient accumulation",
+        ACCUMULATION_SNIPPET,
+        train="TrainConfig.accum_steps",
+        bench=(("accumulation", "gradient accumulation x4"),),
+        bench_knob="accumulation",
+    ),
+    entry(
+        __name__,
+        title="DDP no_sync during accumulation",
+        train="pitstop.recipes.step.sync_context",
+        apply="pitstop.fix.apply_dist.apply_no_sync",
+    ),
+    Recipe(
+        STATIC_GRAPH,
+        "DDP static_graph",
+        STATIC_GRAPH_SNIPPET,
+        finding=STATIC_GRAPH_FINDING,
+        override=STATIC_GRAPH_KNOB,
+        apply="pitstop.fix.apply_dist.apply_static_graph",
+    ),
 )
 
 T = TypeVar("T")

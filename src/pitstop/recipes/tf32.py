@@ -29,6 +29,7 @@ from typing import Any
 
 from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule, scoped_arm
 from pitstop.recipes.editing import ProcessEditor, edit_first_lines
+from pitstop.recipes.entries import entry
 
 NAME = "tf32"
 KNOB = "tf32"  # the ``Knobs`` field that turns it on (bench, profile's injection; ``TrainConfig.tf32``)
@@ -50,6 +51,15 @@ RULE = ProbeRule(
     fix="Allow TF32 for matmuls (10-bit mantissa inputs, fp32 accumulation).",
     pass_title="TF32 measured no faster than full fp32 matmuls for this model",
     pass_evidence="'highest' {base}, 'high' {new}",
+)
+
+# its registry entry: name, snippet, finding, knob and probe are the constants above
+RECIPE = entry(
+    __name__,
+    title="TF32 matmuls and convolutions",
+    train="TrainConfig.tf32",
+    bench=((NAME, "TF32 matmuls"),),
+    apply="pitstop.fix.apply.apply_component",
 )
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pitstop.recipes.component import PROCESS, DeviceSettings, ProbeRule
 from pitstop.recipes.editing import ProcessEditor
+from pitstop.recipes.entries import entry
 
 if TYPE_CHECKING:
     from pitstop.patching import Patches
@@ -51,6 +52,9 @@ RULE = ProbeRule(
     "start of the script, or OMP_NUM_THREADS={fit}{fewer}. `pitstop launch --core-list` pins the script "
     "to cores other work leaves free, with one thread per core.",
 )
+
+# its registry entry: name, snippet, finding (and ALSO), knob and probe are the constants above
+RECIPE = entry(__name__, title="intra-op threads", apply="pitstop.fix.apply.apply_component")
 
 
 def _count(setting: Any) -> int | None:
