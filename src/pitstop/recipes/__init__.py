@@ -1,5 +1,6 @@
 """The registry of optimizations: one ``Recipe`` per optimization (finding id, Overrides field, snippet,
-train switch, bench rows, profile probe, fix --apply hook). See ``pitstop.recipes.registry``. An
+train switch, bench rows, profile probe, fix --apply hook), declared by the module that holds it
+(``pitstop.recipes.entries.entry``) and ordered by ``pitstop.recipes.registry.MODULES``. An
 optimization that is one component (``pitstop.recipes.component``) has its own module here
 (``channels_last``, ``autocast``, ``optimizer_impl``, ``tf32``, ``cudnn_benchmark``, ``float32``,
 ``compile``; the training loop's own: ``step``, ``host_memory``, ``activation_checkpointing``;

@@ -3,7 +3,7 @@
 them (``pitstop.bench.configs.BenchConfig`` is ``Knobs`` plus the row's own settings), and
 ``pitstop.train.TrainConfig.knobs()`` says which ones ``fit`` turns on.
 
-A recipe's ``override`` (``pitstop.recipes.registry.Recipe``) names its knob: a field here, or
+A recipe's ``override`` (``pitstop.recipes.entries.Recipe``) names its knob: a field here, or
 ``dataloader.<keyword>`` for a DataLoader keyword; ``Knobs.setting`` turns one on by that name. The record
 is frozen and keyword-only (a subclass keeps its own positional fields first), and imports no torch.
 """

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pitstop.recipes.component import Component, LoaderComponent, ModelComponent
 
 # The modules that declare entries, in registry order: ``pitstop fix``'s candidate order, the bench rows,
-# the docs' tables and ``components()`` follow it. A new optimization is one line here.
+# the docs' tables and ``components()`` follow it. A new optimization is one line here (and its import).
 MODULES: tuple[ModuleType, ...] = (
     dataloader,  # workers, persistent_workers, pin_memory
     autocast,

@@ -4,7 +4,8 @@ among them, and DDP's ``static_graph``. Grouped in one module: the three share t
 mechanism that injects the DDP settings into an unmodified script (``DDPInjection``), and keeping them
 together keeps ``pitstop.recipes`` within its module limit. The component is the ``no_sync`` entry
 (``NAME``, ``KNOB``, ``FINDING``, ``SNIPPET``); ``accumulation`` and ``static_graph`` are entries whose
-parts live here too (``ACCUMULATION_*``, ``STATIC_GRAPH_*``). Which command calls which part:
+parts live here too (``ACCUMULATION_*``, ``STATIC_GRAPH_*``); ``RECIPES`` declares the three entries.
+Which command calls which part:
 
 - ``pitstop.train`` (``fit``; ``TrainConfig.accum_steps``) and bench's ``accumulation`` row:
   ``accumulate``, ``scale_loss``, ``sync_context``; ``optimizer_steps_per_epoch`` sizes schedules;
