@@ -10,6 +10,7 @@ torch is imported when a measurement runs, so doctor can import this without it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -168,6 +169,16 @@ def low_precision(
     fp32 = matmul_peak("float32", device, sizes, min_run_time=0.05, budget_s=budget_s / 2)
     peak = matmul_peak(dtype, device, sizes, min_run_time=0.05, budget_s=budget_s - fp32.spent_s)
     return LowPrecision(dtype, device, peak, fp32)
+
+
+@functools.cache
+def cpu_bf16_check() -> LowPrecision:
+    """``low_precision('bfloat16', 'cpu')``, measured once per process: ``pitstop.train``'s ``auto``
+    precision confirms with it what the CPU's flags promise. The flags tell what the CPU has, not what
+    oneDNN runs: under ``ONEDNN_MAX_CPU_ISA=AVX2`` (or a build without the bf16 kernels) an AVX512_BF16 EPYC
+    ran bf16 torch.mm at 2.3 GFLOP/s against fp32's 157 (n=512), and the benchmark conv net's bf16 step
+    5x slower than fp32's (``benchmarks/results/train_vs_peers_avx2.md``)."""
+    return low_precision("bfloat16", "cpu")
 
 
 def slower_reason(dtype: str, device: str) -> str | None:
