@@ -177,7 +177,7 @@ def cpu_bf16_check() -> LowPrecision:
     precision confirms with it what the CPU's flags promise. The flags tell what the CPU has, not what
     oneDNN runs: under ``ONEDNN_MAX_CPU_ISA=AVX2`` (or a build without the bf16 kernels) an AVX512_BF16 EPYC
     ran bf16 torch.mm at 2.3 GFLOP/s against fp32's 157 (n=512), and the benchmark conv net's bf16 step
-    5x slower than fp32's (``benchmarks/results/train_vs_peers_avx2.md``)."""
+    8.8x slower than fp32's (``benchmarks/results/train_levers.md``)."""
     return low_precision("bfloat16", "cpu")
 
 
