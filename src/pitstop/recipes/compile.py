@@ -54,11 +54,11 @@ CONVERT = "{}.compile()"
 
 # compile='auto' (``pays``): the share of an eager step compile saves, and the seconds of compilation
 # charged against it, per device; stated, not guessed per model. CPU, measured on a 2-core AMD EPYC with
-# AVX512_BF16 (``benchmarks/results/compile_auto.md``): ``torch.compile`` of fit's fast path ran at
-# 0.94-1.04x eager (95% intervals within 0.84-1.08) on the benchmark conv net in bf16, on it in fp32 under
-# an emulated CPU without bf16, and on a small transformer: no saving, so none is stated and compile='auto'
-# stays eager on a CPU (``compile=True`` still compiles). Compilation took 21-42 s cold (empty inductor
-# cache, load ~5) and 2.5-5.4 s warm, and over 90 s cold at load ~8: 60 s is charged. CUDA: 1.3-2x in
+# AVX512_BF16 (``benchmarks/results/compile_auto.md``): ``torch.compile`` of fit's fast path saved 3%
+# (bf16) and 16-19% (fp32, bf16 emulated away) a step on the benchmark conv net, and lost 3% (bf16) and
+# 21% (fp32) on a small transformer: the sign depends on the model, so no saving is stated and
+# compile='auto' stays eager on a CPU (``compile=True`` compiles). Compilation took 21-42 s cold (empty
+# inductor cache, load ~5), 1.6-5.4 s warm, over 90 s cold at load ~8: 60 s is charged. CUDA: 1.3-2x in
 # ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s (not remeasured).
 SAVING = {"cpu": 0.0, "cuda": 0.20}
 COMPILE_S = {"cpu": 60.0, "cuda": 60.0}
