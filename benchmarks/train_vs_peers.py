@@ -14,9 +14,10 @@ Contenders (each in its own worker process, so allocator state, imports and peak
   pitstop-nocl        the same with channels_last=False
   pitstop+compile     the same with compile=True (torch.compile, inductor); its compilation runs in the
                       warm-up chunk, whose time is stated beside the table
-  lightning           Lightning Trainer with its documented speed setting precision="bf16-mixed",
+  lightning           Lightning Trainer with its documented speed setting precision="bf16-mixed" (on a
+                      CPU where bf16 measures slower than fp32: "32-true", see --peer-precision),
                       logger/checkpointing/progress bar off, AdamW as a user writes it
-  accelerate          Accelerator(mixed_precision="bf16"), AdamW as a user writes it
+  accelerate          Accelerator(mixed_precision="bf16") (there: "no"), AdamW as a user writes it
   lightning+fused     lightning with the same fused AdamW pitstop picks
   accelerate+fused    accelerate with the same fused AdamW pitstop picks
 
@@ -33,7 +34,14 @@ Peak memory is each worker's peak RSS (getrusage) and its growth during training
 worker's minor faults per counted step (what glibc's mmap/munmap of the step's tensors costs).
 Writes benchmarks/results/train_vs_peers.md.
 
+A CPU without bf16 hardware, emulated on one with it: ``--emulate-isa avx2`` re-runs the benchmark with
+``ONEDNN_MAX_CPU_ISA=AVX2`` (oneDNN's ISA cap: no AVX-512 and no bf16 kernels; bf16 is then emulated, as
+on an AVX2-only CPU) and ``ATEN_CPU_CAPABILITY=avx2`` (ATen's vectorized kernels at AVX2), which every
+worker inherits; the results file's machine line says so, and it is written to
+benchmarks/results/train_vs_peers_avx2.md unless ``--out`` names another.
+
     flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 30] [--steps 5]
+        [--emulate-isa avx2]
 """
 
 from __future__ import annotations
@@ -56,6 +64,11 @@ sys.path.insert(0, str(ROOT / "src"))
 from pitstop.measure import Interval, speedup_interval  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "train_vs_peers.md"
+RESULTS_EMULATED = ROOT / "benchmarks" / "results" / "train_vs_peers_{isa}.md"
+# the environment that makes this CPU run as one without the ISA named (``--emulate-isa``): oneDNN's cap
+# and ATen's kernel level, both read once when torch loads
+EMULATE = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
 CONTENDERS = (
     "naive",
     "pitstop",
@@ -211,6 +224,8 @@ def worker(name: str, a: argparse.Namespace) -> None:
             def configure_optimizers(self) -> Any:
                 return torch.optim.AdamW(self.parameters(), lr=lr, fused=True if fused else None)
 
+        pl_precision = "bf16-mixed" if a.peer_precision == "bf16" else "32-true"
+
         class Chunks(pl.Callback):
             def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
                 if trainer.global_step % a.steps == 0:
@@ -219,7 +234,7 @@ def worker(name: str, a: argparse.Namespace) -> None:
         trainer = pl.Trainer(
             accelerator="cpu",
             devices=1,
-            precision="bf16-mixed",
+            precision=pl_precision,
             max_steps=total,
             logger=False,
             enable_checkpointing=False,
@@ -232,7 +247,7 @@ def worker(name: str, a: argparse.Namespace) -> None:
     elif name.startswith("accelerate"):
         from accelerate import Accelerator
 
-        acc = Accelerator(cpu=True, mixed_precision="bf16")
+        acc = Accelerator(cpu=True, mixed_precision="bf16" if a.peer_precision == "bf16" else "no")
         opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True if fused else None)
         model, opt, dl = acc.prepare(model, opt, loader)
         model.train()
@@ -260,7 +275,7 @@ class Worker:
         cmd = [sys.executable, __file__, "--worker", name]
         cmd += ["--steps", str(a.steps), "--chunks", str(a.chunks), "--batch", str(a.batch)]
         cmd += ["--size", str(a.size), "--samples", str(a.samples), "--width", str(a.width)]
-        cmd += ["--threads", str(a.threads)]
+        cmd += ["--threads", str(a.threads), "--peer-precision", a.peer_precision]
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
         if name == "naive+glibc":  # what `pitstop launch --allocator glibc` adds to the child's environment
             from pitstop.launch.allocator import preload_env, resolve_allocator
@@ -437,20 +452,61 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=32, help="image side (3 x size x size inputs)")
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="results file (default: %(default)s)")
+    ap.add_argument(
+        "--out", type=Path, help=f"results file (default: {RESULTS}; emulated: {RESULTS_EMULATED})"
+    )
+    ap.add_argument(
+        "--emulate-isa",
+        choices=sorted(EMULATE),
+        help="run as a CPU without bf16 hardware: re-run under oneDNN's ISA cap and ATen's kernel level",
+    )
+    ap.add_argument(
+        "--peer-precision",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="Lightning's and Accelerate's precision; auto: bf16 (their documented speed setting) where "
+        "pitstop's auto precision picks bf16 here, else fp32 (bf16 would be emulated)",
+    )
     a = ap.parse_args()
     if a.worker:
         worker(a.worker, a)
         return
     if a.chunks < 2:
         raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
+    if a.emulate_isa and any(os.environ.get(k) != v for k, v in EMULATE[a.emulate_isa].items()):
+        # torch reads both once, when it loads: re-run this process (and so its workers) under them
+        os.execve(
+            sys.executable,
+            [sys.executable, __file__, *sys.argv[1:]],
+            {**os.environ, **EMULATE[a.emulate_isa]},
+        )
+    a.out = a.out or (
+        RESULTS_EMULATED.with_name(RESULTS_EMULATED.name.format(isa=a.emulate_isa))
+        if a.emulate_isa
+        else RESULTS
+    )
+    import torch
+
+    from pitstop.host.cpu import cpu_flags
     from pitstop.host.load import OtherCpu, load_average, load_line
     from pitstop.host.machine import machine_line
-    from pitstop.host.precision import preferred_amp_dtype
-    from pitstop.matmul import cpu_bf16_line, low_precision
+    from pitstop.matmul import cpu_bf16_check, cpu_bf16_line
+    from pitstop.train.amp import resolve_precision
 
     load = load_average()
-    bf16 = cpu_bf16_line(check=low_precision("bfloat16", "cpu"))
+    bf16 = cpu_bf16_line(check=cpu_bf16_check())
+    auto = resolve_precision("auto", "cpu")  # bf16 where the flags say so and bf16 torch.mm measured fast
+    if a.peer_precision == "auto":
+        a.peer_precision = "bf16" if auto is not None else "fp32"
+    flags = cpu_flags()
+    isa = ", ".join(f for f in ISA_FLAGS if f in flags) or "none of " + ", ".join(ISA_FLAGS)
+    emulated = (
+        f"; emulating a CPU without bf16 hardware (`--emulate-isa {a.emulate_isa}`: "
+        + " ".join(f"{k}={v}" for k, v in EMULATE[a.emulate_isa].items())
+        + ")"
+        if a.emulate_isa
+        else ""
+    )
     other = OtherCpu()
     workers = run(a)
     other_share = other.share()
@@ -463,7 +519,8 @@ def main() -> None:
         [
             "# train: pitstop.train vs a naive loop, Lightning and Accelerate (CPU conv net)",
             "",
-            f"- machine: {machine_line()}",
+            f"- machine: {machine_line()}{emulated}",
+            f"- CPU ISA flags: {isa}; torch's ATen kernels: {torch.backends.cpu.get_cpu_capability()}",
             f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
             f"- command: `{cmd.strip()}`",
             f"- workload: 5-conv BatchNorm net ({a.width}-{2 * a.width}-{2 * a.width}-{4 * a.width}-"
@@ -471,7 +528,8 @@ def main() -> None:
             f"3x{a.size}x{a.size} random images, 10 classes, AdamW lr 1e-3; {a.steps} optimizer steps per "
             f"chunk, {a.chunks} chunks per contender (first = warm-up, not counted), round-robin with "
             f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
-            f"- pitstop `auto` precision on this machine: {preferred_amp_dtype('cpu') or 'fp32'} ({bf16})",
+            f"- pitstop `auto` precision on this machine: {str(auto).removeprefix('torch.') if auto else 'fp32'} ({bf16}); Lightning and Accelerate "
+            f"run {a.peer_precision} (`--peer-precision`)",
             "- each contender in its own process; RSS growth = peak RSS minus RSS after imports and setup",
             f"- {load_line(load)}; other processes used {other_share:.0%} of the machine's CPU time during the "
             "run (pitstop.host.load.OtherCpu); the interleaving spreads background load over all rows, but treat "
@@ -479,7 +537,7 @@ def main() -> None:
             "",
             *table,
             "",
-            *goal_lines(workers, preferred_amp_dtype("cpu") is not None),
+            *goal_lines(workers, auto is not None),
             *warmup_lines(workers),
             "- where the step goes and each lever tried, with what it measured: "
             "benchmarks/results/train_levers.md",

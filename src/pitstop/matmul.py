@@ -10,6 +10,7 @@ torch is imported when a measurement runs, so doctor can import this without it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -168,6 +169,32 @@ def low_precision(
     fp32 = matmul_peak("float32", device, sizes, min_run_time=0.05, budget_s=budget_s / 2)
     peak = matmul_peak(dtype, device, sizes, min_run_time=0.05, budget_s=budget_s - fp32.spent_s)
     return LowPrecision(dtype, device, peak, fp32)
+
+
+@functools.cache
+def cpu_bf16_check() -> LowPrecision:
+    """bf16 torch.mm against fp32 on this CPU, measured once per process: ``pitstop.train``'s ``auto``
+    precision confirms with it what the CPU's flags promise. The flags tell what the CPU has, not what
+    oneDNN runs: under ``ONEDNN_MAX_CPU_ISA=AVX2`` (or a build without the bf16 kernels) an AVX512_BF16 EPYC
+    ran bf16 torch.mm at 2.3 GFLOP/s against fp32's 157 (n=512), and the benchmark conv net's bf16 step
+    8.8x slower than fp32's (``benchmarks/results/train_levers.md``). ``low_precision`` twice, at one
+    thread, keeping each dtype's fastest (other load only ever slows a block): on a loaded 2-core
+    machine one 2-thread check timed fp32 at 1.7 GFLOP/s (OpenMP waiting on a preempted thread) and
+    emulated bf16 looked faster."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the ratio is the core's; one thread has no barrier to stall on
+    try:
+        a, b = low_precision("bfloat16", "cpu"), low_precision("bfloat16", "cpu")
+    finally:
+        torch.set_num_threads(threads)
+    return LowPrecision(
+        "bfloat16",
+        "cpu",
+        max(a.peak, b.peak, key=lambda p: p.flops_per_s),
+        max(a.fp32, b.fp32, key=lambda p: p.flops_per_s),
+    )
 
 
 def slower_reason(dtype: str, device: str) -> str | None:

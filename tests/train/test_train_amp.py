@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from pitstop.train.amp import Amp, clip_gradients, make_grad_scaler, resolve_pre
 
 
 def test_auto_follows_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(amp_mod.matmul, "cpu_bf16_check", lambda: SimpleNamespace(slower=False))
     monkeypatch.setattr(amp_mod, "preferred_amp_dtype", lambda dev: "bfloat16")
     assert resolve_precision("auto", "cpu") is torch.bfloat16
     monkeypatch.setattr(amp_mod, "preferred_amp_dtype", lambda dev: None)
@@ -18,12 +21,25 @@ def test_auto_follows_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_auto_stays_fp32_on_a_cpu_without_bf16_hardware(bf16less_cpu, monkeypatch) -> None:
     """On an AVX2-only CPU bf16 is emulated (a 14x slow-down measured there): auto must not pick it, and
-    it decides from the flags alone, without running a matmul."""
+    it decides from the flags alone, without running a matmul. Flags that name bf16 hardware are
+    confirmed by a measurement: bf16 where its torch.mm is no slower than fp32's."""
     from pitstop.host import cpu as hardware
 
     assert resolve_precision("auto", "cpu") is None and not bf16less_cpu
     monkeypatch.setattr(hardware, "_host_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    monkeypatch.setattr(amp_mod.matmul, "cpu_bf16_check", lambda: SimpleNamespace(slower=False))
     assert resolve_precision("auto", "cpu") is torch.bfloat16
+
+
+def test_auto_measures_what_bf16_flags_promise(bf16less_cpu, monkeypatch) -> None:
+    """bf16 flags with emulated kernels (``ONEDNN_MAX_CPU_ISA=AVX2`` on an AVX512_BF16 EPYC: bf16 torch.mm
+    68x slower than fp32): the measurement overrules the flags, and auto stays fp32."""
+    from pitstop.host import cpu as hardware
+
+    monkeypatch.setattr(hardware, "_host_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    assert resolve_precision("auto", "cpu") is None
+    assert {dtype for dtype, _, _ in bf16less_cpu} == {"float32", "bfloat16"}
+    assert resolve_precision("bf16", "cpu") is torch.bfloat16  # asked for by name: as asked
 
 
 def test_explicit_precisions() -> None:

@@ -37,6 +37,20 @@ def test_keep_grad_nhwc_hooks_global_pooling_once_and_keeps_gradients_equal() ->
         torch.testing.assert_close(a.grad, b.grad)
 
 
+def test_keep_grad_nhwc_hooks_stay_out_of_a_compiled_graph() -> None:
+    """Under dynamo the hooks do nothing: the model traces as one graph (their identity broke it in
+    three on the benchmark net, and compile lost its saving); eagerly they still act."""
+    import torch._dynamo as dynamo
+
+    hooked = _net()
+    channels_last.apply_model(hooked)
+    assert len(channels_last.keep_grad_nhwc(hooked)) == 2
+    x = channels_last.apply_input(torch.randn(4, 3, 6, 6).requires_grad_())
+    explained = dynamo.explain(hooked)(x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    dynamo.reset()
+
+
 def test_keep_grad_nhwc_at_a_flatten_head_keeps_gradients_equal() -> None:
     def net() -> torch.nn.Sequential:
         torch.manual_seed(0)

@@ -125,6 +125,10 @@ def _nhwc_grad() -> Any:
 
 
 def _grad_nhwc_hook(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    import torch
+
+    if torch.compiler.is_compiling():
+        return None  # inductor picks the graph's layouts itself; the identity would break the graph
     x = args[0] if args else None
     if x is None or not _is_grad_nhwc_input(x):
         return None
@@ -149,8 +153,11 @@ def keep_grad_nhwc(model: torch.nn.Module) -> list[Any]:
     from dim 1 (merging C with H and W of an NHWC tensor copies); a Flatten from dim 2 keeps a view,
     which an in-place op after it could not modify. Training only: ``pitstop.train.fit`` removes the
     hooks when it returns (``torch.jit.script``, ``deepcopy`` and export then see the model as it was);
-    ``apply_model`` adds none. Returns the handles of the hooks added (``remove()``; once per module,
-    however often it is called)."""
+    ``apply_model`` adds none. Under ``torch.compile`` the hooks do nothing: inductor picks the layouts of
+    the graph itself, and the identity split the benchmark net into three graphs, which cost compile its
+    saving (fp32: 1.13x eager with the hooks off under compile, 0.95-1.01x with them on;
+    ``benchmarks/results/compile_auto.md``). Returns the handles of the hooks added (``remove()``; once
+    per module, however often it is called)."""
     import torch
 
     def wants(m: torch.nn.Module) -> bool:

@@ -26,6 +26,7 @@ torch is imported only inside the functions that use it (the wrapper module,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +55,14 @@ SNIPPET = "model.compile()"
 CONVERT = "{}.compile()"
 
 # compile='auto' (``pays``): the share of an eager step compile saves, and the seconds of compilation
-# charged against it, per device; stated, not guessed per model. CPU: ``torch.compile`` measured
-# 1.04-1.08x the eager fast path (bf16, channels_last, fused AdamW) on the 5-conv benchmark net on a 2-core
-# AMD EPYC with AVX512_BF16 (``benchmarks/results/train_vs_peers.md``), so a 5% saving; its compilation
-# took 4.3 s with inductor's cache warm and over a minute cold on a loaded machine, so 60 s is charged.
-# CUDA: 1.3-2x in ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s.
-SAVING = {"cpu": 0.05, "cuda": 0.20}
+# charged against it, per device; stated, not guessed per model. CPU, measured on a 2-core AMD EPYC with
+# AVX512_BF16 (``benchmarks/results/compile_auto.md``): ``torch.compile`` of fit's fast path saved 3%
+# (bf16) and 16-19% (fp32, bf16 emulated away) a step on the benchmark conv net, and lost 3% (bf16) and
+# 21% (fp32) on a small transformer: the sign depends on the model, so no saving is stated and
+# compile='auto' stays eager on a CPU (``compile=True`` compiles). Compilation took 21-42 s cold (empty
+# inductor cache, load ~5), 1.6-5.4 s warm, over 90 s cold at load ~8: 60 s is charged. CUDA: 1.3-2x in
+# ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s (not remeasured).
+SAVING = {"cpu": 0.0, "cuda": 0.20}
 COMPILE_S = {"cpu": 60.0, "cuda": 60.0}
 
 RULE = ProbeRule(
@@ -136,8 +139,11 @@ def pays(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
 
 
 def break_even_steps(step_s: float, device: str) -> int:
-    """Steps left at which ``pays`` starts compiling, for an eager step of ``step_s`` seconds."""
+    """Steps left at which ``pays`` starts compiling, for an eager step of ``step_s`` seconds
+    (``sys.maxsize``, never, where the stated saving is none)."""
     saving = SAVING.get(device, SAVING["cpu"])
+    if saving <= 0:
+        return sys.maxsize
     return int(COMPILE_S.get(device, COMPILE_S["cpu"]) / (step_s * saving)) + 1
 
 

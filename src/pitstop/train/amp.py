@@ -2,7 +2,9 @@
 
 bf16 autocast runs on CPU (oneDNN, fast with AVX512_BF16/AMX) and on Ampere+ GPUs without a scaler;
 fp16 needs ``torch.amp.GradScaler`` because its range underflows small gradients. ``auto`` asks
-``pitstop.host.precision.preferred_amp_dtype`` what this machine is fast at.
+``pitstop.host.precision.preferred_amp_dtype`` what this machine is fast at and, where the CPU's flags say
+bf16, confirms it with a bounded bf16-vs-fp32 torch.mm measurement (``pitstop.matmul.cpu_bf16_check``,
+once per process): the flags say what the CPU has, not what oneDNN runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pitstop import matmul
 from pitstop.host.precision import device_type, preferred_amp_dtype
 from pitstop.recipes import autocast as amp_recipe
 
@@ -22,6 +25,8 @@ _NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.floa
 
 def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype | None:
     """The autocast dtype for ``precision`` ('auto', 'bf16', 'fp16', 'fp32') on ``device``; None = fp32.
+    ``auto`` on a CPU: bf16 where its flags name bf16 hardware and bf16 torch.mm measured no slower than
+    fp32 here; a CPU without the flags stays fp32 without running a matmul.
 
     fp16 is only honoured on CUDA (CPU fp16 autocast is slow and has no scaler support here), so asking
     for it on CPU raises instead of silently training in something else.
@@ -32,6 +37,8 @@ def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype
     dev = device_type(device)
     if p == "auto":
         name = preferred_amp_dtype(dev)
+        if name == "bfloat16" and dev == "cpu" and matmul.cpu_bf16_check().slower:
+            name = None  # bf16 flags, but emulated kernels (an ISA cap, a build without them): fp32
         return _NAMES[name] if name else None
     if p == "fp32":
         return None

@@ -8,8 +8,11 @@ model is compiled when
     steps left x median eager step x SAVING[device] > COMPILE_S[device]
 
 The constants (``SAVING``, ``COMPILE_S``) and the rule (``pays``) are the compile component's
-(``pitstop.recipes.compile``), stated, not guessed per model; for the benchmark net on a 2-core CPU (about
-22 ms a step) the rule compiles when more than ~55,000 steps are left. A run whose length is unknown (a
+(``pitstop.recipes.compile``), stated, not guessed per model, from measurements
+(``benchmarks/results/compile_auto.md``): on a CPU what compile saves a step depends on the model, its
+sign too (the benchmark conv net +3% in bf16, +16-19% in fp32; a small transformer -3% and -21%), so the
+CPU's stated saving is none and the rule keeps a CPU run eager; on CUDA (20% charged against 60 s) a 22 ms step compiles when more than
+~14,000 steps are left. A run whose length is unknown (a
 loader without ``len`` and no ``max_steps``) is not compiled. ``compile=True`` or ``False`` overrides the
 rule; the decision and its numbers are in ``FitResult.applied['compile']``.
 """
