@@ -197,6 +197,18 @@ def cpu_bf16_check() -> LowPrecision:
     )
 
 
+def fast_amp_dtype(device_type: str) -> str | None:
+    """The autocast dtype this device is fast at (``pitstop.host.precision.preferred_amp_dtype``), where a
+    CPU's bf16 flags are confirmed by ``cpu_bf16_check``: None (stay fp32) where its bf16 measured slower.
+    ``pitstop.train``'s auto precision, bench's AMP rows and fix's amp candidate choose by it."""
+    from pitstop.host.precision import preferred_amp_dtype
+
+    name = preferred_amp_dtype(device_type)
+    if name == "bfloat16" and device_type == "cpu" and cpu_bf16_check().slower:
+        return None  # bf16 flags, but emulated kernels (an ISA cap, a build without them)
+    return name
+
+
 def slower_reason(dtype: str, device: str) -> str | None:
     """Why running ``dtype`` here cannot be faster than fp32 (its torch.mm measured slower, in a bounded
     check), or None when it measured as fast or faster."""

@@ -124,6 +124,7 @@ def test_build_candidates_for_this_machine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fix_core, "usable_cores", lambda: 4)
     monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: None)
+    monkeypatch.setattr("pitstop.recipes.autocast.fast_amp_dtype", lambda dev: None)
     cands, skipped = build_candidates(
         [("workers", "dataloader.workers"), ("amp", "precision.amp"), ("cudnn_benchmark", "cudnn.benchmark")],
         loader_config(tmp_path),
@@ -369,6 +370,7 @@ def test_a_compute_gain_too_small_to_try_first_is_tried_on_top_of_the_loader_fix
     config = loader_config(tmp_path)
     monkeypatch.setattr("pitstop.fix.core.usable_cores", lambda: 4)
     monkeypatch.setattr("pitstop.recipes.autocast.preferred_amp_dtype", lambda dev: "bfloat16")
+    monkeypatch.setattr("pitstop.recipes.autocast.fast_amp_dtype", lambda dev: "bfloat16")
 
     def step_time(ov: Overrides) -> float:
         return max(0.10 / max(1, ov.dataloader.get("num_workers", 0)), 0.05 - (0.02 if ov.autocast else 0.0))

@@ -51,17 +51,26 @@ def test_inject_holds_the_count_against_the_script(restore_threads):
     assert torch.get_num_threads() == 2
 
 
-def test_profile_injection_applies_the_knobs_count_to_each_model(monkeypatch):
+def test_profile_injection_applies_each_knobs_value_to_each_model_and_threads_at_start(monkeypatch):
+    """A process component's knob value reaches its ``apply`` at each model; the thread count is forced
+    once, when the process starts (``threads.inject``), so the model's hook leaves it alone."""
     from types import SimpleNamespace
 
     from torch import nn
 
     from pitstop.profile.capture.models import ModelHooks
     from pitstop.profile.record.overrides import Overrides
+    from pitstop.recipes import tf32
 
     seen = []
-    monkeypatch.setattr(threads, "apply", lambda dev, on: seen.append((dev, on)) or {})
-    for ov, want in ((Overrides(num_threads=3), [("cpu", 3)]), (Overrides(), [])):
+    monkeypatch.setattr(threads, "apply", lambda dev, on: seen.append(("threads", on)) or {})
+    monkeypatch.setattr(tf32, "apply", lambda dev, on: seen.append(("tf32", on)) or {})
+    cases = (
+        (Overrides(num_threads=3), []),
+        (Overrides(tf32=True, num_threads=3), [("tf32", True)]),
+        (Overrides(), []),
+    )
+    for ov, want in cases:
         seen.clear()
         inst = SimpleNamespace(
             cfg=SimpleNamespace(overrides=ov), captured=SimpleNamespace(models=[]), model_facts={}

@@ -5,17 +5,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pitstop.host import precision as host_precision
 from pitstop.train import amp as amp_mod
 from pitstop.train.amp import Amp, clip_gradients, make_grad_scaler, resolve_precision
 
 
 def test_auto_follows_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amp_mod.matmul, "cpu_bf16_check", lambda: SimpleNamespace(slower=False))
-    monkeypatch.setattr(amp_mod, "preferred_amp_dtype", lambda dev: "bfloat16")
+    monkeypatch.setattr(host_precision, "preferred_amp_dtype", lambda dev: "bfloat16")
     assert resolve_precision("auto", "cpu") is torch.bfloat16
-    monkeypatch.setattr(amp_mod, "preferred_amp_dtype", lambda dev: None)
+    monkeypatch.setattr(host_precision, "preferred_amp_dtype", lambda dev: None)
     assert resolve_precision("auto", "cpu") is None
-    monkeypatch.setattr(amp_mod, "preferred_amp_dtype", lambda dev: "float16")
+    monkeypatch.setattr(host_precision, "preferred_amp_dtype", lambda dev: "float16")
     assert resolve_precision("auto", "cuda") is torch.float16
 
 

@@ -104,9 +104,9 @@ def bench_device(device: str) -> str:
 
 
 def amp_dtype_for(device: str) -> str | None:
-    from pitstop.host.precision import preferred_amp_dtype
+    from pitstop.matmul import fast_amp_dtype
 
-    return preferred_amp_dtype(device)
+    return fast_amp_dtype(device)
 
 
 def select_configs(opts: BenchOptions, device: str, workload: Workload) -> list[BenchConfig]:

@@ -26,7 +26,7 @@ from typing import Any
 from pitstop.findings import Finding, Severity
 from pitstop.host import cpu
 from pitstop.host.precision import preferred_amp_dtype
-from pitstop.matmul import slower_reason
+from pitstop.matmul import fast_amp_dtype, slower_reason
 from pitstop.recipes.component import FORWARD, ProbeRule
 from pitstop.recipes.editing import ScriptEditor
 from pitstop.recipes.entries import entry
@@ -87,11 +87,14 @@ def cannot_help(models: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def choose(device_type: str, requested: bool) -> str:
-    """The dtype ``pitstop fix`` tries on this device (``preferred_amp_dtype``; bfloat16 where it was
-    ``requested`` on hardware without a fast one), or why none, as ``"amp: ..."``: no fast low-precision
-    math, or (requested) bf16 matmuls measured slower than fp32 here (``pitstop.matmul.slower_reason``)."""
-    dtype = preferred_amp_dtype(device_type)
+    """The dtype ``pitstop fix`` tries on this device (``pitstop.matmul.fast_amp_dtype``: the hardware's,
+    a CPU's bf16 confirmed by a bounded matmul check; bfloat16 where it was ``requested`` on hardware
+    without a fast one), or why none, as ``"amp: ..."``: no fast low-precision math, or (requested) bf16
+    matmuls measured slower than fp32 here (``pitstop.matmul.slower_reason``)."""
+    dtype = fast_amp_dtype(device_type)
     if dtype is None and not requested:
+        if preferred_amp_dtype(device_type):  # the flags promise it; the bounded check measured it slower
+            return f"amp: this {device_type}'s bf16 matmuls measured slower than fp32 (emulated kernels)"
         return f"amp: this {device_type} has no fast low-precision math"
     if dtype is None and (slow := slower_reason("bfloat16", device_type)):
         return f"amp: {slow}"

@@ -42,6 +42,10 @@ CANDIDATE = "threads"  # the name of ``pitstop fix``'s candidate kind
 PROBE = None  # its probe, the thread probe, is judged by the contention rules (see the docstring)
 ARMS = ("as_is", "fit")  # the thread probe's arms
 PHASES: tuple[str, ...] = ()  # the whole step: threads run every CPU part of it
+# profile forces the count when the script's process starts (``inject``, from ``capture/torchcalls``), not
+# at each model's first forward as other process components: a second set_num_threads there would pass
+# through the script's recorded ask (a rank's ``script_asked_threads``) and change nothing
+AT_START = True
 SNIPPET = "torch.set_num_threads({value})  # as many as the cores left free (or OMP_NUM_THREADS={value})"
 
 RULE = ProbeRule(

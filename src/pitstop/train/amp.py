@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from pitstop import matmul
-from pitstop.host.precision import device_type, preferred_amp_dtype
+from pitstop.host.precision import device_type
 from pitstop.recipes import autocast as amp_recipe
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
@@ -36,9 +36,7 @@ def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     dev = device_type(device)
     if p == "auto":
-        name = preferred_amp_dtype(dev)
-        if name == "bfloat16" and dev == "cpu" and matmul.cpu_bf16_check().slower:
-            name = None  # bf16 flags, but emulated kernels (an ISA cap, a build without them): fp32
+        name = matmul.fast_amp_dtype(dev)
         return _NAMES[name] if name else None
     if p == "fp32":
         return None

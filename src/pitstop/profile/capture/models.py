@@ -269,7 +269,7 @@ class ModelHooks:
         ov = inst.cfg.overrides
         for comp in cast("list[ProcessComponent]", components(PROCESS)):  # tf32, cudnn_benchmark, threads
             setting = getattr(ov, comp.KNOB, None)
-            if setting:  # the knob's value: a switch's True, the thread count
+            if setting and not getattr(comp, "AT_START", False):  # the knob's value (threads: at start)
                 comp.apply(module_device_type(module), setting)
         if self.injected:
             self.apply_components(module)
