@@ -8,7 +8,9 @@ two), so it complements the timed benchmarks (`profile_ranks_overhead.py`, `prof
 and replaces none of them.
 
 One process, a 1-rank gloo group and a DDP model (so that the rank's instruments have a reducer to
-read), three configurations, each in its own process under callgrind:
+read), three configurations, each in its own process under callgrind (`item_sync`: examples/item_sync.py's
+MLP and per-sample syncs, no DDP; `slow_loader`: examples/slow_loader.py's main-process JPEG loader and
+small CNN, no DDP, 8 steps after 12):
 
 - plain: no pitstop;
 - instruments: `Instrumentation` installed as `pitstop profile` installs it in the script's process;
@@ -54,6 +56,7 @@ MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64), "item_sync": (
 # examples/item_sync.py's step: a model without DDP (no rank instruments to add) and a host sync per sample;
 # examples/slow_loader.py's: its JPEG ImageFolder (64 images) decoded and augmented in the main process
 NO_DDP = {"item_sync", "slow_loader"}
+WHAT = {"item_sync": "a sync per sample", "slow_loader": "16 JPEGs decoded and augmented a step"}
 HELPER = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
@@ -230,7 +233,7 @@ def main() -> int:
         if m in NO_DDP:
             plain, inst = (got[(c, m)] / STEPS[m] for c in CONFIGS[:2])
             rows.append(
-                f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}, no DDP, a sync per sample; "
+                f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}, no DDP, {WHAT[m]}; "
                 f"{STEPS[m]} steps) | {plain / 1e3:,.0f}k | +{(inst - plain) / 1e3:,.1f}k "
                 f"({100 * (inst - plain) / plain:+.1f}%) | (no rank) | |"
             )
@@ -248,8 +251,10 @@ def main() -> int:
         f"- machine: {machine()}",
         f"- command: `{' '.join(['.venv/bin/python benchmarks/profile_step_instructions.py', *sys.argv[1:]])}`",
         "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model (item_sync: the "
-        "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`), user-space "
-        f"instructions of all threads over the steps after {WARM} (past pitstop's warm-up), divided by the steps; "
+        "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`; slow_loader: examples/slow_loader.py's "
+        "loader, augmentations and CNN, seeded), user-space "
+        f"instructions of all threads over the steps after {WARM} (slow_loader: 12; past pitstop's warm-up), "
+        "divided by the steps; "
         "the periodic flush and the rank's state-file thread off (they run per second of wall time, which "
         "is a few steps under callgrind; about 0.35 ms of CPU a second for the flush). Counts, not times: "
         "the same on a quiet or a busy machine",
