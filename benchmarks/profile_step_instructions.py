@@ -8,7 +8,9 @@ two), so it complements the timed benchmarks (`profile_ranks_overhead.py`, `prof
 and replaces none of them.
 
 One process, a 1-rank gloo group and a DDP model (so that the rank's instruments have a reducer to
-read), three configurations, each in its own process under callgrind:
+read), three configurations, each in its own process under callgrind (`item_sync`: examples/item_sync.py's
+MLP and per-sample syncs, no DDP; `slow_loader`: examples/slow_loader.py's main-process JPEG loader and
+small CNN, no DDP, 8 steps after 12):
 
 - plain: no pitstop;
 - instruments: `Instrumentation` installed as `pitstop profile` installs it in the script's process;
@@ -38,16 +40,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "profile_step_instructions.md"
-STEPS = {"tiny": 96, "workload": 24, "item_sync": 24}  # multiples of the reducer-timer sample (8)
+STEPS = {"tiny": 96, "workload": 24, "item_sync": 24, "slow_loader": 8}  # multiples of the reducer-timer sample (8)
 WARM = 40
+# slow_loader's steps decode and augment 16 JPEGs each (~60 ms natively): fewer steps, past pitstop's
+# warm-up (5) and the global forward hooks' narrowing (2 more)
+WARM_STEPS = {"slow_loader": 12}
 CONFIGS = ("plain", "instruments", "rank")
-MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64), "item_sync": (128, 512, 3, 128)}  # in, hidden, out, batch
-# examples/item_sync.py's step: a model without DDP (no rank instruments to add) and a host sync per sample
-NO_DDP = {"item_sync"}
+MODELS = {"tiny": (16, 16, 8, 64), "workload": (256, 512, 8, 64), "item_sync": (128, 512, 3, 128),
+          "slow_loader": (3, 32, 4, 16)}  # in, hidden, out, batch
+# examples/item_sync.py's step: a model without DDP (no rank instruments to add) and a host sync per sample;
+# examples/slow_loader.py's: its JPEG ImageFolder (64 images) decoded and augmented in the main process
+NO_DDP = {"item_sync", "slow_loader"}
+WHAT = {"item_sync": "a sync per sample", "slow_loader": "16 JPEGs decoded and augmented a step"}
 HELPER = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
@@ -59,7 +68,6 @@ def worker(config: str, model_name: str, helper: str) -> None:
 
     import torch
     import torch.distributed as dist
-    from torch import nn
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="pitstop-instr-"))
@@ -78,6 +86,22 @@ def worker(config: str, model_name: str, helper: str) -> None:
             from pitstop.profile.rank.rank_worker import RankWorker
 
             RankWorker(0, tmp).on_install(inst)
+    step = slow_loader_step() if model_name == "slow_loader" else mlp_step(model_name)
+    for _ in range(WARM_STEPS.get(model_name, WARM)):  # past the warm-up (the DDP forward wrapper in place)
+        step()
+    cg = ctypes.CDLL(helper)
+    cg.cg_start()
+    for _ in range(STEPS[model_name]):
+        step()
+    cg.cg_stop()
+    os._exit(0)  # the instruments stay installed: leave without running torch's exit path
+
+
+def mlp_step(model_name: str) -> Callable[[], None]:
+    """One training step of an MLP (DDP unless in ``NO_DDP``; item_sync's per-sample syncs)."""
+    import torch
+    from torch import nn
+
     n_in, hidden, n_out, batch = MODELS[model_name]
     layers = [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
     model = nn.Sequential(*layers)
@@ -99,14 +123,53 @@ def worker(config: str, model_name: str, helper: str) -> None:
             for i in range(len(y)):
                 correct.append(bool(preds[i] == y[i]))
 
-    for _ in range(WARM):  # past the warm-up (the DDP forward wrapper in place) and the reducer's first 10
-        step()
-    cg = ctypes.CDLL(helper)
-    cg.cg_start()
-    for _ in range(STEPS[model_name]):
-        step()
-    cg.cg_stop()
-    os._exit(0)  # the instruments stay installed: leave without running torch's exit path
+    return step
+
+
+def slow_loader_step() -> Callable[[], None]:
+    """One step of examples/slow_loader.py: the next batch from its main-process DataLoader (a new
+    iterator each epoch of 4 batches), forward, backward, SGD; seeded, so both configs see the same crops."""
+    import importlib.util
+
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+    from torchvision import datasets, transforms
+
+    spec = importlib.util.spec_from_file_location("slow_loader", ROOT / "examples" / "slow_loader.py")
+    assert spec is not None and spec.loader is not None
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    torch.manual_seed(0)
+    tf = transforms.Compose([
+        transforms.RandomResizedCrop(128, scale=(0.5, 1.0)), transforms.RandomHorizontalFlip(),
+        transforms.ColorJitter(0.4, 0.4, 0.4, 0.1), transforms.GaussianBlur(7, sigma=(0.1, 2.0)),
+        transforms.RandomRotation(10), transforms.ToTensor(),
+        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ])  # fmt: skip
+    data = datasets.ImageFolder(str(ex.image_folder(64)), transform=tf)
+    loader = DataLoader(data, batch_size=MODELS["slow_loader"][3], shuffle=True, num_workers=0, drop_last=True)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, len(data.classes)),
+    )  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=True)
+    loss_fn = nn.CrossEntropyLoss()
+    batches = iter(())
+
+    def step() -> None:
+        nonlocal batches
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
 
 
 def missing() -> str | None:
@@ -170,7 +233,7 @@ def main() -> int:
         if m in NO_DDP:
             plain, inst = (got[(c, m)] / STEPS[m] for c in CONFIGS[:2])
             rows.append(
-                f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}, no DDP, a sync per sample; "
+                f"| {m} ({'x'.join(map(str, MODELS[m][:3]))}, batch {MODELS[m][3]}, no DDP, {WHAT[m]}; "
                 f"{STEPS[m]} steps) | {plain / 1e3:,.0f}k | +{(inst - plain) / 1e3:,.1f}k "
                 f"({100 * (inst - plain) / plain:+.1f}%) | (no rank) | |"
             )
@@ -188,8 +251,10 @@ def main() -> int:
         f"- machine: {machine()}",
         f"- command: `{' '.join(['.venv/bin/python benchmarks/profile_step_instructions.py', *sys.argv[1:]])}`",
         "- method: one process each under `valgrind --tool=callgrind`, a 1-rank gloo DDP model (item_sync: the "
-        "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`), user-space "
-        f"instructions of all threads over the steps after {WARM} (past pitstop's warm-up), divided by the steps; "
+        "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`; slow_loader: examples/slow_loader.py's "
+        "loader, augmentations and CNN, seeded), user-space "
+        f"instructions of all threads over the steps after {WARM} (slow_loader: 12; past pitstop's warm-up), "
+        "divided by the steps; "
         "the periodic flush and the rank's state-file thread off (they run per second of wall time, which "
         "is a few steps under callgrind; about 0.35 ms of CPU a second for the flush). Counts, not times: "
         "the same on a quiet or a busy machine",

@@ -63,6 +63,33 @@ def test_the_warmup_and_first_measured_steps_are_all_timed(instrument):
     assert "sampled_steps" not in row
 
 
+def test_the_wrappers_come_off_on_steps_not_sampled_and_go_at_uninstall(instrument):
+    def on() -> dict[str, object]:
+        return {name: torch.Tensor.__dict__.get(name) for name in syncs.SYNC_METHODS}
+
+    plain = on()
+    inst = instrument(warmup=1)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    seen: list[tuple[bool, bool]] = []  # (step not sampled, Tensor's methods as without pitstop) per step
+    for _ in range(1 + SAMPLE_FIRST + 2 * SAMPLE_EVERY):
+        logits = model(x)
+        seen.append((inst.syncs.light, on() == plain))
+        bool(logits[0, 0] > 0)
+        logits.sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert any(light for light, _ in seen) and not all(light for light, _ in seen)
+    assert all(light == bare for light, bare in seen)
+    assert seen[-1][0]  # the run ends on a step not sampled: the wrappers are off
+    inst.uninstall()
+    assert on() == plain
+    for _ in range(SAMPLE_EVERY):  # steps after uninstall put nothing back
+        bool(model(x)[0, 0] > 0)
+    assert on() == plain
+
+
 def test_cuda_sync_debug_mode_is_off_on_steps_not_sampled(monkeypatch):
     modes: list[object] = []
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)

@@ -48,7 +48,7 @@ from pitstop.profile.capture.stepclock import (
     OPTIMIZER,
     StepClock,
 )
-from pitstop.profile.capture.syncs import SYNC_METHODS, SyncSites, make_sync
+from pitstop.profile.capture.syncs import SyncSites, SyncWrappers
 from pitstop.profile.capture.torchcalls import install_torch_patches
 from pitstop.profile.capture.where import user_location
 from pitstop.profile.record.captured import Captured, CapturedLoader
@@ -98,6 +98,7 @@ class Instrumentation:
         self.t0 = clock()
         self.clock = StepClock()
         self.syncs = SyncSites(self.clock.phases)
+        self.sync_wrappers = SyncWrappers(self.syncs)
         self.loaders = LoaderTables()
         self.models = ModelHooks(self)
         self.patches = Patches()
@@ -108,13 +109,14 @@ class Instrumentation:
         self.counts = {"batches": 0, "forwards": 0, "train_forwards": 0, "backwards": 0, "optimizer_steps": 0}
         # the current step
         self.step_loss: torch.Tensor | None = None
-        self._h2d_events: list[tuple[Any, Any]] = []
+        # the step's CUDA copy events; None until one (not a list a step that the cyclic GC walks)
+        self._h2d_events: list[tuple[Any, Any]] | None = None
         self._faults0 = 0
         self._eval_seen = False
         # the run
         self.records: list[dict[str, Any]] = []
         self.losses: list[torch.Tensor | None] = []
-        self.h2d_events: list[list[tuple[Any, Any]]] = []
+        self.h2d_events: list[list[tuple[Any, Any]] | None] = []
         self.warm_done = False
         self.callback_result: Any = None
         self.callback_error: str | None = None
@@ -160,8 +162,7 @@ class Instrumentation:
                 self.override_errors.append(f"keep_host_memory: {kept_now.detail}")
         install_loader_patches(self, self.patches, self.loaders)
         install_torch_patches(self, self.patches)
-        for name in SYNC_METHODS:
-            self.patches.patch(torch.Tensor, name, make_sync(self.syncs, name, getattr(torch.Tensor, name)))
+        self.sync_wrappers.install(self.patches)
         self.models.install(self.patches)
 
     def uninstall(self, keep_hooks: bool = False) -> None:
@@ -171,6 +172,7 @@ class Instrumentation:
             fn()
         self._extra_undo.clear()
         self.patches.undo(keep_handles=keep_hooks)
+        self.sync_wrappers.uninstalled()
         self.models.uninstall(keep_handles=keep_hooks)
 
     def detach(self) -> None:
@@ -215,7 +217,7 @@ class Instrumentation:
         phases were split there too), so the boundary costs one ``getrusage``, not two."""
         self.clock.begin(now, split=faults is None)
         self.step_loss = None
-        self._h2d_events = []
+        self._h2d_events = None
         self._faults0 = minor_page_faults() if faults is None else faults
         self._eval_seen = False
         self.syncs.new_step(len(self.records) - self.cfg.warmup)
@@ -329,6 +331,8 @@ class Instrumentation:
             return
         self.clock.phases.exit(H2D, now)
         if events is not None:
+            if self._h2d_events is None:
+                self._h2d_events = []
             self._h2d_events.append(events)
         if self.captured.device is None:
             self.captured.device = device

@@ -3,8 +3,9 @@ __format__``, counted and timed at the user's line. ``SyncSites`` holds the site
 their time goes to the step clock's sync phase.
 
 Sampled by step: the warm-up and the first ``SAMPLE_FIRST`` measured steps are all measured, then one
-step in ``SAMPLE_EVERY``. On the others (``light``) the wrappers pass straight through (a per-element loop
-of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step), so their syncs' time
+step in ``SAMPLE_EVERY``. On the others (``light``) ``SyncWrappers`` takes the wrappers off ``torch.Tensor``
+(a per-element loop of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step, and
+still ~0.37 us a call passing through a wrapper), so their syncs' time
 stays in the phase they ran in (forward, or "other" for a loop after the step). ``close_step`` fills such
 a step's count from the sampled steps' mean, and moves the sampled steps' mean sync time in each phase out
 of that phase into the sync phase (leaving the phase at least its sampled median without syncs): the parts
@@ -19,12 +20,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pitstop.profile.capture.stepclock import CLOSURE, PHASES, SYNC, PhaseClock
 from pitstop.profile.capture.where import is_user_file, location, user_location
+
+if TYPE_CHECKING:
+    from pitstop.profile.capture.patches import Patches
 
 clock = time.perf_counter
 SYNC_METHODS = (
@@ -87,13 +91,17 @@ class SyncSites:
         self.sampled_inside = dict.fromkeys(_HOLDS, 0.0)
         self.sampled_left: dict[str, list[float]] = {p: [] for p in _HOLDS}
         self._floor: dict[str, float] | None = None  # their medians, made at the next step not sampled
+        self.wear: Callable[[bool], None] | None = None  # puts the wrappers on (True) or off (SyncWrappers)
 
     def new_step(self, measured_index: int = -1) -> None:
         """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
         light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
-        if light != self.light and self.cuda_debug:
-            with contextlib.suppress(Exception):  # inside the user's step: never raise there
-                torch.cuda.set_sync_debug_mode(0 if light else "warn")
+        if light != self.light:
+            if self.cuda_debug:
+                with contextlib.suppress(Exception):  # inside the user's step: never raise there
+                    torch.cuda.set_sync_debug_mode(0 if light else "warn")
+            if self.wear is not None:
+                self.wear(not light)
         self.light = light
         self.count = 0
         self.inside = dict.fromkeys(_AROUND, 0.0)
@@ -192,6 +200,55 @@ class SyncSites:
             if scale != 1.0:
                 row["sampled_steps"], row["measured_steps"] = sampled, measured
         return list(rows.values())
+
+
+class SyncWrappers:
+    """The sync wrappers on ``torch.Tensor`` (``install``, undone by the ``Patches``' undo), taken off for
+    the steps not sampled and put back for the sampled ones: a step not sampled then pays nothing a sync
+    (at two attribute swaps per ``SAMPLE_EVERY`` steps). Left on once ``torch.compile`` has compiled a
+    frame, so that a compiled graph never sees ``Tensor``'s methods change under it."""
+
+    def __init__(self, st: SyncSites) -> None:
+        self.st = st
+        self.table: list[tuple[str, bool, Any, Any]] = []  # name, in Tensor's own dict, its value there, wrapper
+        self.on = False
+
+    def install(self, patches: Patches) -> None:
+        tensor = torch.Tensor
+        for name in SYNC_METHODS:
+            had, orig = name in tensor.__dict__, tensor.__dict__.get(name)
+            wrapper = make_sync(self.st, name, getattr(tensor, name))
+            patches.patch(tensor, name, wrapper)
+            self.table.append((name, had, orig, wrapper))
+        self.on = True
+        self.st.wear = self.wear
+
+    def uninstalled(self) -> None:
+        """The patches were undone: the wrappers stay off."""
+        self.st.wear = None
+        self.table, self.on = [], False
+
+    def wear(self, on: bool) -> None:
+        if on == self.on or not self.table:
+            return
+        if not on and _compiled():
+            return
+        tensor = torch.Tensor
+        for name, had, orig, wrapper in self.table:
+            if on:
+                setattr(tensor, name, wrapper)
+            elif had:
+                setattr(tensor, name, orig)
+            else:
+                delattr(tensor, name)
+        self.on = on
+
+
+def _compiled() -> bool:
+    """Whether torch.compile (dynamo) has compiled a frame in this process."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    return bool(counters and counters.get("frames", {}).get("total"))
 
 
 def make_sync(st: SyncSites, name: str, orig: Any) -> Any:
