@@ -43,15 +43,16 @@ HEADER = (
     "| per-step cost, us (95% CI) | < 5% | < 2% (steps >= 15 ms) |"
 )
 
-# example, its arguments: enough steps that the script's own timing covers a few seconds
+# example, its arguments: enough steps that the script's own timing covers 1.5-4 s (a window of under
+# 0.5 s, as item_sync's 80 steps were, puts one scheduling hiccup at several % of a round)
 # plain ms/step on a quiet machine (AMD EPYC, 1 thread; results of 2026-12-06): which bars an example is
 # held to, fixed, so a busy machine's slower steps do not move an example under the 2% bar
 QUIET_MS = {"healthy.py": 15.6, "item_sync.py": 3.8, "conv_fp32.py": 38.1, "slow_loader.py": 66.0}
 WORKLOADS = {
-    "healthy.py": ["--steps", "60"],
-    "item_sync.py": ["--steps", "80"],
-    "conv_fp32.py": ["--steps", "30"],
-    "slow_loader.py": ["--steps", "20", "--images", "64"],
+    "healthy.py": ["--steps", "150"],
+    "item_sync.py": ["--steps", "400"],
+    "conv_fp32.py": ["--steps", "60"],
+    "slow_loader.py": ["--steps", "60", "--images", "64"],
 }
 
 
