@@ -211,8 +211,9 @@ def fast_amp_dtype(device_type: str) -> str | None:
 
 def slower_reason(dtype: str, device: str) -> str | None:
     """Why running ``dtype`` here cannot be faster than fp32 (its torch.mm measured slower, in a bounded
-    check), or None when it measured as fast or faster."""
-    lp = low_precision(dtype, device)
+    check; a CPU's bf16 by ``cpu_bf16_check``, measured once per process, so ``fast_amp_dtype`` and this
+    reason share one measurement), or None when it measured as fast or faster."""
+    lp = cpu_bf16_check() if (dtype, device) == ("bfloat16", "cpu") else low_precision(dtype, device)
     if not lp.slower:
         return None
     return f"{lp.summary()}{emulated_note(dtype, device)}: autocast cannot make this {device} faster"

@@ -89,12 +89,11 @@ def cannot_help(models: Sequence[Mapping[str, Any]]) -> str | None:
 def choose(device_type: str, requested: bool) -> str:
     """The dtype ``pitstop fix`` tries on this device (``pitstop.matmul.fast_amp_dtype``: the hardware's,
     a CPU's bf16 confirmed by a bounded matmul check; bfloat16 where it was ``requested`` on hardware
-    without a fast one), or why none, as ``"amp: ..."``: no fast low-precision math, or (requested) bf16
-    matmuls measured slower than fp32 here (``pitstop.matmul.slower_reason``)."""
+    without a fast one), or why none, as ``"amp: ..."``: no fast low-precision math, or bf16 matmuls
+    measured slower than fp32 here (``pitstop.matmul.slower_reason``: requested, or promised by the flags)."""
     dtype = fast_amp_dtype(device_type)
-    if dtype is None and not requested:
-        if preferred_amp_dtype(device_type):  # the flags promise it; the bounded check measured it slower
-            return f"amp: this {device_type}'s bf16 matmuls measured slower than fp32 (emulated kernels)"
+    # where the flags promise bf16, the check that overruled them says why (the same, cached measurement)
+    if dtype is None and not requested and not preferred_amp_dtype(device_type):
         return f"amp: this {device_type} has no fast low-precision math"
     if dtype is None and (slow := slower_reason("bfloat16", device_type)):
         return f"amp: {slow}"
