@@ -163,3 +163,30 @@ def test_fit_trial_keeps_or_reverts_and_trains_as_eager_does(
         assert torch.equal(p, q)  # every trial step was a real step, on the same parameters
     assert res.history[-1]["loss"] < res.history[0]["loss"]
     assert unwrap(model) is model
+
+
+@pytest.mark.slow
+def test_fit_trial_with_a_real_compilation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """inductor on a tiny MLP (15-35 s, most of it compiling): the trial runs to a decision, either way,
+    and the run trains all its steps."""
+    if not hasattr(torch, "compile"):
+        pytest.skip("no torch.compile")
+    monkeypatch.setitem(ca.COMPILE_S, "cpu", 0.001)  # the trial may start on this short run
+    monkeypatch.setattr(ca, "TRIAL_SHARE", 0.5)
+    made: list[ca.AutoCompile] = []
+
+    def auto(cfg: TrainConfig, env: Any, planned: int | None) -> ca.AutoCompile:
+        made.append(ca.AutoCompile(planned, env.device.type, warmup=2, probe=5))
+        return made[-1]
+
+    monkeypatch.setattr(trainer, "_auto", auto)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = torch.randn(64, 8), torch.arange(64) % 2
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    res = fit(model, None, loader, torch.nn.functional.cross_entropy, TrainConfig(epochs=20, progress=False))
+    assert res.steps == 160 and made[0].trial is not None and made[0].compile_s is not None
+    assert str(res.applied["compile"]).startswith(("compile auto: on: trial", "compile auto: off: trial"))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
