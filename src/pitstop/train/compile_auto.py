@@ -17,8 +17,9 @@ three stages, all on real training steps (nothing is thrown away):
    margin) may decide; the trial is bounded to ``TRIAL_S`` seconds of steps (or ``MIN_ROUNDS`` rounds
    where those take longer), ``TRIAL_ROUNDS`` rounds and ``TRIAL_SHARE`` of the steps left.
 3. **Decision**: compiled is kept only where the trial's verdict is *helped* and the measured saving a step
-   x steps left pays back the measured compilation (recompilations to come, e.g. for an epoch's short
-   last batch, cost about as much again); otherwise the run goes back to eager, saying why.
+   x steps left pays back the measured compilation (spent by then, it stands for the recompilations a
+   run may still meet, e.g. at an epoch's short last batch); otherwise the run goes back to eager, saying
+   why.
 
 On CUDA the stated rule (``pays``: 20% against 60 s) decides after the probe: its steps are queued, and the
 loop never syncs to time them. A run whose length is unknown (a loader without ``len`` and no
