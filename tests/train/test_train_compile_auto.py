@@ -33,8 +33,9 @@ def cpu_saving(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(ca.SAVING, "cpu", 0.05)
 
 
-def test_a_cpu_run_stays_eager_with_the_stated_constants() -> None:
-    """compile measured no saving a step on the CPU: auto never compiles there, however long the run."""
+def test_the_stated_rule_never_compiles_on_a_cpu() -> None:
+    """compile measured no saving a step on the CPU that holds for every model: the stated rule never
+    compiles there, however long the run (a CPU run is decided by its trial instead)."""
     assert ca.SAVING["cpu"] == 0.0 and ca.break_even_steps(0.022, "cpu") > 10**15
     on, why = ca.rule(10**9, 0.022, "cpu")
     assert not on and why.startswith("off: ") and "0% saving" in why
@@ -52,13 +53,14 @@ def test_rule_compiles_only_where_the_steps_left_pay_for_compilation() -> None:
     assert ca.break_even_steps(step_s, "cuda") < even  # a larger stated saving pays sooner
 
 
-@pytest.mark.usefixtures("cpu_saving")
 def test_probe_times_steps_after_warmup_then_decides_once() -> None:
-    auto = ca.AutoCompile(planned=10**7, warmup=2, probe=3, clock=FakeClock(0.05))
+    """On CUDA the stated rule decides right after the probe (no trial)."""
+    auto = ca.AutoCompile(planned=10**7, device="cuda", warmup=2, probe=3, clock=FakeClock(0.05))
     got = [auto.decide(step) for step in range(1, 6)]
     assert got[:-1] == [None] * 4 and got[-1] is True  # 2 warm-up steps, then 3 timed ones
     assert auto.decision is not None and "50.0 ms" in auto.decision and not auto.pending
-    short = ca.AutoCompile(planned=100, warmup=2, probe=3, clock=FakeClock(0.05))
+    assert auto.trial is None
+    short = ca.AutoCompile(planned=100, device="cuda", warmup=2, probe=3, clock=FakeClock(0.05))
     assert [short.decide(s) for s in range(1, 6)][-1] is False
     assert short.decision is not None and short.decision.startswith("compile auto: off:")
 
@@ -87,6 +89,7 @@ def test_fit_default_is_auto_and_stays_eager_on_a_short_run() -> None:
 
 @pytest.mark.usefixtures("cpu_saving")
 def test_fit_auto_compiles_mid_run_where_the_rule_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ca, "TRIAL_DEVICES", ())  # the CPU decided by the stated rule, as CUDA is
     monkeypatch.setitem(ca.COMPILE_S, "cpu", 0.0)  # any saving pays: the rule says compile
     compiled: list[torch.nn.Module] = []
 
@@ -145,6 +148,7 @@ def test_fit_says_why_auto_never_decided() -> None:
 
 @pytest.mark.usefixtures("cpu_saving")
 def test_fit_auto_evaluates_the_uncompiled_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ca, "TRIAL_DEVICES", ())
     monkeypatch.setitem(ca.COMPILE_S, "cpu", 0.0)
     monkeypatch.setattr(
         trainer, "maybe_compile",

@@ -9,7 +9,8 @@ step. A failure to compile falls back to eager, and says so. Which command calls
 - ``pitstop.train`` (``TrainConfig.compile``; ``pitstop.train.compile.maybe_compile`` serves ``wrap``
   under the name scripts use) and ``pitstop bench``'s compile rows (a row whose ``Knobs.compile`` is on):
   ``wrap``, then ``failed`` (a bench row that fell back to eager measures nothing); ``pitstop.train``'s
-  ``compile='auto'`` (``pitstop.train.compile_auto``): ``pays``, after timing the first eager steps;
+  ``compile='auto'`` (``pitstop.train.compile_auto``): after timing the first eager steps, ``pays`` (CUDA)
+  or ``worth_a_trial`` then a measured trial (``TRIAL_DEVICES``, the CPU);
   ``pitstop.train.unwrap``: ``inner``;
 - ``pitstop profile --override compile`` (``Knobs.compile``, ``pitstop fix``'s runs;
   ``pitstop.profile.capture.models``): ``install`` once, ``inject`` on each model found;
@@ -54,16 +55,26 @@ SNIPPET = "model.compile()"
 # ``_orig_mod.``, so the script's checkpoints would stop loading into an uncompiled model
 CONVERT = "{}.compile()"
 
-# compile='auto' (``pays``): the share of an eager step compile saves, and the seconds of compilation
-# charged against it, per device; stated, not guessed per model. CPU, measured on a 2-core AMD EPYC with
-# AVX512_BF16 (``benchmarks/results/compile_auto.md``): ``torch.compile`` of fit's fast path saved 3%
-# (bf16) and 16-19% (fp32, bf16 emulated away) a step on the benchmark conv net, and lost 3% (bf16) and
-# 21% (fp32) on a small transformer: the sign depends on the model, so no saving is stated and
-# compile='auto' stays eager on a CPU (``compile=True`` compiles). Compilation took 21-42 s cold (empty
-# inductor cache, load ~5), 1.6-5.4 s warm, over 90 s cold at load ~8: 60 s is charged. CUDA: 1.3-2x in
-# ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same 60 s (not remeasured).
+# compile='auto': the share of an eager step compile saves (``pays``), and the seconds of compilation
+# expected, per device. CPU, measured on a 2-core AMD EPYC with AVX512_BF16
+# (``benchmarks/results/compile_auto.md``): ``torch.compile`` of fit's fast path saved 3% (bf16) and
+# 16-19% (fp32, bf16 emulated away) a step on the benchmark conv net, and lost 3% (bf16) and 21% (fp32) on
+# a small transformer: the sign depends on the model, so no saving is stated and a CPU run is decided by
+# a trial in the run instead (``TRIAL_DEVICES``; ``pays`` with this 0% would never compile). Compilation
+# took 21-42 s cold (empty inductor cache, load ~5), 1.6-5.4 s warm, over 90 s cold at load ~8: 60 s is
+# expected. CUDA: 1.3-2x in ``pitstop bench``'s compile rows (``docs/bench.md``), so 20%, with the same
+# 60 s (not remeasured); ``pays`` decides there.
 SAVING = {"cpu": 0.0, "cuda": 0.20}
 COMPILE_S = {"cpu": 60.0, "cuda": 60.0}
+# Where compile='auto' measures instead (``pitstop.train.compile_auto``): compile, time the compilation,
+# then interleave eager and compiled steps. Only where the host clock between two steps times the step:
+# a CPU's work is synchronous; a CUDA step is queued and the loop never syncs, so there it would time
+# the queue, and the stated ``pays`` decides.
+TRIAL_DEVICES = ("cpu",)
+# A trial starts only where steps left x eager step x TRIAL_MIN_SAVING > COMPILE_S: a trial that finds no
+# gain has spent its compilation for nothing, and this bounds that loss to 5% of the run's eager time;
+# 5% is also the smallest gain the trial's verdict calls helped outright (its ``min_gain``).
+TRIAL_MIN_SAVING = 0.05
 
 RULE = ProbeRule(
     NAME,
@@ -136,6 +147,18 @@ def pays(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
         f"{'>' if gain > cost else '<='} {cost:.0f} s compilation"
     )
     return gain > cost, ("on: " if gain > cost else "off: ") + text
+
+
+def worth_a_trial(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
+    """Whether the steps left could pay for a compile trial on ``device``: steps left x eager step x
+    ``TRIAL_MIN_SAVING`` > ``COMPILE_S`` (the compilation a trial spends); and why, in words."""
+    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
+    gain = steps_left * step_s * TRIAL_MIN_SAVING
+    text = (
+        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {TRIAL_MIN_SAVING:.0%} = {gain:.1f} s "
+        f"{'>' if gain > cost else '<='} {cost:.0f} s expected compilation"
+    )
+    return gain > cost, ("trial: " if gain > cost else "off: no trial: ") + text
 
 
 def break_even_steps(step_s: float, device: str) -> int:

@@ -25,8 +25,9 @@ class TrainConfig:
 
     precision: 'auto' (bf16 where the hardware is fast at it, else fp32), 'bf16', 'fp16' (CUDA), 'fp32'.
     channels_last: 'auto' = on for models with Conv2d; True/False to force.
-    compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = compile after the first eager
-    steps where the steps left pay for the compilation (``pitstop.train.compile_auto``; single process;
+    compile: ``torch.compile`` with eager fallback: True, False, or 'auto' = after the first eager steps,
+    compile where it measures faster in a trial and pays back its compilation (CPU; CUDA: where the
+    stated rule says the steps left pay) (``pitstop.train.compile_auto``; single process;
     evaluation then runs the model uncompiled: the rule charged one compilation, not a no_grad one).
     schedule: None, 'onecycle' or 'cyclic' (built here, with total steps from loader, epochs and k).
     distributed: 'auto' (DDP when launched by torchrun), 'ddp', 'fsdp' or 'none'.

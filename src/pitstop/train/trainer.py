@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from pitstop.recipes import model_components
 from pitstop.recipes.activation_checkpointing import apply_activation_checkpointing
+from pitstop.recipes.compile import failed as compile_failed
 from pitstop.recipes.compile import inner as compile_inner
 from pitstop.recipes.host_memory import keep_host_memory
 from pitstop.recipes.step import accumulate, scale_loss, sync_context
@@ -137,6 +138,8 @@ class _Loop:
     val_history: list[dict[str, float]] = field(default_factory=list)
     prog: Any = None  # the TrainProgress while the loop runs
     auto: AutoCompile | None = None  # compile='auto' until it has decided
+    eager: torch.nn.Module | None = None  # compile='auto': the model as prepared, and its compiled twin
+    compiled: torch.nn.Module | None = None  # (the trial switches between them; they share parameters)
 
     @property
     def nvtx(self) -> bool:
@@ -309,16 +312,23 @@ def _auto(cfg: TrainConfig, env: DistEnv, planned: int | None) -> AutoCompile | 
 
 
 def _decide_compile(lp: _Loop) -> None:
-    """compile='auto' after a step: once the probe has decided, compile (or not) and say why."""
-    assert lp.auto is not None
-    on = lp.auto.decide(lp.step)
-    if on is None:
+    """compile='auto' after a step: the model the next step runs (eager, or compiled for the trial or for
+    good), and once decided, the decision, printed and in ``applied``."""
+    auto = lp.auto
+    assert auto is not None
+    if lp.eager is None:
+        lp.eager = lp.model
+    use = auto.decide(lp.step, compile_failed(lp.compiled) if lp.compiled is not None else None)
+    if use and lp.compiled is None:
+        if auto.started:
+            lp.prog.note(auto.started)
+        lp.compiled = maybe_compile(lp.eager)
+    lp.model = lp.compiled if use and lp.compiled is not None else lp.eager
+    if auto.decision is None:
         return
-    if on:
-        lp.model = maybe_compile(lp.model)
-    lp.applied["compile"] = lp.auto.decision
-    lp.prog.note(lp.auto.decision)
-    lp.auto = None
+    lp.applied["compile"] = auto.decision
+    lp.prog.note(auto.decision)
+    lp.auto, lp.compiled = None, lp.compiled if use else None
 
 
 def _train(
