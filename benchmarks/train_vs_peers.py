@@ -14,6 +14,11 @@ Contenders (each in its own worker process, so allocator state, imports and peak
   pitstop-nocl        the same with channels_last=False
   pitstop+compile     the same with compile=True (torch.compile, inductor); its compilation runs in the
                       warm-up chunk, whose time is stated beside the table
+  pitstop-long        TrainConfig() defaults in a run fit is told is long (max_steps=--long-steps, about
+                      an hour here), stopped after the benchmark's chunks: compile='auto' then runs its
+                      measured trial (compile, interleaved eager/compiled blocks, keep the faster); the
+                      trial and the compilation fall in the warm-up chunks (--warmup-chunks), their time
+                      is stated beside the table, and the decision below it
   lightning           Lightning Trainer with its documented speed setting precision="bf16-mixed" (on a
                       CPU where bf16 measures slower than fp32: "32-true", see --peer-precision),
                       logger/checkpointing/progress bar off, AdamW as a user writes it
@@ -25,7 +30,8 @@ The "+fused" rows separate framework overhead from the optimizer choice pitstop 
 "pitstop-" rows take one of pitstop's defaults away, to show what each is worth here.
 Every worker trains the same model from the same seed on the same in-memory data. The parent lets the
 workers run one chunk of steps at a time, round-robin (the order rotates every round), so all of them
-see the same machine conditions; the first chunk is warm-up and not counted. steps/s per chunk is
+see the same machine conditions; the first ``--warmup-chunks`` chunks (default 1) are warm-up and not
+counted. steps/s per chunk is
 measured inside the worker (perf_counter, CPU work is synchronous); we report median and best over chunks.
 Each goal's verdict follows the 95% interval of the speed-up over rounds (each round's pair of chunks is
 one paired sample, ``pitstop.measure.speedup_interval``): met when the interval lies at or above the goal,
@@ -80,6 +86,7 @@ CONTENDERS = (
     "pitstop-nocl",
     "naive+glibc",
     "pitstop+compile",
+    "pitstop-long",
 )
 TAG = "@@pitstop-bench "
 
@@ -97,6 +104,11 @@ def _minor_faults() -> int:
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+class _Stop(KeyboardInterrupt):
+    """Ends pitstop-long's fit once the benchmark's chunks are done: fit stops at it as at Ctrl-C, cleanly,
+    and returns what it applied (its compile decision included)."""
 
 
 class Handshake:
@@ -193,21 +205,22 @@ def worker(name: str, a: argparse.Namespace) -> None:
     elif name.startswith("pitstop"):
         from pitstop.train import TrainConfig, fit
 
-        cfg = TrainConfig(epochs=10**6, max_steps=total, lr=lr, log_every=a.steps, progress=False)
+        long_run = name == "pitstop-long"
+        planned = a.long_steps if long_run else total
+        cfg = TrainConfig(epochs=10**6, max_steps=planned, lr=lr, log_every=a.steps, progress=False)
         if name == "pitstop-nokeep":
             cfg.keep_host_memory = False
         if name == "pitstop-nocl":
             cfg.channels_last = False
         if name == "pitstop+compile":
             cfg.compile = True
-        res = fit(
-            model,
-            None,
-            loader,
-            F.cross_entropy,
-            cfg,
-            on_log=lambda row: row["step"] % a.steps or hs.chunk_done(),
-        )
+        def on_log(row: dict[str, float]) -> None:
+            if row["step"] % a.steps == 0:
+                hs.chunk_done()
+            if long_run and row["step"] >= total:
+                raise _Stop  # the benchmark's chunks are done; fit was told of a longer run
+
+        res = fit(model, None, loader, F.cross_entropy, cfg, on_log=on_log)
         info["compile"] = res.applied.get("compile")
     elif name.startswith("lightning"):
         import lightning.pytorch as pl
@@ -332,9 +345,9 @@ def run(a: argparse.Namespace) -> dict[str, Worker]:
                 for name in order:
                     w = workers[name]
                     msg = w.go()
-                    if r == 0:
-                        w.warmup_s = msg["seconds"]
-                    else:  # chunk 0 is warm-up (first-iteration allocations, oneDNN primitive caches)
+                    if r < a.warmup_chunks:
+                        w.warmup_s += msg["seconds"]
+                    else:  # warm-up: first-iteration allocations, oneDNN primitive caches, compilation
                         w.chunk_s.append(msg["seconds"] / msg["steps"])
                         w.faults.append(msg["faults"] / msg["steps"])
                     prog.advance(task)
@@ -397,7 +410,9 @@ def goal_lines(workers: dict[str, Worker], bf16_hardware: bool) -> list[str]:
     if "pitstop" not in med:
         return []
     goal = 2.0 if bf16_hardware else 1.5
-    pairs = [("naive", n, goal) for n in ("pitstop", "pitstop+compile") if "naive" in med and n in med]
+    pairs = [
+        ("naive", n, goal) for n in ("pitstop", "pitstop+compile", "pitstop-long") if "naive" in med and n in med
+    ]
     pairs += [(peer, "pitstop", 1.0) for peer in ("lightning", "accelerate") if peer in med]
     out = []
     for base, cand, g in pairs:
@@ -417,17 +432,18 @@ def goal_lines(workers: dict[str, Worker], bf16_hardware: bool) -> list[str]:
 def warmup_lines(workers: dict[str, Worker]) -> list[str]:
     """The warm-up chunk of each pitstop row beside its median chunk: what compilation costs up front."""
     out = []
-    for name in ("pitstop", "pitstop+compile"):
+    for name in ("pitstop", "pitstop+compile", "pitstop-long"):
         w = workers.get(name)
         if w is not None and w.chunk_s:
             step_s = statistics.median(w.chunk_s)  # seconds a step, per chunk
             steps = w.warmup_s / step_s if step_s else 0.0
             out.append(
-                f"- {name}: warm-up chunk {w.warmup_s:.2f} s (compilation included where on), "
-                f"{steps:.0f} steps' worth at its median step"
+                f"- {name}: warm-up chunks {w.warmup_s:.2f} s (compilation and compile trial included where "
+                f"on), {steps:.0f} steps' worth at its median step"
             )
-    if (plain_w := workers.get("pitstop")) is not None and plain_w.info.get("compile") is not None:
-        out.append(f"- pitstop (TrainConfig default compile='auto'): {plain_w.info['compile']}")
+    for name in ("pitstop", "pitstop-long"):
+        if (w := workers.get(name)) is not None and w.info.get("compile") is not None:
+            out.append(f"- {name} (TrainConfig default compile='auto'): {w.info['compile']}")
     plain, comp = workers.get("pitstop"), workers.get("pitstop+compile")
     if plain and comp and plain.chunk_s and comp.chunk_s:
         saved = statistics.median(plain.chunk_s) - statistics.median(comp.chunk_s)  # seconds a step
@@ -446,6 +462,15 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--chunks", type=int, default=30, help="chunks per contender (the first is warm-up)")
     ap.add_argument("--steps", type=int, default=5, help="optimizer steps per chunk")
+    ap.add_argument(
+        "--warmup-chunks", type=int, default=1, help="first chunks of every contender not counted (default 1)"
+    )
+    ap.add_argument(
+        "--long-steps",
+        type=int,
+        default=200_000,
+        help="the run length pitstop-long's fit is told (it is stopped after the chunks)",
+    )
     ap.add_argument("--width", type=int, default=16, help="channels of the first conv (then 2x, 4x)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = torch default)")
     ap.add_argument("--batch", type=int, default=64)
@@ -471,8 +496,8 @@ def main() -> None:
     if a.worker:
         worker(a.worker, a)
         return
-    if a.chunks < 2:
-        raise SystemExit("--chunks must be >= 2 (the first is warm-up)")
+    if a.chunks <= a.warmup_chunks:
+        raise SystemExit("--chunks must be more than --warmup-chunks")
     if a.emulate_isa and any(os.environ.get(k) != v for k, v in EMULATE[a.emulate_isa].items()):
         # torch reads both once, when it loads: re-run this process (and so its workers) under them
         os.execve(
@@ -526,7 +551,7 @@ def main() -> None:
             f"- workload: 5-conv BatchNorm net ({a.width}-{2 * a.width}-{2 * a.width}-{4 * a.width}-"
             f"{4 * a.width} channels) + linear, batch {a.batch} of "
             f"3x{a.size}x{a.size} random images, 10 classes, AdamW lr 1e-3; {a.steps} optimizer steps per "
-            f"chunk, {a.chunks} chunks per contender (first = warm-up, not counted), round-robin with "
+            f"chunk, {a.chunks} chunks per contender (first {a.warmup_chunks} = warm-up, not counted), round-robin with "
             f"rotating order; torch threads per worker: {', '.join(str(t) for t in sorted(threads, key=str))}",
             f"- pitstop `auto` precision on this machine: {str(auto).removeprefix('torch.') if auto else 'fp32'} ({bf16}); Lightning and Accelerate "
             f"run {a.peer_precision} (`--peer-precision`)",
