@@ -14,7 +14,18 @@ whole interval is over it; "undecided": it straddles the bar. Rounds go on (``--
 of the example is decided or its share of ``--budget-s`` is spent. ``--inproc-rounds N`` adds the same
 in one process (runpy, bare vs instrumented), where process start-up noise cancels out.
 
-    nice -n 0 flock -x /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead.py [--budget-s 480]
+``--aa`` runs a second plain run every round (plain, plain-b, profiled, rotated), paired with the first
+as the profiled run is: the A/A interval, what the end-to-end rounds can resolve on this machine at this
+load. Rounds of fresh processes drift by several % on a shared VM, more than the instruments cost, so a
+decomposition that drift cancels out of is reported beside the end-to-end figure, with verdicts of its
+own: (a) the instruments' cost a step, from blocks of steps with them on and off in one process
+(``--block-pairs``, ``profile_overhead_parts.toggled_blocks``); (b) pitstop's CPU outside the script's
+thread during the script's window, sampled in every profiled round (``profile_overhead_parts.CpuSampler``);
+the bound (a) / step + (b) is judged against the same bars. The decomposition runs first, which also
+makes slow_loader's JPEG folder and warms the caches before any round is timed.
+
+    nice -n 0 flock -x /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead.py --aa
+    (about 9 minutes: ~1.5 min of blocks, then --budget-s 450 of rounds, one round over at most)
 """
 
 from __future__ import annotations
@@ -203,6 +214,17 @@ def _ms(stdout: str) -> float:
     return float(m.group(1))
 
 
+def prepare(name: str) -> None:
+    """What an example makes once and keeps (slow_loader's JPEG folder, in the temp folder), made before
+    the rounds, so that no round pays for it."""
+    if name == "slow_loader.py":
+        import runpy
+
+        ns = runpy.run_path(str(ROOT / "examples" / name), run_name="prepare")  # its functions, not main
+        args = WORKLOADS[name]
+        ns["image_folder"](int(args[args.index("--images") + 1]))
+
+
 def run_rounds(
     name: str,
     one: Callable[[str], tuple[float, float | None]],
@@ -316,12 +338,12 @@ DECOMPOSITION_NOTES = [
     "- the decomposition's verdicts: the bound (a) + (b), each side of its interval added (wider than a "
     "joint interval). (a): in ONE process, the example run once with blocks of steps alternating "
     "instruments on (`Instrumentation.install`) and off (`uninstall`), switched at `Optimizer.zero_grad` "
-    f"(between forward and backward), after {LEAD} steps on; the first 2 steps of every block left out "
-    "(the switch, the hooks' re-narrowing), and steps over 2x the run's median step (preemptions: how many "
-    "in each arm is in the table; an arm with many more would be pitstop's); per pair, mean step on / mean step off - 1, Student t over the "
-    "pairs; the periodic flush runs in these blocks as in a run. (b): in every profiled end-to-end round, "
-    "the CPU time (`/proc/<pid>/task/*/schedstat`) of the `pitstop profile` parent (the runner in this "
-    "process, the sampler's own thread left out) and of the child's threads but the script's (watchdog; "
+    f"(between forward and backward), after {LEAD} steps on, both blocks of a pair re-seeded alike (the same batches and augmentations); "
+    "the first step of every block left out (the switch); steps over 2x the run's median step (spikes: "
+    "preemptions mostly) are kept, their count per arm in the table; per pair, mean step on / mean step off - 1, Student t over the "
+    "pairs; the periodic flush runs once a second of instruments on, as in a run. (b): in every profiled end-to-end round, "
+    "the CPU time of the `pitstop profile` parent (the runner in this process: `getrusage` less the "
+    "sampler's own thread) and of the child's threads but the script's (`/proc/<pid>/task/*/schedstat`) (watchdog; "
     "also torch's own threads, which the plain child has too: counted, so the bound is conservative) over "
     "the script's timed window (its steps x its ms/step, ending when the child was last seen), as a share of "
     "the window's wall time: as if every CPU second of it came out of the script's (the per-core column "
@@ -340,6 +362,8 @@ def end_to_end(names: list[str], a: argparse.Namespace, env: dict[str, str]) -> 
     """Each example gets the budget left over the examples left, so time an early decision saves
     goes to the examples after it."""
     out = []
+    for name in names:
+        prepare(name)
     end = time.monotonic() + a.budget_s
     for k, name in enumerate(names):
         script, extra = ROOT / "examples" / name, WORKLOADS[name]
@@ -416,7 +440,9 @@ def report(
         f"- load: {load}; other processes used {100 * share:.0f}% of the CPUs during the runs",
         "- method: each example prints its own ms/step after its warm-up; plain `python examples/X.py` vs "
         "`pitstop profile --full --no-probes -- python examples/X.py` (all hooks on for the whole run), a "
-        "fresh process in a session of its own each (one autogroup each), the order rotated every round; overhead = profiled / plain, geometric mean of "
+        "fresh process in a session of its own each (one autogroup each), the order rotated every round "
+        f"({'with a second plain run, plain-b, in every round (A/A); ' if a.aa else ''}slow_loader's JPEG "
+        "folder made once, before its rounds); overhead = profiled / plain, geometric mean of "
         "the rounds' paired ratios with its 95% Student t interval (`pitstop.measure.speedup_interval`); "
         "per-step cost = plain ms/step x overhead; rounds from "
         f"{a.min_rounds} to {a.max_rounds}, stopping once every bar of the example is decided or its share "
@@ -456,7 +482,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--min-rounds", type=int, default=4, help="end-to-end rounds per example at least")
     ap.add_argument("--max-rounds", type=int, default=12, help="end-to-end rounds per example at most")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="end-to-end seconds for all examples")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="end-to-end seconds for all examples")
     ap.add_argument("--inproc-rounds", type=int, default=0, help="in-process rounds per example (0: none)")
     ap.add_argument("--aa", action="store_true", help="a second plain run every round: the A/A noise floor")
     ap.add_argument(
@@ -477,9 +503,9 @@ def main() -> int:
     load0, other = load_average(), OtherCpu()
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
     names = [n if n.endswith(".py") else f"{n}.py" for n in a.only or WORKLOADS]
+    parts = decomposition(names, a.block_pairs, a.threads) if a.block_pairs > 0 else []
     e2e = end_to_end(names, a, env)
     inproc = in_process_rounds(names, a.inproc_rounds, a.threads) if a.inproc_rounds > 0 else []
-    parts = decomposition(names, a.block_pairs, a.threads) if a.block_pairs > 0 else []
     text = report(a, e2e, inproc, load_line(load0), other.share(), parts)
     a.results.parent.mkdir(parents=True, exist_ok=True)
     a.results.write_text(text)
