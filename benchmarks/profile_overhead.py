@@ -290,7 +290,8 @@ def aa_table(e2e: list[Example]) -> list[str]:
             lines.append(f"| {ex.name} | 0 | | |")
             continue
         est, lo, hi = overhead_bounds(iv)
-        lines.append(f"| {ex.name} | {iv.rounds} | {_pct(est)} ({_pct(lo)} to {_pct(hi)}) | {100 * (hi - lo) / 2:.1f}% |")  # fmt: skip
+        half = 100 * (hi - lo) / 2
+        lines.append(f"| {ex.name} | {iv.rounds} | {_pct(est)} ({_pct(lo)} to {_pct(hi)}) | {half:.1f}% |")
     return lines
 
 
@@ -298,7 +299,9 @@ def decomposition_table(e2e: list[Example], parts: list, a: argparse.Namespace) 
     """(a) + (b) per example, the bound and its verdicts; which verdict comes from which measurement."""
     from profile_overhead_parts import mean_interval
 
-    cores = os.cpu_count() or 1
+    from pitstop.host.cpu import usable_cores
+
+    cores = usable_cores()
     lines = [
         f"Decomposition ({a.block_pairs} pairs of blocks in one process for (a); the end-to-end profiled "
         "rounds for (b)):",
@@ -320,7 +323,8 @@ def decomposition_table(e2e: list[Example], parts: list, a: argparse.Namespace) 
         long = bar_verdict(lo, hi, LONG_BAR) if long_step else "(steps < 15 ms)"
         lines.append(
             f"| {cost.name} | {len(cost.on)} x {cost.block} | {1000 * cost.step_s():.2f} "
-            f"| {us:+.1f} ({us_lo:+.1f} to {us_hi:+.1f}); {cost.spikes['on']}/{cost.spikes['off']} | {_pct(sh, 2)} ({_pct(sh_lo, 2)} to {_pct(sh_hi, 2)}) "
+            f"| {us:+.1f} ({us_lo:+.1f} to {us_hi:+.1f}); {cost.spikes['on']}/{cost.spikes['off']} "
+            f"| {_pct(sh, 2)} ({_pct(sh_lo, 2)} to {_pct(sh_hi, 2)}) "
             f"| {100 * b:.2f}% ({100 * b_lo:.2f}% to {100 * b_hi:.2f}%), {len(ex.pitstop_cpu)} rounds "
             f"| {100 * b / cores:.2f}% | {_pct(sh + b, 2)} ({_pct(lo, 2)} to {_pct(hi, 2)}) "
             f"| {bar_verdict(lo, hi, BAR)} | {long} |"
@@ -338,15 +342,16 @@ DECOMPOSITION_NOTES = [
     "- the decomposition's verdicts: the bound (a) + (b), each side of its interval added (wider than a "
     "joint interval). (a): in ONE process, the example run once with blocks of steps alternating "
     "instruments on (`Instrumentation.install`) and off (`uninstall`), switched at `Optimizer.zero_grad` "
-    f"(between forward and backward), after {LEAD} steps on, both blocks of a pair re-seeded alike (the same batches and augmentations); "
-    "the first step of every block left out (the switch); steps over 2x the run's median step (spikes: "
-    "preemptions mostly) are kept, their count per arm in the table; per pair, mean step on / mean step off - 1, Student t over the "
-    "pairs; the periodic flush runs once a second of instruments on, as in a run. (b): in every profiled end-to-end round, "
-    "the CPU time of the `pitstop profile` parent (the runner in this process: `getrusage` less the "
-    "sampler's own thread) and of the child's threads but the script's (`/proc/<pid>/task/*/schedstat`) (watchdog; "
-    "also torch's own threads, which the plain child has too: counted, so the bound is conservative) over "
-    "the script's timed window (its steps x its ms/step, ending when the child was last seen), as a share of "
-    "the window's wall time: as if every CPU second of it came out of the script's (the per-core column "
+    f"(between forward and backward), after {LEAD} steps on; both blocks of a pair re-seeded alike (the "
+    "same batches and augmentations); the first step of every block left out (the switch); steps over 2x "
+    "the run's median step (spikes: preemptions mostly) kept, their count per arm in the table; per pair, "
+    "mean step on / mean step off - 1, Student t over the pairs; the periodic flush once a second of "
+    "instruments on, as in a run. (b): in every profiled end-to-end round, the CPU time of the `pitstop "
+    "profile` parent (the runner in this process: `getrusage` less the sampler's own thread) and of the "
+    "child's threads but the script's (`/proc/<pid>/task/*/schedstat`: the watchdog; also torch's own "
+    "threads, which the plain child has too: counted, so the bound is conservative) over the script's "
+    "timed window (its steps x its ms/step, ending when the child was last seen), as a share of the "
+    "window's wall time: as if every CPU second of it came out of the script's (the per-core column "
     "divides by the cores);",
     "- what the bound leaves out: start-up and exit (outside the script's own timing in both), and any "
     "indirect effect of running under the bootstrap on the script's steps (memory layout, imports): only "
@@ -408,8 +413,9 @@ def decomposition(names: list[str], pairs: int, threads: int) -> list:  # -> lis
             args = [*_with_steps(WORKLOADS[name], steps), *BLOCK_ARGS.get(name, [])]
             cost = toggled_blocks(ROOT / "examples" / name, args, name, block, pairs, Path(tmp), lead=LEAD)
             est, lo, hi = cost.cost_us()
-            print(f"blocks     {name:16s} {len(cost.on)} pairs x {block} steps: instruments "
-                  f"{est:+.1f} us/step ({lo:+.1f} to {hi:+.1f}), step {1000 * cost.step_s():.2f} ms", flush=True)  # fmt: skip
+            head = f"blocks     {name:16s} {len(cost.on)} pairs x {block} steps"
+            step = f"step {1000 * cost.step_s():.2f} ms"
+            print(f"{head}: instruments {est:+.1f} us/step ({lo:+.1f} to {hi:+.1f}), {step}", flush=True)
             out.append(cost)
     return out
 
