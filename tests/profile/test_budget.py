@@ -64,7 +64,9 @@ def test_a_skipped_confirmation_says_whether_one_round_did_not_fit_or_would_not_
     (one,) = budget.skip_record(10.6, 7.0, 12.0)["errors"]
     assert one.startswith("not run: one round of fresh runs") and "more than the 7 s left of the 12 s" in one
     (undecided,) = budget.skip_record(9.0, 12.0, 60.0, rounds=2)["errors"]
-    assert "hold one round of fresh runs (about 9 s" in undecided and "not the 2 an interval needs" in undecided
+    assert (
+        "hold one round of fresh runs (about 9 s" in undecided and "not the 2 an interval needs" in undecided
+    )
     assert "bigger predicted savings" in undecided and undecided.endswith("--budget S allows more")
     assert budget.skip_record(9.0, 5.0, 60.0, rounds=2)["errors"][0].startswith("not run: one round")
 

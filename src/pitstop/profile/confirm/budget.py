@@ -103,9 +103,10 @@ def skip_record(round_est_s: float, left_s: float, budget_s: float, rounds: int 
 
 @dataclass
 class Plan:
-    """The confirmations' share of the budget: ``planned`` (name, seconds at most; 0.0: runs only on what
-    the ones before it leave unspent) in the order they run; ``left_s`` what the probes and ``RESERVE_S`` left of ``budget_s`` (None: no shared
-    budget); ``predicted_s`` each one's predicted saving a step, the order's key."""
+    """The confirmations' share of the budget: ``planned`` (name, seconds at most; 0.0: runs only on
+    what the ones before it leave unspent) in the order they run; ``left_s`` what the probes and
+    ``RESERVE_S`` left of ``budget_s`` (None: no shared budget); ``predicted_s`` each one's predicted
+    saving a step, the order's key."""
 
     budget_s: float | None
     stages: Stages
@@ -125,7 +126,9 @@ class Plan:
     def text(self) -> str:
         st = self.stages
         total = st.run_s + self.confirm_s
-        names = ", ".join(f"{n} {s:.0f} s" if s > 0 else f"{n} only on time left over" for n, s in self.planned)
+        names = ", ".join(
+            f"{n} {s:.0f} s" if s > 0 else f"{n} only on time left over" for n, s in self.planned
+        )
         confirms = f"confirmations at most {self.confirm_s:.0f} s ({names})" if names else "no confirmations"
         return (
             f"answer in about {total:.0f} s: start-up {st.startup_s:.0f} s, measured window "
