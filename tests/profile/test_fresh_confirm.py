@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -274,13 +275,77 @@ def test_the_plan_is_said_before_the_runs_and_recorded_with_what_each_took():
         "amp",
         "channels_last",
     ]
-    assert said[0].startswith("answer in about") and "(amp, channels_last)" in said[0]
+    assert said[0].startswith("answer in about") and "(amp 27 s, channels_last 13 s)" in said[0]
     assert said[1].startswith("timing the")
     rec = result.data["answer_time"]
-    # each an even share of 45 s less the reserve: more than a round (2 x (3 s + 23 steps of 0.1 s)) each
-    assert rec["budget_s"] == 45.0 and rec["planned"] == {"amp": 20.0, "channels_last": 20.0}
+    # 40 s of 45 s less the reserve; a round is 2 x (3 s + 23 steps of 0.1 s): amp (30 ms predicted) two
+    # rounds with spare, channels_last (10 ms) the one round its blocks decide, amp what is left
+    assert rec["budget_s"] == 45.0 and rec["planned"] == pytest.approx({"amp": 26.75, "channels_last": 13.25})
+    assert rec["predicted_saving_s"] == pytest.approx({"amp": 0.03, "channels_last": 0.01})
     assert set(rec["confirm_spent_s"]) == {"amp", "channels_last"}
-    assert result.data["probes"]["precision"]["two_process"]["budget_s"] == pytest.approx(20.0, abs=0.5)
+    assert result.data["probes"]["precision"]["two_process"]["budget_s"] == pytest.approx(26.75, abs=0.5)
+
+
+def test_the_confirmation_with_the_biggest_predicted_saving_runs_first():
+    small_amp = {**AMP, "new_s": 0.05, "saving_s": 0.01, "saving_lo_s": 0.008, "saving_hi_s": 0.012}
+    big_cl = {**CL, "new_s": 0.03, "saving_s": 0.03, "saving_lo_s": 0.026, "saving_hi_s": 0.034}
+    result = profiled(precision=small_amp, channels_last=big_cl)
+    runner = Runner(plain=STEP, fixed=0.08, on=lambda s: bool(s.overrides.autocast or s.overrides.channels_last))
+    said: list[str] = []
+    ran = fc.confirm_all(RunSpec(["python", "t.py"]), result, runner, say=said.append, budget_s=60.0)
+    assert ran == ["channels_last", "amp"]
+    assert runner.specs[1].overrides.channels_last and not runner.specs[-1].overrides.channels_last
+    assert list(result.data["answer_time"]["planned"]) == ["channels_last", "amp"]
+    assert said[0].index("channels_last ") < said[0].index("amp ")
+
+
+class Spends:
+    """Fake confirmations on the fake ``clock``: each run takes ``took[name]`` s (default its whole
+    share) and records the share it was given."""
+
+    def __init__(self, clock, took=None):
+        self.clock, self.took, self.got, self.skipped = clock, took or {}, {}, {}
+
+    def __call__(self, name, saving, min_rounds):
+        def run(b):
+            self.got[name] = b
+            self.clock.t += self.took.get(name, b)
+
+        return fc.Confirmation(
+            name, name, 90.0, 20, run, lambda rec: self.skipped.update({name: rec}), saving, min_rounds
+        )
+
+
+@pytest.mark.parametrize("took", [{}, {"workers": 20.0}, {"workers": 20.0, "amp": 15.0}])
+def test_shares_go_by_what_is_at_stake_and_none_takes_more_than_its_share_plus_what_was_left(
+    monkeypatch, clock, took
+):
+    """slow_loader's case: the data wait (60 ms of the step) is confirmed first with two rounds; amp
+    (10 ms, one round decides by its blocks) next; the page faults (4 ms) need two rounds, which do not
+    fit what is left: not run, saying why, unless the ones before left it room."""
+    result = profiled()  # a round of 20 steps: 2 x (3 s + 23 steps of 0.1 s) = 10.6 s
+    fake = Spends(clock, took)
+    todo = [fake("workers", 0.06, 2), fake("amp", 0.01, 1), fake("host_memory", 0.004, 2)]
+    monkeypatch.setattr(fc, "confirmations", lambda *a: todo)
+    said: list[str] = []
+    fc.confirm_all(RunSpec(["python", "t.py"]), result, say=said.append, budget_s=60.0, clock=clock)
+    rec = result.data["answer_time"]
+    # 55 s: workers two rounds with spare (26.5 s), amp two (26.5 s), host_memory's two do not fit: the
+    # 2 s left go to workers
+    assert rec["planned"] == pytest.approx({"workers": 28.5, "amp": 26.5, "host_memory": 0.0})
+    assert re.search(r"\(workers 2\d s, amp 2\d s, host_memory only on time left over\)", said[0])
+    names, left = list(rec["planned"]), 55.0
+    for i, name in enumerate(n for n in names if n in fake.got):  # its share plus what the earlier ones left
+        later = sum(rec["planned"][n] for n in names[i + 1 :])
+        assert rec["planned"][name] <= fake.got[name] == pytest.approx(min(90.0, left - later))
+        left -= took.get(name, fake.got[name])
+    assert sum(rec["confirm_spent_s"].values()) <= 55.0 + 1e-9
+    (why,) = fake.skipped["host_memory"]["errors"]
+    if "amp" in took:  # 20 s left: one round, not the two an interval needs
+        assert "hold one round of fresh runs" in why and "not the 2 an interval needs" in why
+    else:
+        assert why.startswith("not run: one round of fresh runs") and "more than the 0 s left" in why
+    assert rec["confirm_spent_s"]["host_memory"] == 0.0
 
 
 def test_a_confirmation_whose_round_does_not_fit_is_not_run_and_its_finding_says_so():

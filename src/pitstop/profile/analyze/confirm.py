@@ -96,10 +96,16 @@ def agreeing_blocks(f: Finding, two: dict[str, Any]) -> tuple[float, float] | No
     agrees that the change helps (its lower bound above ``MIN_PROBE_GAIN`` of the probed pass): two
     independent measurements of one saving. None otherwise."""
     lo, hi = two.get("blocks_saving_lo_s"), two.get("blocks_saving_hi_s")
-    own_lo, base = f.data.get("saving_lo_s"), f.data.get("base_s")
-    if lo is None or hi is None or own_lo is None or not base or own_lo <= MIN_PROBE_GAIN * base:
+    if lo is None or hi is None or not in_process_agrees(f.data):
         return None
     return lo, hi
+
+
+def in_process_agrees(probe: dict[str, Any]) -> bool:
+    """The in-process ``probe``'s own interval says the change helps: its lower bound above
+    ``MIN_PROBE_GAIN`` of the probed pass (what lets one round of fresh runs decide: ``agreeing_blocks``)."""
+    own_lo, base = probe.get("saving_lo_s"), probe.get("base_s")
+    return own_lo is not None and bool(base) and own_lo > MIN_PROBE_GAIN * base
 
 
 def _measured_in_two_processes(f: Finding, probe: dict[str, Any], bd: Breakdown) -> Finding:

@@ -8,11 +8,18 @@ with the fix) costs two start-ups plus their steps (``round_s``), known before a
 
 ``--budget S`` (default ``DEFAULT_BUDGET_S``) is the time pitstop may add after the script's measured
 steps: the probes' time and ``RESERVE_S`` are taken from it and the confirmations share the rest
-(``Plan``, ``share``), each at most
-its own budget and at least one round where one fits. A confirmation whose round does not fit what is
-left is not run, and its finding says so (``skip_record``); one the budget cuts short says how many
-rounds fitted (``pitstop.profile.analyze.confirm``). ``Plan.text`` is the line printed before the confirmations:
-"answer in about N s: ...; --budget S to change".
+(``Plan``, ``shares``). They run by what is at stake: the biggest predicted saving (ms a step) first,
+and each in that order is given the rounds a verdict needs before the smaller ones get theirs: two
+(``INTERVAL_ROUNDS``, with ``SPARE``) where that fits, since one round's interval over rounds is
+unbounded; a single round only where the blocks of steps within it can decide (a model probe whose
+in-process interval agrees: ``pitstop.profile.analyze.confirm.agreeing_blocks``). One that gets no
+such share is not run, and its finding says why (``skip_record``); what is left after every share
+goes to the ones that run, in the same order, up to each one's own budget. Each then runs within its
+planned seconds plus what the ones before it left unspent (``runtime_share``), never into the
+seconds planned for the ones after it, so the plan printed before them stays true. One the budget
+cuts short says how many rounds fitted (``pitstop.profile.analyze.confirm``). ``Plan.text`` is the line
+printed before the confirmations: "answer in about N s: ...; confirmations at most C s (name s, ...)
+in the order they run; --budget S to change".
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ DEFAULT_BUDGET_S = 60.0
 RESERVE_S = 5.0
 # a fresh run's python/torch import, when the profiled run did not record its launch
 IMPORT_S = 3.0
+# rounds an interval over rounds needs (one round's is unbounded), and the spare a planned round gets
+INTERVAL_ROUNDS, SPARE = 2, 1.25
 
 
 @dataclass
@@ -71,25 +80,38 @@ def round_s(result: RunResult, steps: int, warmup: int) -> float:
     return 2 * (stages(result).startup_s + (warmup + steps) * statistics.median(times))
 
 
-def skip_record(round_est_s: float, left_s: float, budget_s: float) -> dict[str, Any]:
-    """The record of fresh runs not started because one round (``round_est_s``) does not fit the
-    ``left_s`` seconds of the budget left: what their finding quotes as why nothing was measured."""
-    why = (
-        f"not run: one round of fresh runs (the script as it is and with the fix, each paying its "
-        f"start-up again) takes about {round_est_s:.0f} s, more than the {max(0.0, left_s):.0f} s left of "
-        f"the {budget_s:.0f} s budget; pitstop profile --budget S allows more"
-    )
+def skip_record(round_est_s: float, left_s: float, budget_s: float, rounds: int = 1) -> dict[str, Any]:
+    """The record of fresh runs not started because the ``rounds`` rounds (of ``round_est_s`` each) a
+    verdict needs do not fit the ``left_s`` seconds of the budget left for them: what their finding
+    quotes as why nothing was measured."""
+    if rounds <= 1 or round_est_s > left_s:
+        why = (
+            f"not run: one round of fresh runs (the script as it is and with the fix, each paying its "
+            f"start-up again) takes about {round_est_s:.0f} s, more than the {max(0.0, left_s):.0f} s left of "
+            f"the {budget_s:.0f} s budget"
+        )
+    else:
+        why = (
+            f"not run: the {max(0.0, left_s):.0f} s left of the {budget_s:.0f} s budget, after the "
+            f"confirmations with bigger predicted savings, hold one round of fresh runs (about "
+            f"{round_est_s:.0f} s: the script as it is and with the fix, each paying its start-up again) but "
+            f"not the {rounds} an interval needs, and one round's interval is unbounded: it could not decide"
+        )
+    why += "; pitstop profile --budget S allows more"
     return {"rounds": 0, "steps_each_side": [0, 0], "budget_s": 0.0, "verdict": None, "errors": [why]}
 
 
 @dataclass
 class Plan:
-    """The confirmations' share of the budget: ``planned`` (name, seconds at most) in the order they
-    run; ``left_s`` what the probes and ``RESERVE_S`` left of ``budget_s`` (None: no shared budget)."""
+    """The confirmations' share of the budget: ``planned`` (name, seconds at most; 0.0: runs only on
+    what the ones before it leave unspent) in the order they run; ``left_s`` what the probes and
+    ``RESERVE_S`` left of ``budget_s`` (None: no shared budget); ``predicted_s`` each one's predicted
+    saving a step, the order's key."""
 
     budget_s: float | None
     stages: Stages
     planned: list[tuple[str, float]] = field(default_factory=list)
+    predicted_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def left_s(self) -> float:
@@ -104,7 +126,9 @@ class Plan:
     def text(self) -> str:
         st = self.stages
         total = st.run_s + self.confirm_s
-        names = ", ".join(n for n, _ in self.planned)
+        names = ", ".join(
+            f"{n} {s:.0f} s" if s > 0 else f"{n} only on time left over" for n, s in self.planned
+        )
         confirms = f"confirmations at most {self.confirm_s:.0f} s ({names})" if names else "no confirmations"
         return (
             f"answer in about {total:.0f} s: start-up {st.startup_s:.0f} s, measured window "
@@ -113,14 +137,54 @@ class Plan:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"budget_s": self.budget_s, **self.stages.to_dict(), "planned": dict(self.planned)}
+        out = {"budget_s": self.budget_s, **self.stages.to_dict(), "planned": dict(self.planned)}
+        if self.predicted_s:
+            out["predicted_saving_s"] = {k: round(v, 4) for k, v in self.predicted_s.items()}
+        return out
 
 
-def share(left_s: float, own_budget_s: float, round_est_s: float, waiting: int) -> float | None:
-    """Seconds for the next confirmation of ``waiting`` (itself included): an even share of ``left_s``,
-    at most its ``own_budget_s``, raised to one round (with a quarter spare) where that fits what is
-    left; None when not even one round fits."""
-    if round_est_s > left_s:
-        return None
-    even = left_s / max(1, waiting)
-    return min(own_budget_s, left_s, max(even, 1.25 * round_est_s))
+@dataclass(frozen=True)
+class Need:
+    """What one confirmation asks of the budget: at most ``own_budget_s``; ``round_s`` a round of its
+    fresh runs; ``min_rounds`` the rounds its verdict needs (1 where the blocks within one round can
+    decide, else ``INTERVAL_ROUNDS``)."""
+
+    own_budget_s: float
+    round_s: float
+    min_rounds: int = INTERVAL_ROUNDS
+
+    def seconds(self, rounds: int) -> float | None:
+        """Seconds for ``rounds`` rounds with ``SPARE``, at most its own budget; None where that budget
+        does not hold the rounds themselves."""
+        s = min(self.own_budget_s, SPARE * rounds * self.round_s)
+        return s if s >= rounds * self.round_s else None
+
+
+def shares(left_s: float, needs: list[Need]) -> list[float | None]:
+    """Seconds for each of ``needs`` (in the order they run: biggest predicted saving first) out of
+    ``left_s``: first each in turn gets ``INTERVAL_ROUNDS`` rounds where they fit what is left, else its
+    ``min_rounds`` where those fit, else None (not run); then what is left goes to those that run, in
+    the same order, up to each one's own budget."""
+    out: list[float | None] = []
+    left = left_s
+    for n in needs:
+        got = None
+        for rounds in sorted({INTERVAL_ROUNDS, n.min_rounds}, reverse=True):
+            if rounds >= n.min_rounds and (s := n.seconds(rounds)) is not None and s <= left:
+                got = s
+                break
+        out.append(got)
+        left -= got or 0.0
+    for i, n in enumerate(needs):
+        got = out[i]
+        if got is not None and left > 0:
+            more = min(left, max(0.0, n.own_budget_s - got))
+            out[i], left = got + more, left - more
+    return out
+
+
+def runtime_share(own_budget_s: float, left_now_s: float, later_planned_s: float) -> float:
+    """Seconds a confirmation may take when its turn comes: what is left of the confirmations' budget
+    now (``left_now_s``) less the ``later_planned_s`` seconds planned for the ones after it, i.e. its
+    planned share plus what the ones before it left unspent, at most its own budget."""
+    return max(0.0, min(own_budget_s, left_now_s - later_planned_s))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pitstop.findings import Severity
+from pitstop.findings import Finding, Severity
 from pitstop.host import cpu
 from pitstop.measure.plan import budget_for_rounds
 from pitstop.profile.confirm import budget, malloc_confirm, workers_confirm
@@ -55,17 +55,31 @@ def fix_overrides(name: str, probe: dict[str, Any], base: Overrides | None = Non
     )
 
 
-def model_probes_to_time(result: RunResult) -> list[str]:
-    """The ``MODEL_PROBES`` whose finding in ``result`` is a warning by its in-process interval."""
-    from pitstop.profile.analyze.rules import problem_findings
-
+def model_probes_to_time(result: RunResult, found: list[Finding] | None = None) -> list[str]:
+    """The ``MODEL_PROBES`` whose finding in ``result`` is a warning by its in-process interval
+    (``found``: ``result``'s findings where already made)."""
     probes = result.data.get("probes") or {}
     wanted = [n for n in MODEL_PROBES if "two_process" not in (probes.get(recipe(n).probe or "") or {})]
     if not result.ok or not wanted:
         return []
-    found, _ = problem_findings(result.steps, result.measurements())  # the warnings: no verdict needed
+    found = _findings(result) if found is None else found  # the warnings: no verdict needed
     warned = {f.id for f in found if f.severity.rank >= Severity.WARN.rank}
     return [n for n in wanted if warned.intersection(recipe(n).findings)]
+
+
+def _findings(result: RunResult) -> list[Finding]:
+    from pitstop.profile.analyze.rules import problem_findings
+
+    return problem_findings(result.steps, result.measurements())[0]
+
+
+def predicted_savings(found: list[Finding]) -> dict[str, float]:
+    """Finding id -> the saving a step it predicts (the largest where one id comes twice)."""
+    out: dict[str, float] = {}
+    for f in found:
+        if f.est_saving_s is not None:
+            out[f.id] = max(out.get(f.id, 0.0), f.est_saving_s)
+    return out
 
 
 def run_shape(result: RunResult) -> tuple[int, float]:
@@ -121,7 +135,10 @@ def _shape(result: RunResult, name: str) -> dict[str, Any]:
 @dataclass
 class Confirmation:
     """One fresh-run timing ``confirm_all`` may start: ``run(budget_s)`` times it; ``skipped(record)``
-    stores the record of runs not started where its finding looks."""
+    stores the record of runs not started where its finding looks. ``predicted_s``: the saving a step its
+    finding predicts (the order's key); ``min_rounds``: the rounds of fresh runs its verdict needs (1
+    where the blocks within one round can decide with the in-process interval,
+    ``analyze.confirm.agreeing_blocks``; else ``budget.INTERVAL_ROUNDS``)."""
 
     name: str
     title: str
@@ -129,13 +146,20 @@ class Confirmation:
     steps: int
     run: Callable[[float | None], Any]
     skipped: Callable[[dict[str, Any]], None]
+    predicted_s: float = 0.0
+    min_rounds: int = budget.INTERVAL_ROUNDS
 
 
 def confirmations(spec: RunSpec, result: RunResult, runner: Runner = run) -> list[Confirmation]:
-    """The fresh-run timings ``result``'s would-be warnings call for, in the order they run."""
+    """The fresh-run timings ``result``'s would-be warnings call for, in the order they run: the
+    biggest predicted saving a step first."""
+    from pitstop.profile.analyze.confirm import in_process_agrees
+
     out: list[Confirmation] = []
     if not result.ok:
         return out
+    found = _findings(result)
+    saving = predicted_savings(found)
     probes = result.data.get("probes") or {}
     if spec.probes and malloc_confirm.worth_confirming(result):
         hm = probes["host_memory"]
@@ -147,6 +171,7 @@ def confirmations(spec: RunSpec, result: RunResult, runner: Runner = run) -> lis
                 malloc_confirm.STEPS,
                 lambda b: malloc_confirm.maybe_confirm(spec, result, runner, budget_s=b),
                 lambda rec: hm.update(two_process={**rec, "env": dict(GLIBC_ENV), "variant": "glibc's env"}),
+                saving.get(recipe("host_memory").finding or "", 0.0),
             )
         )
     if workers_confirm.worth_confirming(result):
@@ -161,22 +186,25 @@ def confirmations(spec: RunSpec, result: RunResult, runner: Runner = run) -> lis
                 workers_confirm.STEPS,
                 lambda b: workers_confirm.maybe_confirm(spec, result, runner, budget_s=b),
                 lambda rec: result.data.update({workers_confirm.KEY: {**rec, "num_workers": workers}}),
+                saving.get(recipe("workers").finding or "", 0.0),
             )
         )
-    for name in model_probes_to_time(result):
-        steps, budget = run_shape(result)
+    for name in model_probes_to_time(result, found):
+        steps, own = run_shape(result)
         probe = probes[recipe(name).probe]
         out.append(
             Confirmation(
                 name,
                 recipe(name).title,
-                budget,
+                own,
                 steps,
                 lambda b, n=name: time_model_probe(spec, result, n, runner, budget_s=b),
                 lambda rec, n=name, p=probe: p.update(two_process={**rec, **_shape(result, n)}),
+                max((saving.get(i, 0.0) for i in recipe(name).findings), default=0.0),
+                1 if in_process_agrees(probe) else budget.INTERVAL_ROUNDS,
             )
         )
-    return out
+    return sorted(out, key=lambda c: -c.predicted_s)  # stable: ties keep the order above
 
 
 def confirm_all(
@@ -187,38 +215,32 @@ def confirm_all(
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[str]:
-    """Every fresh-run timing ``result``'s would-be warnings call for; the names of those that ran.
-    ``budget_s`` (``pitstop.profile.confirm.budget``): the seconds the probes and these runs share, split by
-    ``budget.share``; one whose first round does not fit is not run (its record says why). None: each
-    its own budget. The plan and each one's seconds land in ``result.data["answer_time"]``. Ctrl-C or
-    SIGTERM ends them at once (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds measured
-    before it kept in their finding's record."""
+    """Every fresh-run timing ``result``'s would-be warnings call for, biggest predicted saving first;
+    the names of those that ran. ``budget_s`` (``pitstop.profile.confirm.budget``): the seconds the
+    probes and these runs share, planned by ``budget.shares``; each runs within its planned seconds plus
+    what the ones before it left unspent (``budget.runtime_share``), and one whose share does not hold
+    the rounds its verdict needs is not run (its record says why). None: each its own budget. The plan
+    and each one's seconds land in ``result.data["answer_time"]``. Ctrl-C or SIGTERM ends them at once
+    (``fresh_runs.Interrupted``, a KeyboardInterrupt), the rounds measured before it kept in their
+    finding's record."""
     todo = confirmations(spec, result, runner)
-    plan = budget.Plan(budget_s, budget.stages(result))
-    rounds = {c.name: budget.round_s(result, c.steps, WARMUP) for c in todo}
-    left = plan.left_s
-    for i, c in enumerate(todo):  # the plan as shares of the budget: each takes at most its share
-        planned = (
-            c.own_budget_s
-            if budget_s is None
-            else budget.share(left, c.own_budget_s, rounds[c.name], len(todo) - i)
-        )
-        plan.planned.append((c.name, planned or 0.0))
-        left -= planned or 0.0
+    plan = budget.Plan(budget_s, budget.stages(result), predicted_s={c.name: c.predicted_s for c in todo})
+    needs = [budget.Need(c.own_budget_s, budget.round_s(result, c.steps, WARMUP), c.min_rounds) for c in todo]
+    planned = [c.own_budget_s for c in todo] if budget_s is None else budget.shares(plan.left_s, needs)
+    plan.planned = [(c.name, s or 0.0) for c, s in zip(todo, planned, strict=True)]
     spent: dict[str, float] = {}
     result.data["answer_time"] = {**plan.to_dict(), "confirm_spent_s": spent}
     if say and budget_s is not None:
         say(plan.text())
     ran: list[str] = []
     start = clock()
-    for i, c in enumerate(todo):
-        if budget_s is None:
-            got: float | None = None
-        else:  # the share again, from what the ones before really took
+    for i, (c, need) in enumerate(zip(todo, needs, strict=True)):
+        got: float | None = None
+        if budget_s is not None:  # its share, plus what the ones before it left unspent
             left = plan.left_s - (clock() - start)
-            got = budget.share(left, c.own_budget_s, rounds[c.name], len(todo) - i)
-            if got is None:
-                c.skipped(budget.skip_record(rounds[c.name], left, budget_s))
+            got = budget.runtime_share(c.own_budget_s, left, sum(s or 0.0 for s in planned[i + 1 :]))
+            if got < need.min_rounds * need.round_s:
+                c.skipped(budget.skip_record(need.round_s, got, budget_s, need.min_rounds))
                 spent[c.name] = 0.0
                 continue
         if say:
