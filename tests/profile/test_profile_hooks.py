@@ -316,3 +316,28 @@ def test_cuda_sync_debug_mode_that_fails_is_not_switched_inside_the_step(monkeyp
     inst.syncs.cuda_debug = True  # on, then failing later: the step goes on
     for i in range(12):
         inst.syncs.new_step(i)
+
+
+def test_loader_tables_keep_only_live_iterators_that_can_own_workers() -> None:
+    """A new iterator every epoch: those without workers are not kept for the shutdown, dead ones go."""
+    import gc
+
+    from pitstop.profile.capture.loaders import LoaderTables
+    from pitstop.profile.record.captured import CapturedLoader
+
+    class WithWorkers:
+        def _shutdown_workers(self) -> None: ...
+
+    class WithoutWorkers: ...
+
+    tables = LoaderTables()
+    cap = CapturedLoader(loader=None, kwargs={}, dataset=None, location=None)
+    for _ in range(20):
+        tables.add_iterator(WithoutWorkers(), cap)
+    assert tables.refs == []
+    live = WithWorkers()
+    tables.add_iterator(live, cap)
+    for _ in range(20):
+        tables.add_iterator(WithWorkers(), cap)  # dropped at once: dead from the next one on
+        gc.collect()
+    assert [r() for r in tables.refs] == [live, None]  # the live one, and the last one added

@@ -37,7 +37,9 @@ class LoaderTables:
     def __init__(self) -> None:
         self.loaders: dict[int, CapturedLoader] = {}
         self.iterators: dict[int, tuple[weakref.ref[Any], CapturedLoader, list[bool]]] = {}
-        self.refs: list[weakref.ref[Any]] = []  # every iterator, for shutting down their workers
+        # iterators that can own worker processes, for shutting those down; the dead are dropped as new
+        # ones come (a loop makes a new iterator every epoch), so a long run does not pile them up
+        self.refs: list[weakref.ref[Any]] = []
         # (iterator, its worker processes, its loader) for each iterator that started workers: the
         # Process objects outlive an iterator dropped by the exception a worker's death raised
         self.pools: list[tuple[weakref.ref[Any], list[Any], CapturedLoader]] = []
@@ -46,7 +48,9 @@ class LoaderTables:
     def add_iterator(self, it: Any, cap: CapturedLoader) -> None:
         ref = weakref.ref(it, lambda _r, key=id(it): self._forget(key, _r))
         self.iterators[id(it)] = (ref, cap, [True])
-        self.refs.append(ref)
+        if hasattr(it, "_shutdown_workers"):
+            self.refs = [r for r in self.refs if r() is not None]
+            self.refs.append(ref)
         workers = getattr(it, "_workers", None)
         if workers:
             self.pools.append((ref, list(workers), cap))
