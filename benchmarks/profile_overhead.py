@@ -67,9 +67,9 @@ WORKLOADS = {
     "conv_fp32.py": ["--steps", "60"],
     "slow_loader.py": ["--steps", "60", "--images", "64"],
 }
-# decomposition (a): steps a block (a multiple of the sync sampling's 8 steps), so that a block takes
-# ~0.25 s or more on a quiet machine and 24 pairs of blocks ~12-25 s an example
-BLOCK_STEPS = {"healthy.py": 16, "item_sync.py": 64, "conv_fp32.py": 8, "slow_loader.py": 8}
+# decomposition (a): steps a block (a multiple of the sync sampling's 8 steps): short blocks, many pairs,
+# so that the machine's drift (+-10% between blocks 0.3 s apart on this VM) falls on both sides of a pair
+BLOCK_STEPS = {"healthy.py": 8, "item_sync.py": 32, "conv_fp32.py": 8, "slow_loader.py": 8}
 BLOCK_ARGS = {"slow_loader.py": ["--epochs", "100000"]}  # its 64 images make 4 steps an epoch
 LEAD = 24  # steps with the instruments on before the blocks: pitstop's warm-up and its hooks' narrowing
 
@@ -303,7 +303,8 @@ def decomposition_table(e2e: list[Example], parts: list, a: argparse.Namespace) 
 
     cores = usable_cores()
     lines = [
-        f"Decomposition ({a.block_pairs} pairs of blocks in one process for (a); the end-to-end profiled "
+        f"Decomposition (pairs of blocks in one process for (a), at least {a.block_pairs}, up to "
+        f"{a.block_s:.0f} s of them an example; the end-to-end profiled "
         "rounds for (b)):",
         "",
         "| example | pairs x steps | step, ms (off blocks) | (a) instruments, us/step (95% CI); spikes on/off "
@@ -398,9 +399,19 @@ def in_process_rounds(names: list[str], rounds: int, threads: int) -> list[Examp
     return out
 
 
-def decomposition(names: list[str], pairs: int, threads: int) -> list:  # -> list[BlockCost]
-    """(a) for each example: one in-process run of ``LEAD`` steps and ``pairs`` pairs of blocks, the
-    instruments switched on and off between blocks (``profile_overhead_parts.toggled_blocks``)."""
+def block_pairs(name: str, pairs: int, seconds: float) -> int:
+    """Pairs of blocks for ``name``: ``pairs``, or as many as fill ``seconds`` at its quiet step time
+    (at least ``pairs``) where ``seconds`` is given."""
+    if seconds <= 0:
+        return pairs
+    pair_s = 2 * BLOCK_STEPS.get(name, 16) * QUIET_MS.get(name, 20.0) / 1000
+    return max(pairs, int(seconds / pair_s))
+
+
+def decomposition(names: list[str], pairs: int, threads: int, seconds: float = 0.0) -> list:
+    """(a) for each example: one in-process run of ``LEAD`` steps and ``pairs`` pairs of blocks (or as
+    many as fill ``seconds``: ``block_pairs``), the instruments switched on and off between blocks
+    (``profile_overhead_parts.toggled_blocks``); a list of ``BlockCost``."""
     import torch
     from profile_overhead_parts import toggled_blocks
 
@@ -409,9 +420,10 @@ def decomposition(names: list[str], pairs: int, threads: int) -> list:  # -> lis
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             block = BLOCK_STEPS.get(name, 16)
-            steps = 5 + LEAD + (2 * pairs + 1) * block  # the script's warm-up, and a block to spare
+            n_pairs = block_pairs(name, pairs, seconds)
+            steps = 5 + LEAD + (2 * n_pairs + 1) * block  # the script's warm-up, and a block to spare
             args = [*_with_steps(WORKLOADS[name], steps), *BLOCK_ARGS.get(name, [])]
-            cost = toggled_blocks(ROOT / "examples" / name, args, name, block, pairs, Path(tmp), lead=LEAD)
+            cost = toggled_blocks(ROOT / "examples" / name, args, name, block, n_pairs, Path(tmp), lead=LEAD)
             est, lo, hi = cost.cost_us()
             head = f"blocks     {name:16s} {len(cost.on)} pairs x {block} steps"
             step = f"step {1000 * cost.step_s():.2f} ms"
@@ -497,6 +509,13 @@ def main() -> int:
         default=24,
         help="decomposition (a): on/off block pairs per example (0: none)",
     )
+    ap.add_argument(
+        "--block-s",
+        type=float,
+        default=40.0,
+        help="decomposition (a): seconds of block pairs per example at its quiet step time (more pairs "
+        "than --block-pairs where they fit; 0: --block-pairs only)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="OMP threads for every run (default 1)")
     ap.add_argument("--only", nargs="*", help="example file names to run (default: all)")
     ap.add_argument(
@@ -509,7 +528,7 @@ def main() -> int:
     load0, other = load_average(), OtherCpu()
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)}
     names = [n if n.endswith(".py") else f"{n}.py" for n in a.only or WORKLOADS]
-    parts = decomposition(names, a.block_pairs, a.threads) if a.block_pairs > 0 else []
+    parts = decomposition(names, a.block_pairs, a.threads, a.block_s) if a.block_pairs > 0 else []
     e2e = end_to_end(names, a, env)
     inproc = in_process_rounds(names, a.inproc_rounds, a.threads) if a.inproc_rounds > 0 else []
     text = report(a, e2e, inproc, load_line(load0), other.share(), parts)
