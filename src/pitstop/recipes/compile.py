@@ -136,29 +136,32 @@ def inner(model: Any) -> Any:
     return orig if isinstance(orig, torch.nn.Module) else None
 
 
+def _weigh(
+    steps_left: int, step_s: float, share: float, device: str, share_word: str, cost_word: str
+) -> tuple[bool, str]:
+    """steps left x eager step x ``share`` against ``COMPILE_S[device]``: whether it is more, and the sum
+    in words."""
+    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
+    gain = steps_left * step_s * share
+    text = (
+        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {share:.0%}{share_word} = {gain:.1f} s "
+        f"{'>' if gain > cost else '<='} {cost:.0f} s {cost_word}"
+    )
+    return gain > cost, text
+
+
 def pays(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
     """Whether compiling now pays for itself over ``steps_left`` steps of ``step_s`` seconds (eager) on
     ``device``: steps left x step x ``SAVING`` > ``COMPILE_S``; and why, in words."""
-    saving = SAVING.get(device, SAVING["cpu"])
-    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
-    gain = steps_left * step_s * saving
-    text = (
-        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {saving:.0%} saving = {gain:.1f} s "
-        f"{'>' if gain > cost else '<='} {cost:.0f} s compilation"
-    )
-    return gain > cost, ("on: " if gain > cost else "off: ") + text
+    ok, text = _weigh(steps_left, step_s, SAVING.get(device, SAVING["cpu"]), device, " saving", "compilation")
+    return ok, ("on: " if ok else "off: ") + text
 
 
 def worth_a_trial(steps_left: int, step_s: float, device: str) -> tuple[bool, str]:
     """Whether the steps left could pay for a compile trial on ``device``: steps left x eager step x
     ``TRIAL_MIN_SAVING`` > ``COMPILE_S`` (the compilation a trial spends); and why, in words."""
-    cost = COMPILE_S.get(device, COMPILE_S["cpu"])
-    gain = steps_left * step_s * TRIAL_MIN_SAVING
-    text = (
-        f"{steps_left:,} steps left x {1000 * step_s:.1f} ms x {TRIAL_MIN_SAVING:.0%} = {gain:.1f} s "
-        f"{'>' if gain > cost else '<='} {cost:.0f} s expected compilation"
-    )
-    return gain > cost, ("trial: " if gain > cost else "off: no trial: ") + text
+    ok, text = _weigh(steps_left, step_s, TRIAL_MIN_SAVING, device, "", "expected compilation")
+    return ok, ("trial: " if ok else "off: no trial: ") + text
 
 
 def break_even_steps(step_s: float, device: str) -> int:
