@@ -144,3 +144,16 @@ def test_unsampled_steps_move_the_sync_time_out_of_the_phase_it_ran_in(monkeypat
     st.close_step(short)
     assert (short[FORWARD], short[SYNC]) == (2.0, 1.0)
     assert sum(short[p] for p in PHASES) == 3.5
+
+
+def test_sampling_thins_out_once_the_counts_have_settled():
+    from pitstop.profile.capture.syncs import SAMPLE_EVERY_LATE, SAMPLE_LATE_FROM, is_light
+
+    sampled = [i for i in range(-3, SAMPLE_LATE_FROM + 3 * SAMPLE_EVERY_LATE) if not is_light(i)]
+    early = [i for i in sampled if i < SAMPLE_LATE_FROM]
+    late = [i for i in sampled if i >= SAMPLE_LATE_FROM]
+    assert early == [
+        *range(-3, SAMPLE_FIRST),
+        *range(-(-SAMPLE_FIRST // SAMPLE_EVERY) * SAMPLE_EVERY, SAMPLE_LATE_FROM, SAMPLE_EVERY),
+    ]
+    assert late == list(range(SAMPLE_LATE_FROM, SAMPLE_LATE_FROM + 3 * SAMPLE_EVERY_LATE, SAMPLE_EVERY_LATE))

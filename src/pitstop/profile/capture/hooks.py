@@ -230,15 +230,22 @@ class Instrumentation:
         faults = minor_page_faults()
         start = self.clock.step_start or now
         rec = self.clock.times(now)  # the phases and total_s, in a fresh dict: the record grows from it
-        rec.update(index=n, start_s=start - self.t0, minor_faults=faults - self._faults0, warmup=n < self.cfg.warmup,
-                   traced=bool(self.tracer is not None and self.tracer.active), eval=self._eval_seen)  # fmt: skip
+        tracer = self.tracer
+        rec["index"] = n
+        rec["start_s"] = start - self.t0
+        rec["minor_faults"] = faults - self._faults0
+        rec["warmup"] = n < self.cfg.warmup
+        rec["traced"] = tracer is not None and bool(tracer.active)
+        rec["eval"] = self._eval_seen
         self.syncs.close_step(rec)  # the step's sync count (estimated where the step was not sampled)
         self.records.append(rec)
         self.losses.append(self.step_loss)
         self.h2d_events.append(self._h2d_events)
-        self.device_timer.close_step(n, now, self.captured.device)
-        if self.tracer is not None:
-            self.tracer.step(now, n)
+        device = self.captured.device
+        if device is not None or self.device_timer.enabled:  # (no device yet: CPU, nothing to time)
+            self.device_timer.close_step(n, now, device)
+        if tracer is not None:
+            tracer.step(now, n)
         if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
             self._install_cuda_sync_debug()
         if now - self._last_flush > FLUSH_EVERY_S:

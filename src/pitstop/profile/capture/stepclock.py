@@ -33,6 +33,7 @@ DATA, H2D, FORWARD, BACKWARD, OPTIMIZER, SYNC = PHASES
 # and not a part of its own: it is left to "other"
 CLOSURE = "closure"
 _ALL = (*PHASES, CLOSURE)
+_ZEROS = dict.fromkeys(_ALL, 0.0)  # a step's phase seconds before it begins (copied: a dict copy is cheap)
 BACKWARDS_BEFORE_FALLBACK = 3
 MAX_CYCLE = 16  # optimizer steps: an optimizer stepped more rarely than this does not delimit steps
 MAX_RECUTS = 3  # the warm-up restarts at most this often for a new closing optimizer (irregular loops)
@@ -101,9 +102,10 @@ class PhaseClock:
             self._count(self.stack[-1], self.mark, now)
         self.mark = now
         out = self.acc
-        self.acc = dict.fromkeys(_ALL, 0.0)
-        for k, v in out.items():
-            self.done[k] += v
+        self.acc = _ZEROS.copy()
+        done = self.done
+        for k in _ALL:
+            done[k] += out[k]
         return out
 
     def run_totals(self) -> dict[str, float]:

@@ -3,13 +3,14 @@ __format__``, counted and timed at the user's line. ``SyncSites`` holds the site
 their time goes to the step clock's sync phase.
 
 Sampled by step: the warm-up and the first ``SAMPLE_FIRST`` measured steps are all measured, then one
-step in ``SAMPLE_EVERY``. On the others (``light``) ``SyncWrappers`` takes the wrappers off ``torch.Tensor``
-(a per-element loop of syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step, and
-still ~0.37 us a call passing through a wrapper), so their syncs' time
-stays in the phase they ran in (forward, or "other" for a loop after the step). ``close_step`` fills such
-a step's count from the sampled steps' mean, and moves the sampled steps' mean sync time in each phase out
-of that phase into the sync phase (leaving the phase at least its sampled median without syncs): the parts
-still add up, and no second counts twice. ``rows`` scales the sites' measured counts and times to every measured step, and
+step in ``SAMPLE_EVERY``, and from measured step ``SAMPLE_LATE_FROM`` on one in ``SAMPLE_EVERY_LATE``. On
+the others (``light``) ``SyncWrappers`` takes the wrappers off ``torch.Tensor`` (a per-element loop of
+syncs paid ~0.75 us a call for the stack and clock reads, ~2% of a 3 ms step, and still ~0.37 us a call
+passing through a wrapper), so their syncs' time stays in the phase they ran in (forward, or "other" for
+a loop after the step). ``close_step`` fills such a step's count from the sampled steps' mean, and moves
+the sampled steps' mean sync time in each phase out of that phase into the sync phase (leaving the phase
+at least its sampled median without syncs): the parts still add up, and no second counts twice. ``rows``
+scales the sites' measured counts and times to every measured step, and
 says from how many they came."""
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ SYNC_METHODS = (
 LOOP_GAP_S = 0.0001  # syncs closer than this to the previous one are one per-element loop
 SAMPLE_FIRST = 10  # measured steps whose syncs are all measured before sampling starts
 SAMPLE_EVERY = 8  # then one measured step in this many
+# from this measured step on (the sites' counts have settled over 17 sampled steps), one in SAMPLE_EVERY_LATE:
+# a sampled step of a per-element loop costs its wrapper calls and two swaps of Tensor's methods (each a
+# type change that resets the interpreter's attribute caches for every tensor)
+SAMPLE_LATE_FROM = 64
+SAMPLE_EVERY_LATE = 32
 OTHER = "other"  # no phase open around a sync: its time would be the step's "other"
 # where a sync can run: the phases (an optimizer closure's own Python is "other" in a record), or none
 _AROUND = (*PHASES, CLOSURE, OTHER)
@@ -55,6 +61,18 @@ _HOLDS = (*(p for p in PHASES if p != SYNC), OTHER)  # the parts of a record a s
 # The per-element loop's methods (``bool(t[i] == y[i])``, ``t[i].item()``) take no argument: their
 # wrapper has no *args/**kwargs (packing them costs ~0.3 us a call) and counts a repeat call inline.
 _NO_ARGS = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__index__"})
+
+
+def _parts_sum(rec: dict[str, Any]) -> float:
+    """The record's phase seconds added up (``PHASES``, in their order)."""
+    return rec[PHASES[0]] + rec[PHASES[1]] + rec[PHASES[2]] + rec[PHASES[3]] + rec[PHASES[4]] + rec[PHASES[5]]
+
+
+def is_light(measured_index: int) -> bool:
+    """Whether the measured step ``measured_index`` (negative: warm-up) is not sampled."""
+    if measured_index < SAMPLE_FIRST:
+        return False
+    return measured_index % (SAMPLE_EVERY if measured_index < SAMPLE_LATE_FROM else SAMPLE_EVERY_LATE) != 0
 
 
 class SyncSites:
@@ -90,12 +108,14 @@ class SyncSites:
         self.inside = dict.fromkeys(_AROUND, 0.0)
         self.sampled_inside = dict.fromkeys(_HOLDS, 0.0)
         self.sampled_left: dict[str, list[float]] = {p: [] for p in _HOLDS}
-        self._floor: dict[str, float] | None = None  # their medians, made at the next step not sampled
+        # per part: the sampled steps' mean sync seconds and median seconds beside them (``_takes``), made
+        # at the next step not sampled
+        self._moves: list[tuple[str, float, float]] | None = None
         self.wear: Callable[[bool], None] | None = None  # puts the wrappers on (True) or off (SyncWrappers)
 
     def new_step(self, measured_index: int = -1) -> None:
         """A step begins; ``measured_index``: its index among the measured steps (negative: warm-up)."""
-        light = measured_index >= SAMPLE_FIRST and measured_index % SAMPLE_EVERY != 0
+        light = is_light(measured_index)
         if light != self.light:
             if self.cuda_debug:
                 with contextlib.suppress(Exception):  # inside the user's step: never raise there
@@ -104,7 +124,8 @@ class SyncSites:
                 self.wear(not light)
         self.light = light
         self.count = 0
-        self.inside = dict.fromkeys(_AROUND, 0.0)
+        if not light:  # a step not sampled neither fills nor reads it
+            self.inside = dict.fromkeys(_AROUND, 0.0)
         self.last_site = None
         self.last_code = None
         self.last_end = -1.0  # no loop spans a step boundary
@@ -116,7 +137,7 @@ class SyncSites:
         self.steps_measured = self.steps_sampled = self.sampled_syncs = 0
         self.sampled_inside = dict.fromkeys(_HOLDS, 0.0)
         self.sampled_left = {p: [] for p in _HOLDS}
-        self._floor = None
+        self._moves = None
 
     def close_step(self, rec: dict[str, Any]) -> None:
         """Put the closing step's sync count in its record ``rec``. A step not sampled gets the sampled
@@ -132,29 +153,40 @@ class SyncSites:
                 self.sampled_syncs += self.count
                 inside = self.inside
                 inside[OTHER] += inside[CLOSURE]  # an optimizer closure's own Python is "other" in a record
-                rest = rec["total_s"] - sum(rec[p] for p in PHASES)
+                rest = rec["total_s"] - _parts_sum(rec)
                 for phase in _HOLDS:
                     self.sampled_inside[phase] += inside[phase]
                     self.sampled_left[phase].append(rest if phase == OTHER else rec[phase])
-                self._floor = None
+                self._moves = None
             return
         self.steps_measured += 1
         n = max(1, self.steps_sampled)
-        if self._floor is None:  # a median: a sampled step held up in a phase (GC) does not move it
-            self._floor = {p: statistics.median(v) if v else 0.0 for p, v in self.sampled_left.items()}
-        rest = rec["total_s"] - sum(rec[p] for p in PHASES)
+        takes = self._moves
+        if takes is None:  # changes with the sampled steps only: made once for the steps after them
+            takes = self._moves = self._takes(n)
+        rest = rec["total_s"] - _parts_sum(rec)
         moved = 0.0
-        for phase in _HOLDS:
-            s = self.sampled_inside[phase]
-            if s > 0.0:
-                had = rest if phase == OTHER else rec[phase]
-                take = max(0.0, min(s / n, had - self._floor[phase]))
-                if phase != OTHER:
-                    rec[phase] -= take
+        for phase, mean, floor in takes:
+            if phase == OTHER:
+                moved += max(0.0, min(mean, rest - floor))
+            else:
+                take = max(0.0, min(mean, rec[phase] - floor))
+                rec[phase] -= take
                 moved += take
         rec[SYNC] += moved
         rec["syncs"] = self.sampled_syncs / n
         rec["sync_sampled"] = False
+
+    def _takes(self, n: int) -> list[tuple[str, float, float]]:
+        """(part, the sampled steps' mean sync seconds in it, their median seconds in it beside the syncs)
+        for each part that held syncs; a median: a sampled step held up in a part (GC) does not move it."""
+        out = []
+        for phase in _HOLDS:
+            s = self.sampled_inside[phase]
+            if s > 0.0:
+                left = self.sampled_left[phase]
+                out.append((phase, s / n, statistics.median(left) if left else 0.0))
+        return out
 
     def site(self, key: tuple[Any, ...], code: Any, line: int, name: str, lasti: int = -1) -> list[Any]:
         site = self.sites.get(key)
