@@ -1,7 +1,9 @@
 """What ``torch.compile`` saves a step and costs to compile on this CPU: the figures behind compile='auto'.
 
-``TrainConfig(compile='auto')`` compiles when steps left x eager step x ``SAVING[device]`` >
-``COMPILE_S[device]`` (``pitstop.recipes.compile``). This measures both on the models pitstop.train
+``TrainConfig(compile='auto')`` on a CPU starts a measured trial (compile, then eager and compiled blocks
+interleaved; kept only where it helped) when steps left x eager step x ``TRIAL_MIN_SAVING`` >
+``COMPILE_S[device]``; on CUDA it compiles when steps left x eager step x ``SAVING['cuda']`` > ``COMPILE_S``
+(``pitstop.recipes.compile``). This measures saving and compilation on the models pitstop.train
 runs here, set up as ``fit`` sets them up (its ``auto`` precision, channels_last with its NHWC-gradient
 hooks for a conv net, fused AdamW, the model wrapped by the compile component's ``wrap``):
 
