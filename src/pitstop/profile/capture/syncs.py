@@ -64,8 +64,8 @@ _NO_ARGS = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__i
 
 
 def _parts_sum(rec: dict[str, Any]) -> float:
-    """The record's phase seconds added up (``PHASES``, in their order)."""
-    return rec[PHASES[0]] + rec[PHASES[1]] + rec[PHASES[2]] + rec[PHASES[3]] + rec[PHASES[4]] + rec[PHASES[5]]
+    """The record's phase seconds added up (``PHASES``, in their order; no generator on this per-step path)."""
+    return sum(map(rec.__getitem__, PHASES))
 
 
 def is_light(measured_index: int) -> bool:

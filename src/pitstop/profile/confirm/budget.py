@@ -169,8 +169,8 @@ def shares(left_s: float, needs: list[Need]) -> list[float | None]:
     left = left_s
     for n in needs:
         got = None
-        for rounds in sorted({INTERVAL_ROUNDS, n.min_rounds}, reverse=True):
-            if rounds >= n.min_rounds and (s := n.seconds(rounds)) is not None and s <= left:
+        for rounds in dict.fromkeys((max(INTERVAL_ROUNDS, n.min_rounds), n.min_rounds)):  # most first
+            if (s := n.seconds(rounds)) is not None and s <= left:
                 got = s
                 break
         out.append(got)
