@@ -90,13 +90,13 @@ def test_a_real_gain_in_fresh_runs_confirms_the_warning():
     assert mc.maybe_confirm(RunSpec(["python", "t.py"], env={"A": "1"}), result, runner)
     # alternating plain and glibc's env, each run a few steps without probes
     envs = [bool(s.env.get("MALLOC_TRIM_THRESHOLD_")) for s in runner.specs]
-    assert envs[:4] == [False, True, True, False] and len(envs) == 2 * mc.MAX_ROUNDS
+    assert envs[:4] == [False, True, True, False] and len(envs) == 2 * mc.MIN_ROUNDS  # decided: stops
     assert all(s.env["A"] == "1" and not s.probes and s.steps == mc.STEPS for s in runner.specs)
     assert all(
         s.env["MALLOC_MMAP_THRESHOLD_"] == GLIBC_ENV["MALLOC_MMAP_THRESHOLD_"] for s in runner.specs[1:3]
     )
     two = result.data["probes"]["host_memory"]["two_process"]
-    assert two["rounds"] == mc.MAX_ROUNDS and two["saving_s"] == pytest.approx(0.02, rel=0.25)
+    assert two["rounds"] == mc.MIN_ROUNDS and two["saving_s"] == pytest.approx(0.02, rel=0.25)
     f = host_finding(result)
     assert f.severity is Severity.WARN and f.data["confirmed"] is True
     lo, hi = f.data["saving_ci_s"]
@@ -230,12 +230,12 @@ def test_the_fix_runs_inject_the_suggested_workers_alternating_with_the_script_a
     spec = RunSpec(["python", "t.py"], overrides=Overrides(dataloader={"pin_memory": True}))
     assert wk.maybe_confirm(spec, result, runner, cores=2)
     injected = [bool(s.overrides.dataloader.get("num_workers")) for s in runner.specs]
-    assert injected[:4] == [False, True, True, False] and len(injected) == 2 * fresh_runs.MAX_ROUNDS
+    assert injected[:4] == [False, True, True, False] and len(injected) == 2 * fresh_runs.MIN_ROUNDS
     fixed = runner.specs[1].overrides.dataloader
     # recipes.workers on 2 cores: one worker, one core left to training
     assert fixed == {"pin_memory": True, **Overrides.workers(1).dataloader}  # the script's own kept
     assert all(not s.probes and s.steps == wk.STEPS for s in runner.specs)
-    assert result.data[wk.KEY]["num_workers"] == 1 and result.data[wk.KEY]["rounds"] == fresh_runs.MAX_ROUNDS
+    assert result.data[wk.KEY]["num_workers"] == 1 and result.data[wk.KEY]["rounds"] == fresh_runs.MIN_ROUNDS
 
 
 def test_a_measured_gain_smaller_than_the_wait_is_the_prediction():
@@ -249,8 +249,8 @@ def test_a_measured_gain_smaller_than_the_wait_is_the_prediction():
     assert speedup == pytest.approx(1 / 0.7, rel=0.05)  # the measured speed-up, not the 4x of the wait
     lo, hi = f.data["saving_ci_s"]
     assert 0.005 <= lo <= f.est_saving_s <= hi < 0.075
-    assert "timed in fresh runs of the script, as it is vs num_workers=1 (persistent), 4 rounds" in f.evidence
-    assert f.data["two_process"]["interval"]["rounds"] == 4
+    assert "timed in fresh runs of the script, as it is vs num_workers=1 (persistent), 3 rounds" in f.evidence
+    assert f.data["two_process"]["interval"]["rounds"] == fresh_runs.MIN_ROUNDS == 3
 
 
 def test_no_gain_of_the_workers_in_fresh_runs_leaves_the_finding_info():
@@ -282,16 +282,17 @@ def test_without_fresh_runs_the_model_of_the_wait_judges_it():
 
 
 def test_min_rounds_lets_a_verdict_stop_the_runs_before_the_last_round():
-    """With ``min_rounds`` a clear gain is decided at round 3 of 40 (what the calibration asks); without
-    it every round is run first, as the profile's 4-round confirmation does."""
+    """By default a clear gain is decided at round ``MIN_ROUNDS`` (3) of 40, as the calibration asks;
+    ``min_rounds`` at the cap runs every round first, and one above the cap is the cap."""
     run = FakeRunner(0.05, 0.025)
-    out = fresh_runs.timed(
-        RunSpec(["python", "t.py"]), glibc_variant, run, budget_s=1e9, rounds=40, min_rounds=3
-    )
-    assert out["verdict"] == "helped" and out["rounds"] == 3
-    run = FakeRunner(0.05, 0.025)
-    out = fresh_runs.timed(RunSpec(["python", "t.py"]), glibc_variant, run, budget_s=1e9, rounds=6)
-    assert out["verdict"] == "helped" and out["rounds"] == 6
+    out = fresh_runs.timed(RunSpec(["python", "t.py"]), glibc_variant, run, budget_s=1e9, rounds=40)
+    assert out["verdict"] == "helped" and out["rounds"] == fresh_runs.MIN_ROUNDS == 3
+    for min_rounds in (6, 7):
+        run = FakeRunner(0.05, 0.025)
+        out = fresh_runs.timed(
+            RunSpec(["python", "t.py"]), glibc_variant, run, budget_s=1e9, rounds=6, min_rounds=min_rounds
+        )
+        assert out["verdict"] == "helped" and out["rounds"] == 6
 
 
 def glibc_variant(spec: RunSpec) -> RunSpec:
@@ -322,3 +323,60 @@ def test_the_workers_fix_timed_in_fresh_runs_is_judged_in_throughput():
     f = workers_finding(result)
     assert f.est_saving_s == pytest.approx(0.1 * (1 - 0.076 / 0.1))
     assert "in throughput" in f.evidence
+
+
+# ----------------------------------------------------------------- when the rounds end (a fake clock)
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class TimedRunner(FakeRunner):
+    """``FakeRunner`` whose every run takes ``RUN_S`` on ``clock``."""
+
+    RUN_S = 2.0
+
+    def __init__(self, clock, *args, **kw):
+        super().__init__(*args, **kw)
+        self.clock = clock
+
+    def __call__(self, spec: RunSpec) -> RunResult:
+        self.clock.t += self.RUN_S
+        return super().__call__(spec)
+
+
+def confirm_on_clock(monkeypatch, which, kept, budget_s=None):
+    """The page-fault or workers confirmation of a 100 ms step against ``kept`` s with the fix, each run
+    ``TimedRunner.RUN_S`` on a fake clock, within ``budget_s`` (default: the confirmation's own)."""
+    import functools
+
+    clock = Clock()
+    spec = RunSpec(["python", "t.py"])
+    if which == "host_memory":
+        runner = TimedRunner(clock, 0.1, kept)
+        return mc.two_process(spec, runner, budget_s or mc.BUDGET_S, clock), runner
+    monkeypatch.setattr(wk, "timed", functools.partial(fresh_runs.timed, clock=clock))
+    runner = TimedRunner(clock, 0.1, kept, fixed=workers_on)
+    return wk.two_process(spec, 1, runner, budget_s or wk.BUDGET_S), runner
+
+
+@pytest.mark.parametrize("which", ["host_memory", "workers"])
+def test_a_clearly_decided_confirmation_stops_after_the_minimum_rounds(monkeypatch, which):
+    record, runner = confirm_on_clock(monkeypatch, which, kept=0.08)
+    assert record["verdict"] == "helped" and record["rounds"] == fresh_runs.MIN_ROUNDS < fresh_runs.MAX_ROUNDS
+    assert len(runner.specs) == 2 * fresh_runs.MIN_ROUNDS  # the budget held more rounds: left unspent
+    assert runner.clock.t == 2 * fresh_runs.MIN_ROUNDS * TimedRunner.RUN_S < record["budget_s"]
+
+
+@pytest.mark.parametrize("which", ["host_memory", "workers"])
+def test_an_undecided_confirmation_runs_on_to_its_last_round_or_the_budget(monkeypatch, which):
+    record, runner = confirm_on_clock(monkeypatch, which, kept=0.1)  # no gain, runs 3% apart
+    assert record["verdict"] == "undecided" and record["rounds"] == fresh_runs.MAX_ROUNDS
+    assert len(runner.specs) == 2 * fresh_runs.MAX_ROUNDS
+    # 10 s hold two rounds of 4 s, not a third
+    record, runner = confirm_on_clock(monkeypatch, which, kept=0.1, budget_s=10.0)
+    assert record["verdict"] == "undecided" and record["rounds"] == 2 and len(runner.specs) == 4

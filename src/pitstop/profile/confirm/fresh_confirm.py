@@ -30,7 +30,7 @@ from pitstop.findings import Finding, Severity
 from pitstop.host import cpu
 from pitstop.measure.plan import budget_for_rounds
 from pitstop.profile.confirm import budget, malloc_confirm, workers_confirm
-from pitstop.profile.confirm.fresh_runs import WARMUP, Interrupted, Runner, timed
+from pitstop.profile.confirm.fresh_runs import MIN_ROUNDS, WARMUP, Interrupted, Runner, timed
 from pitstop.profile.record.overrides import Overrides
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
 from pitstop.recipes import autocast, channels_last, float32, recipe
@@ -38,8 +38,9 @@ from pitstop.recipes.host_memory import GLIBC_ENV
 
 # recipes whose probe predictions are timed in fresh runs
 MODEL_PROBES = (autocast.NAME, channels_last.NAME, float32.NAME)
-# per child run up to 20 steps (+3 warm-up); from round 3 a decided interval ends the runs early
-STEPS, MIN_ROUNDS, MAX_ROUNDS, BUDGET_S = 20, 3, 6, 60.0
+# per child run up to 20 steps (+3 warm-up); from round MIN_ROUNDS (fresh_runs') a decided interval
+# ends the runs early
+STEPS, MAX_ROUNDS, BUDGET_S = 20, 6, 60.0
 # slow steps: fewer steps a run (a run's measured part about RUN_MEASURED_S, at least MIN_STEPS) and a
 # budget that holds MIN_ROUNDS rounds, at most BUDGET_CAP_S; IMPORT_S: a child's start before the script
 MIN_STEPS, RUN_MEASURED_S, BUDGET_CAP_S, IMPORT_S = 6, 6.0, 120.0, 3.0
@@ -111,9 +112,7 @@ def time_model_probe(
     steps, budget = run_shape(result)
     budget = budget if budget_s is None else min(budget, budget_s)
     try:
-        record = timed(
-            spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS, min_rounds=MIN_ROUNDS
-        )
+        record = timed(spec, fixed, runner, budget_s=budget, steps=steps, rounds=MAX_ROUNDS)
     except Interrupted as e:  # what the rounds before Ctrl-C measured judges the finding
         probe["two_process"] = {**e.record, **_shape(result, name)}
         raise

@@ -4,9 +4,10 @@ Some fixes cannot be timed inside the profiled process: glibc's malloc threshold
 again once raised, and DataLoader workers change which processes share the cores. Such a prediction
 is timed again in fresh child processes of the script, alternating the script as it is and the
 script with ``variant`` applied to its ``RunSpec`` (an env, ``Overrides``), in rotating rounds of a few
-steps each within ``budget_s``; the per-step times go through ``pitstop.measure``. The record gives
-base_s, new_s, saving_s and, from at least two rounds, the speed-up's interval and the saving's 95%
-bounds (``pitstop.profile.probe.probe_kit.saving``), the same from blocks of steps within the runs
+steps each within ``budget_s``, ended early from round ``MIN_ROUNDS`` on once the speed-up's interval
+decides; the per-step times go through ``pitstop.measure``. The record gives base_s, new_s, saving_s
+and, from at least two rounds, the speed-up's interval and the saving's 95% bounds
+(``pitstop.profile.probe.probe_kit.saving``), the same from blocks of steps within the runs
 (``blocks_saving``), the throughput speed-up with its interval (``throughput``:
 ``pitstop.measure.throughput``), or ``errors`` saying why a run measured nothing. Ctrl-C or SIGTERM stops
 the runs at once: ``Interrupted`` carries the record of the rounds measured before it.
@@ -28,6 +29,8 @@ from pitstop.profile.runs.runner import RunResult, RunSpec, run, stop_on_interru
 BUDGET_S = 30.0  # wall time for all the child runs together
 STEPS, WARMUP = 10, 3  # per child run
 MAX_ROUNDS = 4
+# from this round a decided interval ends the runs early: the measure's first look, as in pitstop fix
+MIN_ROUNDS = Settings().min_rounds
 
 Runner = Callable[[RunSpec], RunResult]
 
@@ -48,12 +51,13 @@ def timed(
     clock: Callable[[], float] = time.monotonic,
     steps: int = STEPS,
     rounds: int = MAX_ROUNDS,
-    min_rounds: int | None = None,
+    min_rounds: int = MIN_ROUNDS,
 ) -> dict[str, Any]:
     """Rotating rounds of fresh runs of ``spec``'s script, as it is vs ``variant(spec)``, ``steps``
-    measured steps each, ``rounds`` rounds unless the budget ends them first; their saving and the
-    speed-up's verdict. ``min_rounds`` (default: ``rounds``, i.e. all of them) is the round from which
-    a verdict may stop the runs. Raises ``Interrupted`` (with the record so far) at Ctrl-C or SIGTERM."""
+    measured steps each, ``rounds`` rounds unless the budget or a verdict ends them first; their saving
+    and the speed-up's verdict. ``min_rounds`` (at most ``rounds``) is the round from which a decided
+    interval (``pitstop.measure.decide``) stops the runs; an undecided one runs on to ``rounds`` or the
+    budget's end. Raises ``Interrupted`` (with the record so far) at Ctrl-C or SIGTERM."""
     from pitstop.profile.probe.probe_kit import Timed, saving
 
     plain, fixed = Arm("plain"), Arm("fixed")
@@ -85,7 +89,7 @@ def timed(
             plain,
             [fixed],
             sample,
-            Settings(budget_s=budget_s, min_rounds=min_rounds or rounds, max_rounds=rounds),
+            Settings(budget_s=budget_s, min_rounds=min(min_rounds, rounds), max_rounds=rounds),
             clock=clock,
         )
     except KeyboardInterrupt:

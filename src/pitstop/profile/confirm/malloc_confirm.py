@@ -4,9 +4,10 @@ The in-process malloc probe runs before then after (the thresholds cannot be low
 warms up in between counts as saving and it has no interval. When that prediction would be a warning,
 the script is run again in fresh child processes, alternating plain and ``GLIBC_ENV``
 (``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``) in rotating rounds of a few steps each, within
-``BUDGET_S`` (``pitstop.profile.confirm.fresh_runs``). The result lands in the host-memory
-probe's record as ``two_process`` (base_s, new_s, saving_s and, from at least two rounds, the saving's
-95% bounds), which ``pitstop.profile.analyze.confirm`` judges the finding by.
+``BUDGET_S``, until the interval decides (from round ``MIN_ROUNDS``) or ``MAX_ROUNDS`` are done
+(``pitstop.profile.confirm.fresh_runs``). The result lands in the host-memory probe's record as
+``two_process`` (base_s, new_s, saving_s and, from at least two rounds, the saving's 95% bounds), which
+``pitstop.profile.analyze.confirm`` judges the finding by.
 """
 
 from __future__ import annotations
@@ -17,12 +18,28 @@ from dataclasses import replace
 from typing import Any
 
 from pitstop.findings import Severity
-from pitstop.profile.confirm.fresh_runs import BUDGET_S, MAX_ROUNDS, STEPS, Interrupted, Runner, timed
+from pitstop.profile.confirm.fresh_runs import (
+    BUDGET_S,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    STEPS,
+    Interrupted,
+    Runner,
+    timed,
+)
 from pitstop.profile.record.timeline import breakdown
 from pitstop.profile.runs.runner import RunResult, RunSpec, run
 from pitstop.recipes.host_memory import GLIBC_ENV
 
-__all__ = ["BUDGET_S", "MAX_ROUNDS", "STEPS", "maybe_confirm", "two_process", "worth_confirming"]
+__all__ = [
+    "BUDGET_S",
+    "MAX_ROUNDS",
+    "MIN_ROUNDS",
+    "STEPS",
+    "maybe_confirm",
+    "two_process",
+    "worth_confirming",
+]
 
 
 def worth_confirming(result: RunResult) -> bool:
@@ -43,7 +60,8 @@ def two_process(
     budget_s: float = BUDGET_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Rotating rounds of fresh runs of ``spec``'s script, plain vs ``GLIBC_ENV``; their saving."""
+    """Rotating rounds of fresh runs of ``spec``'s script, plain vs ``GLIBC_ENV``, until the interval
+    decides (from ``MIN_ROUNDS``), ``MAX_ROUNDS`` or ``budget_s``; their saving."""
 
     def glibc(s: RunSpec) -> RunSpec:
         return replace(s, env={**s.env, **GLIBC_ENV})

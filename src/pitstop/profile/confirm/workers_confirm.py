@@ -6,8 +6,8 @@ property of the machine, not of the run's steps: a model of it (``pitstop.profil
 blocks) can promise more than the fix gives. So when the prediction would be a warning, the script is
 run again in fresh child processes, alternating the script as it is and the script with the finding's
 fix injected (``Overrides.workers`` of ``rules.suggested_workers`` workers: what ``pitstop fix`` and
-``profile --verify`` time), in rotating rounds (``pitstop.profile.confirm.fresh_runs``). The record lands in the
-run's data as ``workers_two_process``; ``wait_confirm`` judges the finding by its measured interval,
+``profile --verify`` time), in rotating rounds that a decided interval ends from round ``MIN_ROUNDS``
+on (``pitstop.profile.confirm.fresh_runs``). The record lands in the run's data as ``workers_two_process``; ``wait_confirm`` judges the finding by its measured interval,
 and a run that measured nothing leaves the finding info, saying why.
 """
 
@@ -45,7 +45,8 @@ def worth_confirming(result: RunResult, cores: int | None = None) -> bool:
 def two_process(
     spec: RunSpec, workers: int, runner: Runner = run, budget_s: float = BUDGET_S
 ) -> dict[str, Any]:
-    """Fresh runs of ``spec``'s script, as it is vs with ``workers`` persistent DataLoader workers."""
+    """Fresh runs of ``spec``'s script, as it is vs with ``workers`` persistent DataLoader workers, until
+    the interval decides (from ``fresh_runs.MIN_ROUNDS``), ``fresh_runs.MAX_ROUNDS`` or ``budget_s``."""
 
     def fixed(s: RunSpec) -> RunSpec:
         return replace(
