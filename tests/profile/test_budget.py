@@ -63,11 +63,15 @@ def test_a_confirmation_runs_within_its_share_plus_what_the_ones_before_left_nev
 def test_a_skipped_confirmation_says_whether_one_round_did_not_fit_or_would_not_decide():
     (one,) = budget.skip_record(10.6, 7.0, 12.0)["errors"]
     assert one.startswith("not run: one round of fresh runs") and "more than the 7 s left of the 12 s" in one
-    (undecided,) = budget.skip_record(9.0, 12.0, 60.0, rounds=2)["errors"]
+    (undecided,) = budget.skip_record(9.0, 12.0, 60.0, rounds=2, after_bigger=True)["errors"]
     assert (
         "hold one round of fresh runs (about 9 s" in undecided and "not the 2 an interval needs" in undecided
     )
     assert "bigger predicted savings" in undecided and undecided.endswith("--budget S allows more")
+    # the first in run order: nothing with a bigger predicted saving ran before it, its share is too short
+    (first,) = budget.skip_record(9.0, 12.0, 60.0, rounds=2)["errors"]
+    assert first.startswith("not run: the 12 s left of the 60 s budget hold one round of fresh runs")
+    assert "not the 2 an interval needs" in first and "bigger" not in first
     assert budget.skip_record(9.0, 5.0, 60.0, rounds=2)["errors"][0].startswith("not run: one round")
 
 

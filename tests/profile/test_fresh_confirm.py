@@ -343,9 +343,24 @@ def test_shares_go_by_what_is_at_stake_and_none_takes_more_than_its_share_plus_w
     (why,) = fake.skipped["host_memory"]["errors"]
     if "amp" in took:  # 20 s left: one round, not the two an interval needs
         assert "hold one round of fresh runs" in why and "not the 2 an interval needs" in why
+        assert "after the confirmations with bigger predicted savings" in why  # workers and amp ran first
     else:
         assert why.startswith("not run: one round of fresh runs") and "more than the 0 s left" in why
     assert rec["confirm_spent_s"]["host_memory"] == 0.0
+
+
+def test_a_confirmation_skipped_first_in_order_does_not_blame_bigger_ones(monkeypatch, clock):
+    """15 s left after the reserve hold one round of 10.6 s, not the two an interval needs: the first to
+    run is not run, and nothing before it took time, so its record says its seconds are too few, not
+    that bigger confirmations took them; so for the one after it, when nothing before it ran either."""
+    fake = Spends(clock)
+    todo = [fake("workers", 0.06, 2), fake("host_memory", 0.004, 2)]
+    monkeypatch.setattr(fc, "confirmations", lambda *a: todo)
+    assert fc.confirm_all(RunSpec(["python", "t.py"]), profiled(), budget_s=20.0, clock=clock) == []
+    for name in ("workers", "host_memory"):
+        (why,) = fake.skipped[name]["errors"]
+        assert why.startswith("not run: the 15 s left of the 20 s budget hold one round of fresh runs")
+        assert "not the 2 an interval needs" in why and "bigger" not in why
 
 
 def test_a_confirmation_whose_round_does_not_fit_is_not_run_and_its_finding_says_so():

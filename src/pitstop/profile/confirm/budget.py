@@ -80,10 +80,13 @@ def round_s(result: RunResult, steps: int, warmup: int) -> float:
     return 2 * (stages(result).startup_s + (warmup + steps) * statistics.median(times))
 
 
-def skip_record(round_est_s: float, left_s: float, budget_s: float, rounds: int = 1) -> dict[str, Any]:
+def skip_record(
+    round_est_s: float, left_s: float, budget_s: float, rounds: int = 1, after_bigger: bool = False
+) -> dict[str, Any]:
     """The record of fresh runs not started because the ``rounds`` rounds (of ``round_est_s`` each) a
     verdict needs do not fit the ``left_s`` seconds of the budget left for them: what their finding
-    quotes as why nothing was measured."""
+    quotes as why nothing was measured. ``after_bigger``: confirmations with bigger predicted savings
+    ran or hold planned seconds before this one (so the message may say its seconds are what they left)."""
     if rounds <= 1 or round_est_s > left_s:
         why = (
             f"not run: one round of fresh runs (the script as it is and with the fix, each paying its "
@@ -91,11 +94,12 @@ def skip_record(round_est_s: float, left_s: float, budget_s: float, rounds: int 
             f"the {budget_s:.0f} s budget"
         )
     else:
+        after = ", after the confirmations with bigger predicted savings," if after_bigger else ""
         why = (
-            f"not run: the {max(0.0, left_s):.0f} s left of the {budget_s:.0f} s budget, after the "
-            f"confirmations with bigger predicted savings, hold one round of fresh runs (about "
-            f"{round_est_s:.0f} s: the script as it is and with the fix, each paying its start-up again) but "
-            f"not the {rounds} an interval needs, and one round's interval is unbounded: it could not decide"
+            f"not run: the {max(0.0, left_s):.0f} s left of the {budget_s:.0f} s budget{after} hold one "
+            f"round of fresh runs (about {round_est_s:.0f} s: the script as it is and with the fix, each "
+            f"paying its start-up again) but not the {rounds} an interval needs, and one round's interval "
+            f"is unbounded: it could not decide"
         )
     why += "; pitstop profile --budget S allows more"
     return {"rounds": 0, "steps_each_side": [0, 0], "budget_s": 0.0, "verdict": None, "errors": [why]}

@@ -239,7 +239,8 @@ def confirm_all(
             left = plan.left_s - (clock() - start)
             got = budget.runtime_share(c.own_budget_s, left, sum(s or 0.0 for s in planned[i + 1 :]))
             if got < need.min_rounds * need.round_s:
-                c.skipped(budget.skip_record(need.round_s, got, budget_s, need.min_rounds))
+                bigger_first = bool(ran) or any(planned[:i])  # ones before it ran or hold seconds
+                c.skipped(budget.skip_record(need.round_s, got, budget_s, need.min_rounds, bigger_first))
                 spent[c.name] = 0.0
                 continue
         if say:
