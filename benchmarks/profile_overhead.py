@@ -4,7 +4,10 @@
 Both runs time themselves the same way: every example prints its own ms/step over the steps after its
 warm-up. End to end, `python examples/X.py` vs `pitstop profile --full --no-probes -- python examples/X.py`
 (every hook installed for the whole run, stopping disabled so the script's own timing covers the same
-steps), each in a fresh process, the order rotated every round so drift of a shared machine falls on both.
+steps), each in a fresh process. Where two cores are usable, each round runs the two side by side, each
+pinned to a core of its own (``profile_overhead_pairs``): a shared VM's drift (5-8% between runs one after
+another) falls on both, and its A/A floor is a fraction of the sequential one. ``--sequential`` runs them
+one after another instead, the order rotated every round.
 
 Per example: the overhead (profiled / plain ms/step) with its 95% Student t interval over the rounds'
 paired ratios (``pitstop.measure.speedup_interval``), the per-step cost in microseconds it implies
@@ -14,8 +17,8 @@ whole interval is over it; "undecided": it straddles the bar. Rounds go on (``--
 of the example is decided or its share of ``--budget-s`` is spent. ``--inproc-rounds N`` adds the same
 in one process (runpy, bare vs instrumented), where process start-up noise cancels out.
 
-``--aa`` runs a second plain run every round (plain, plain-b, profiled, rotated), paired with the first
-as the profiled run is: the A/A interval, what the end-to-end rounds can resolve on this machine at this
+``--aa`` adds a plain/plain pair every round (sequential: a second plain run, plain, plain-b, profiled,
+rotated), paired as the profiled run is: the A/A interval, what the end-to-end rounds can resolve on this machine at this
 load. Rounds of fresh processes drift by several % on a shared VM, more than the instruments cost, so a
 decomposition that drift cancels out of is reported beside the end-to-end figure, with verdicts of its
 own: (a) the instruments' cost a step, from blocks of steps with them on and off in one process
@@ -25,7 +28,7 @@ the bound (a) / step + (b) is judged against the same bars. The decomposition ru
 makes slow_loader's JPEG folder and warms the caches before any round is timed.
 
     nice -n 0 flock -x /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead.py --aa
-    (about 9 minutes: ~1.5 min of blocks, then --budget-s 450 of rounds, one round over at most)
+    (about 10 minutes: ~2.5 min of blocks, then --budget-s 450 of rounds, one round over at most)
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "profile_overhead.md"
 RATE = re.compile(r"\(([\d.]+) ms/step\)")
 WINDOW = re.compile(r"over (\d+) steps \(([\d.]+) ms/step\)")
 BAR, LONG_BAR, LONG_STEP_MS = 0.05, 0.02, 15.0  # < 5% everywhere, < 2% where steps take >= 15 ms
-PLAIN, PLAIN_B, PROFILED = "plain", "plain-b", "profiled"
+PLAIN, PLAIN_A, PLAIN_B, PROFILED = "plain", "plain-a", "plain-b", "profiled"
 HEADER = (
     "| example | rounds | plain median ms/step | profiled median | overhead (95% CI) "
     "| per-step cost, us (95% CI) | < 5% | < 2% (steps >= 15 ms) |"
@@ -79,7 +82,10 @@ class Example:
     """One example's ms/step per round, plain and profiled (round ``r`` of each ran back to back)."""
 
     name: str
-    times: dict[str, list[float]] = field(default_factory=lambda: {PLAIN: [], PLAIN_B: [], PROFILED: []})
+    # concurrent pairs (--concurrent) keep the A/A pair's own plain run under PLAIN_A
+    times: dict[str, list[float]] = field(
+        default_factory=lambda: {PLAIN: [], PLAIN_A: [], PLAIN_B: [], PROFILED: []}
+    )
     # decomposition (b): per profiled round, pitstop's CPU outside the script's thread (the parent and
     # the child's other threads) over the script's window, as a share of the window's wall time; per
     # plain round, the plain child's own other threads (torch's), for comparison
@@ -278,14 +284,14 @@ def aa_table(e2e: list[Example]) -> list[str]:
     """Plain vs plain, paired and rotated as plain vs profiled: the smallest overhead the end-to-end
     rounds can tell from none on this machine at this load."""
     lines = [
-        "A/A noise floor (a second plain run in every round, paired with the first as the profiled run "
-        "is; an interval that misses 0 is drift the rotation did not cancel):",
+        "A/A noise floor (plain vs plain in every round, paired and run as plain vs profiled is; an "
+        "interval that misses 0 is drift the pairing or the rotation did not cancel):",
         "",
         "| example | rounds | plain-b / plain - 1 (95% CI) | resolves (CI half-width) |",
         "| --- | --- | --- | --- |",
     ]
     for ex in e2e:
-        iv = ex.interval(PLAIN, PLAIN_B)
+        iv = ex.interval(PLAIN_A if ex.times[PLAIN_A] else PLAIN, PLAIN_B)
         if iv is None:
             lines.append(f"| {ex.name} | 0 | | |")
             continue
@@ -317,18 +323,25 @@ def decomposition_table(e2e: list[Example], parts: list, a: argparse.Namespace) 
         ex = by_name.get(cost.name, Example(cost.name))
         us, us_lo, us_hi = cost.cost_us()
         sh, sh_lo, sh_hi = cost.share()
-        b, b_lo, b_hi = mean_interval(ex.pitstop_cpu)
+        sampled = bool(ex.pitstop_cpu)  # concurrent pairs do not sample (b): it is inside their ratio
+        b, b_lo, b_hi = mean_interval(ex.pitstop_cpu) if sampled else (0.0, 0.0, 0.0)
         b_lo = max(0.0, b_lo)  # CPU time is not negative
         lo, hi = sh_lo + b_lo, sh_hi + b_hi
+        only = "" if sampled else " ((a) only)"
         long_step = QUIET_MS.get(cost.name, 1000 * cost.step_s()) >= LONG_STEP_MS
-        long = bar_verdict(lo, hi, LONG_BAR) if long_step else "(steps < 15 ms)"
+        long = bar_verdict(lo, hi, LONG_BAR) + only if long_step else "(steps < 15 ms)"
+        b_cols = (
+            f"{100 * b:.2f}% ({100 * b_lo:.2f}% to {100 * b_hi:.2f}%), {len(ex.pitstop_cpu)} rounds "
+            f"| {100 * b / cores:.2f}%"
+            if sampled
+            else "not sampled (concurrent pairs: on the profiled run's core, in the end-to-end ratio) | -"
+        )
         lines.append(
             f"| {cost.name} | {len(cost.on)} x {cost.block} | {1000 * cost.step_s():.2f} "
             f"| {us:+.1f} ({us_lo:+.1f} to {us_hi:+.1f}); {cost.spikes['on']}/{cost.spikes['off']} "
             f"| {_pct(sh, 2)} ({_pct(sh_lo, 2)} to {_pct(sh_hi, 2)}) "
-            f"| {100 * b:.2f}% ({100 * b_lo:.2f}% to {100 * b_hi:.2f}%), {len(ex.pitstop_cpu)} rounds "
-            f"| {100 * b / cores:.2f}% | {_pct(sh + b, 2)} ({_pct(lo, 2)} to {_pct(hi, 2)}) "
-            f"| {bar_verdict(lo, hi, BAR)} | {long} |"
+            f"| {b_cols} | {_pct(sh + b, 2)} ({_pct(lo, 2)} to {_pct(hi, 2)}) "
+            f"| {bar_verdict(lo, hi, BAR)}{only} | {long} |"
         )
     plain_other = [x for ex in e2e for x in ex.plain_other_cpu]
     ref = f"{100 * statistics.median(plain_other):.2f}%" if plain_other else "not measured"
@@ -378,8 +391,31 @@ def end_to_end(names: list[str], a: argparse.Namespace, env: dict[str, str]) -> 
         def one(kind: str, script: Path = script, extra: list[str] = extra) -> tuple[float, float | None]:
             return (instrumented if kind == PROFILED else plain)(script, extra, env)
 
-        out.append(run_rounds(name, one, a.min_rounds, a.max_rounds, deadline, "", a.aa))
+        if a.concurrent:
+            out.append(concurrent_rounds(name, a, env, deadline))
+        else:
+            out.append(run_rounds(name, one, a.min_rounds, a.max_rounds, deadline, "", a.aa))
     return out
+
+
+def concurrent_rounds(name: str, a: argparse.Namespace, env: dict[str, str], deadline: float) -> Example:
+    """``profile_overhead_pairs.rounds`` for one example: plain and profiled side by side on two cores
+    (with ``--aa``: and a plain/plain pair), until its bars are decided, ``--max-rounds`` or ``deadline``."""
+    import profile_overhead_pairs as pairs
+
+    ex = Example(name)
+
+    def record(kind: str, plain_ms: float, other_ms: float) -> None:
+        base, cand = (PLAIN, PROFILED) if kind == "profiled" else (PLAIN_A, PLAIN_B)
+        ex.times[base].append(plain_ms)
+        ex.times[cand].append(other_ms)
+
+    def done(n: int) -> bool:
+        return n >= a.min_rounds and (decided(ex) or time.monotonic() > deadline)
+
+    args = _with_steps(WORKLOADS[name], pairs.PAIR_STEPS.get(name, 300))
+    pairs.rounds(ROOT / "examples" / name, args, env, record, done, a.max_rounds, a.aa, "pairs ")
+    return ex
 
 
 def in_process_rounds(names: list[str], rounds: int, threads: int) -> list[Example]:
@@ -441,6 +477,46 @@ def _with_steps(args: list[str], steps: int) -> list[str]:
     return out
 
 
+def method(a: argparse.Namespace) -> str:
+    """The report's method line: how the end-to-end rounds ran."""
+    common = (
+        "overhead = profiled / plain, geometric mean of the rounds' paired ratios with its 95% Student t "
+        "interval (`pitstop.measure.speedup_interval`); per-step cost = plain ms/step x overhead; rounds "
+        f"from {a.min_rounds} to {a.max_rounds}, stopping once every bar of the example is decided or its "
+        f"share of {a.budget_s:.0f} s is spent; OMP_NUM_THREADS={a.threads}"
+    )
+    runs = (
+        "each example prints its own ms/step after its warm-up; plain `python examples/X.py` vs `pitstop "
+        "profile --full --no-probes -- python examples/X.py` (all hooks on for the whole run), a fresh "
+        "process in a session of its own each (one autogroup each); slow_loader's JPEG folder made once, "
+        "before its rounds; "
+    )
+    if a.concurrent:
+        return runs + (
+            "each round the plain and the profiled run side by side, each pinned to a core of its own "
+            "(the cores swapped every round; `pitstop profile`'s parent and threads on the profiled run's "
+            "core, so their CPU comes out of its steps), the profiled one started first by the median "
+            "start-up lag of the rounds so far so that the two timed windows overlap, windows of "
+            + ", ".join(f"{k.removesuffix('.py')} {v}" for k, v in _pair_steps().items())
+            + " steps"
+            + ("; with a plain/plain pair run the same way every round (A/A)" if a.aa else "")
+            + "; "
+            + common
+        )
+    return runs + (
+        "the order rotated every round"
+        + (" (with a second plain run, plain-b, in every round (A/A))" if a.aa else "")
+        + "; "
+        + common
+    )
+
+
+def _pair_steps() -> dict[str, int]:
+    import profile_overhead_pairs as pairs
+
+    return pairs.PAIR_STEPS
+
+
 def report(
     a: argparse.Namespace, e2e: list[Example], inproc: list[Example], load: str, share: float, parts: list
 ) -> str:
@@ -456,19 +532,12 @@ def report(
         f"- date: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}",
         f"- command: `{command}`",
         f"- load: {load}; other processes used {100 * share:.0f}% of the CPUs during the runs",
-        "- method: each example prints its own ms/step after its warm-up; plain `python examples/X.py` vs "
-        "`pitstop profile --full --no-probes -- python examples/X.py` (all hooks on for the whole run), a "
-        "fresh process in a session of its own each (one autogroup each), the order rotated every round "
-        f"({'with a second plain run, plain-b, in every round (A/A); ' if a.aa else ''}slow_loader's JPEG "
-        "folder made once, before its rounds); overhead = profiled / plain, geometric mean of "
-        "the rounds' paired ratios with its 95% Student t interval (`pitstop.measure.speedup_interval`); "
-        "per-step cost = plain ms/step x overhead; rounds from "
-        f"{a.min_rounds} to {a.max_rounds}, stopping once every bar of the example is decided or its share "
-        f"of {a.budget_s:.0f} s is spent; OMP_NUM_THREADS={a.threads}",
+        f"- method: {method(a)}",
         "- verdicts: met = the whole interval under the bar, not met = the whole interval over it, "
         "undecided = it straddles the bar (more rounds, or a quieter machine, would decide it)",
         "",
-        "End to end (fresh process per run):",
+        "End to end (fresh process per run"
+        + (", plain and profiled side by side on two cores):" if a.concurrent else "):"),
         "",
         *table(e2e),
     ]
@@ -483,15 +552,16 @@ def report(
         lines += ["", *aa_table(e2e)]
     if parts:
         lines += ["", *decomposition_table(e2e, parts, a)]
+    kinds = [k for k in (PLAIN, PLAIN_A, PLAIN_B, PROFILED) if any(ex.times[k] for ex in e2e)]
     rounds = "; ".join(
         f"{ex.name} "
         + " ".join(
-            "/".join(f"{ex.times[k][r]:.2f}" for k in (PLAIN, PLAIN_B, PROFILED) if len(ex.times[k]) > r)
+            "/".join(f"{ex.times[k][r]:.2f}" for k in kinds if len(ex.times[k]) > r)
             for r in range(len(ex.times[PLAIN]))
         )
         for ex in e2e
     )
-    order = "plain/plain-b/profiled" if a.aa else "plain/profiled"
+    order = "/".join(kinds)
     lines += ["", f"Per round, end to end ({order} ms/step): {rounds}"]
     return "\n".join(lines) + "\n"
 
@@ -503,6 +573,13 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=450.0, help="end-to-end seconds for all examples")
     ap.add_argument("--inproc-rounds", type=int, default=0, help="in-process rounds per example (0: none)")
     ap.add_argument("--aa", action="store_true", help="a second plain run every round: the A/A noise floor")
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="end to end as rotated runs one after another, not as concurrent pairs (plain and profiled "
+        "at the same time on two cores, benchmarks/profile_overhead_pairs.py: the default where two cores "
+        "are usable)",
+    )
     ap.add_argument(
         "--block-pairs",
         type=int,
@@ -522,6 +599,11 @@ def main() -> int:
         "--results", type=Path, default=RESULTS, help=f"where to write the table (default {RESULTS})"
     )
     a = ap.parse_args()
+    import profile_overhead_pairs as pairs
+
+    a.concurrent = not a.sequential and pairs.usable_pair() is not None
+    if not a.sequential and not a.concurrent:
+        print("fewer than two usable cores: end to end as sequential rounds", flush=True)
     sys.path.insert(0, str(ROOT / "src"))
     from pitstop.host.load import OtherCpu, load_average, load_line
 
