@@ -46,8 +46,9 @@ def drive(auto: ca.AutoCompile, clock: StepClock, steps: int) -> list[bool | Non
     return got
 
 
-def test_plan_trial_is_a_few_seconds_and_a_small_share_of_the_run() -> None:
-    assert ca.plan_trial(10**6, 0.05) == (5, 10)  # 10 rounds of 2 x 5 steps: 5 s of 50 ms steps
+def test_plan_trial_is_bounded_in_seconds_and_in_share_of_the_run() -> None:
+    assert ca.plan_trial(10**6, 0.05) == (5, 60)  # 60 rounds of 2 x 5 steps: 30 s of 50 ms steps
+    assert ca.plan_trial(10**6, 0.3) == (5, 10)  # 10 rounds of 2 x 5 steps: 30 s of 300 ms steps
     assert ca.plan_trial(10**6, 0.001) == (5, ca.TRIAL_ROUNDS)  # fast steps: the rounds' cap
     assert ca.plan_trial(10**6, 2.0) == (2, ca.MIN_ROUNDS)  # slow steps: the fewest rounds, short blocks
     assert ca.plan_trial(100, 0.01) is None  # 5% of 100 steps holds no 3 rounds

@@ -48,11 +48,15 @@ from pitstop.recipes.compile import pays as rule
 WARMUP_STEPS = 5
 PROBE_STEPS = 20
 EAGER, COMPILED = "eager", "compiled"
-# The trial's bounds: a few seconds of steps, a small share of the run. A round is one block of each arm;
-# 3 rounds are the fewest an interval decides on (``Settings.min_rounds``).
-TRIAL_S = 5.0  # eager seconds of steps the trial may take (more only where MIN_ROUNDS need them)
+# The trial's bounds: up to half a minute of steps, a small share of the run (a trial starts only in a run
+# of 20 minutes or more: ``worth_a_trial``), and it ends as soon as its interval decides. Every trial step
+# trains, so a long trial costs only the compiled blocks' loss where compile is slower; a short one cannot
+# tell a 5-10% gain from the rounds' noise (12 rounds on the benchmark net: 1.01x, 0.97-1.06, where a
+# side-by-side run measured compiled 1.07x). A round is one block of each arm; 3 rounds are the fewest an
+# interval decides on (``Settings.min_rounds``).
+TRIAL_S = 30.0  # eager seconds of steps the trial may take (more only where MIN_ROUNDS need them)
 TRIAL_SHARE = 0.05  # of the steps left, at most
-TRIAL_ROUNDS = 12
+TRIAL_ROUNDS = 60
 MIN_ROUNDS = 3
 BLOCK_STEPS = 5  # steps of one arm in a row; fewer (down to 2) where steps are slow
 
