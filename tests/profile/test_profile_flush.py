@@ -92,3 +92,48 @@ def test_write_json_atomic_writes_infinities_as_null(tmp_path):
     path = tmp_path / "m.json"
     write_json_atomic(path, {"status": "running", "x": math.inf})
     assert json.loads(path.read_text()) == {"status": "running", "x": None}
+
+
+def test_the_periodic_flush_stretches_where_a_flush_is_slow(tmp_path, monkeypatch):
+    from pitstop.profile.capture import hooks
+
+    fake = {"now": 0.0, "flushes": []}
+    monkeypatch.setattr(hooks, "clock", lambda: fake["now"])
+    monkeypatch.setattr(hooks, "FLUSH_EVERY_S", 1.0)
+    monkeypatch.setattr(hooks, "FLUSH_SHARE", 0.001)
+
+    def slow_flush(self, status, **extra):  # a flush that takes 4 ms
+        fake["flushes"].append(fake["now"])
+        fake["now"] += 0.004
+
+    monkeypatch.setattr(Instrumentation, "flush", slow_flush)
+    inst = Instrumentation(Config(warmup=1, steps=10**6, full=True, out_dir=tmp_path))
+    inst._begin(0.0)
+    for i in range(1, 2001):  # 20 s of 10 ms steps
+        fake["now"] = max(fake["now"], 0.01 * i)
+        inst.close_step(fake["now"])
+    gaps = np.diff(fake["flushes"])
+    # the first flush after 1 s; then 4 ms a flush is 0.1% of 4 s between flushes, not 0.4% of 1 s
+    assert 0.99 < fake["flushes"][0] < 1.03
+    assert len(gaps) >= 3 and all(3.99 < g < 4.03 for g in gaps)
+
+
+def test_the_flush_interval_stays_fixed_where_the_environment_sets_it(tmp_path, monkeypatch):
+    from pitstop.profile.capture import hooks
+
+    fake = {"now": 0.0, "flushes": []}
+    monkeypatch.setattr(hooks, "clock", lambda: fake["now"])
+    monkeypatch.setattr(hooks, "FLUSH_EVERY_S", 0.5)
+    monkeypatch.setattr(hooks, "FLUSH_SHARE", None)  # PITSTOP_PROFILE_FLUSH_S given
+
+    def slow_flush(self, status, **extra):
+        fake["flushes"].append(fake["now"])
+        fake["now"] += 0.004
+
+    monkeypatch.setattr(Instrumentation, "flush", slow_flush)
+    inst = Instrumentation(Config(warmup=1, steps=10**6, full=True, out_dir=tmp_path))
+    inst._begin(0.0)
+    for i in range(1, 501):
+        fake["now"] = max(fake["now"], 0.01 * i)
+        inst.close_step(fake["now"])
+    assert all(0.49 < g < 0.53 for g in np.diff(fake["flushes"]))

@@ -62,8 +62,13 @@ from pitstop.recipes.host_memory import keep_host_memory, minor_page_faults
 __all__ = ["Captured", "CapturedLoader", "Config", "Instrumentation", "StopProfiling"]
 
 clock = time.perf_counter
-# how often measurements reach the parent while steps run; the env var is for tests and debugging
-FLUSH_EVERY_S = float(os.environ.get("PITSTOP_PROFILE_FLUSH_S", "1.0"))
+# how often measurements reach the parent while steps run (what a SIGKILL leaves): every second, or less
+# often where one flush takes more than FLUSH_SHARE of the time between flushes (a run's snapshot grows
+# with its sync sites and loaders: 3-4 ms on item_sync.py, 0.3% of every step's time at one a second).
+# The env var fixes the interval (tests and debugging).
+_FLUSH_ENV = os.environ.get("PITSTOP_PROFILE_FLUSH_S")
+FLUSH_EVERY_S = float(_FLUSH_ENV or "1.0")
+FLUSH_SHARE = None if _FLUSH_ENV else 0.001
 
 
 class StopProfiling(BaseException):
@@ -130,6 +135,7 @@ class Instrumentation:
         self.backward_listener: Any = None
         self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.capture.gpu_memory)
         self._last_flush = clock()
+        self._flush_gap = FLUSH_EVERY_S  # seconds between periodic flushes (FLUSH_SHARE stretches it)
         self.flush_path: Path | None = None
         self._steps_log: StepsLog | None = None  # the flushed records, each written once
         self._cuda_debug_on = False
@@ -248,9 +254,12 @@ class Instrumentation:
             tracer.step(now, n)
         if not self._cuda_debug_on and n < 2 and torch.cuda.is_initialized():
             self._install_cuda_sync_debug()
-        if now - self._last_flush > FLUSH_EVERY_S:
+        if now - self._last_flush > self._flush_gap:
             self._last_flush = now
+            took = clock()
             self.flush("running")
+            if FLUSH_SHARE:
+                self._flush_gap = max(FLUSH_EVERY_S, (clock() - took) / FLUSH_SHARE)
         self._begin(now, faults)
         done = len(self.records) - self.cfg.warmup
         if not self.cfg.full and done >= self.cfg.steps:
