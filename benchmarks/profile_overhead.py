@@ -496,7 +496,8 @@ def method(a: argparse.Namespace) -> str:
             "each round the plain and the profiled run side by side, each pinned to a core of its own "
             "(the cores swapped every round; `pitstop profile`'s parent and threads on the profiled run's "
             "core, so their CPU comes out of its steps), the profiled one started first by the median "
-            "start-up lag of the rounds so far so that the two timed windows overlap, windows of "
+            "start-up lag of the rounds so far so that the two timed windows overlap (a first round only "
+            "measures the lags and is not counted), windows of "
             + ", ".join(f"{k.removesuffix('.py')} {v}" for k, v in _pair_steps().items())
             + " steps"
             + ("; with a plain/plain pair run the same way every round (A/A)" if a.aa else "")

@@ -1,0 +1,143 @@
+"""Where an example's end-to-end profiling overhead comes from: concurrent pairs of plain vs pitstop's
+layers added one at a time.
+
+``profile_overhead.py`` compares the plain script with the whole of ``pitstop profile``. This script
+runs the same concurrent pairs (``profile_overhead_pairs``: side by side, each pinned to a core, cores
+swapped every round, each layer started first by its own median start-up lag) for the layers between
+them, each in a fresh process started as ``python -c CODE script args``:
+
+  aa         the plain script again (the A/A floor of the pairs)
+  imports    pitstop's capture modules imported, the script run by runpy
+  watchdog   + an ``Instrumentation`` made and its watchdog thread started, nothing installed
+  install    + ``Instrumentation.install()`` (every patch and hook, the periodic flush to a file): the
+             script's process as under ``pitstop profile``, less the bootstrap and the parent
+  reverted   ``install()`` then ``uninstall()`` before the script starts: what installing leaves
+             behind once undone (heap and type state), with no instrument left on
+  profiled   ``pitstop profile --full --no-probes`` (the parent on the same core)
+
+The first round of each layer calibrates its lead and is not counted. Overhead = layer / plain, the
+geometric mean of the rounds' paired ratios with its 95% Student t interval
+(``pitstop.measure.speedup_interval``).
+
+    flock -x /tmp/pitstop-bench.lock .venv/bin/python benchmarks/profile_overhead_layers.py \
+        [--example slow_loader.py] [--rounds 10] [--layers aa imports watchdog install profiled]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import profile_overhead_pairs as pairs  # noqa: E402
+
+from pitstop.measure import speedup_interval  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "profile_overhead_layers.md"
+ARGS = {"slow_loader.py": ["--steps", "120", "--images", "64"], "item_sync.py": ["--steps", "1400"]}
+RUN = "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+IMPORTS = "import runpy, sys\nfrom pathlib import Path\nimport pitstop.profile.capture.hooks, pitstop.profile.capture.watchdog\n"
+MADE = (
+    "from pitstop.profile.capture.hooks import Config, Instrumentation\n"
+    "from pitstop.profile.capture.watchdog import Watchdog\n"
+    "inst = Instrumentation(Config(full=True, out_dir=Path({out!r}), probes=False))\n"
+    "inst.flush_path = Path({out!r}) / 'measurements.json'\n"
+    "Watchdog(inst).start()\n"
+)
+LAYERS = ("aa", "imports", "watchdog", "install", "reverted", "profiled")
+
+
+def commands(script: Path, args: list[str], out: str) -> dict[str, list[str]]:
+    """Each layer's command line; ``plain`` the script alone."""
+    plain = [sys.executable, str(script), *args]
+    made = IMPORTS + MADE.format(out=out)
+    code = {
+        "imports": IMPORTS + RUN,
+        "watchdog": made + RUN,
+        "install": made + "inst.install()\n" + RUN,
+        "reverted": made + "inst.install()\ninst.uninstall()\n" + RUN,
+    }
+    cmds = {k: [sys.executable, "-c", c, str(script), *args] for k, c in code.items()}
+    cmds["profiled"] = pairs.commands(script, args, out + "/profiled")["profiled"]
+    return {"plain": plain, "aa": plain, **cmds}
+
+
+def run(example: str, rounds: int, layers: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """(plain ms, layer ms) of each counted round, per layer."""
+    cores = pairs.usable_pair()
+    if cores is None:
+        raise SystemExit("concurrent pairs need two usable cores; this process has fewer")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    seen: dict[str, list[tuple[float, float]]] = {k: [] for k in layers}
+    leads = {k: pairs.Lead() for k in layers}
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = commands(ROOT / "examples" / example, ARGS.get(example, []), tmp)
+        for r in range(rounds + 1):  # round 0 calibrates each layer's lead
+            order = cores if r % 2 == 0 else (cores[1], cores[0])
+            for k in layers if r % 2 == 0 else layers[::-1]:
+                lead = leads[k].now()
+                o, p = pairs.pair(cmd[k], cmd["plain"], order, lead, env)
+                leads[k].observe(lead, o, p)
+                if r:
+                    seen[k].append((p.ms, o.ms))
+                print(f"round {r} {k:9s} plain {p.ms:7.2f} layer {o.ms:7.2f} ratio {o.ms / p.ms:.3f} lead {lead:+.2f} s", flush=True)  # fmt: skip
+    return seen
+
+
+def table(seen: dict[str, list[tuple[float, float]]]) -> list[str]:
+    rows = [
+        "| layer | rounds | overhead (95% CI) | plain / layer median ms/step |",
+        "| --- | --- | --- | --- |",
+    ]
+    for k, pts in seen.items():
+        iv = speedup_interval([[o] for _, o in pts], [[p] for p, _ in pts])  # layer ms / plain ms
+        if iv is None:
+            continue
+        plain_ms = sorted(p for p, _ in pts)[len(pts) // 2]
+        layer_ms = sorted(o for _, o in pts)[len(pts) // 2]
+        rows.append(
+            f"| {k} | {len(pts)} | {100 * (iv.estimate - 1):+.1f}% ({100 * (iv.lo - 1):+.1f}% to "
+            f"{100 * (iv.hi - 1):+.1f}%) | {plain_ms:.2f} / {layer_ms:.2f} |"
+        )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--example", default="slow_loader.py")
+    ap.add_argument("--rounds", type=int, default=10, help="counted rounds per layer (one more calibrates)")
+    ap.add_argument("--layers", nargs="+", default=list(LAYERS), choices=LAYERS)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    seen = run(a.example, a.rounds, a.layers)
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), "?")
+    lines = [
+        f"# profile: {a.example}'s end-to-end overhead, layer by layer (concurrent pairs)",
+        "",
+        f"- machine: {cpu}, {os.cpu_count()} CPUs; Python {platform.python_version()}; OMP_NUM_THREADS=1",
+        f"- date: {started}; load average (1 min) {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end",
+        f"- command: `{' '.join(['benchmarks/profile_overhead_layers.py', *sys.argv[1:]])}`",
+        f"- example arguments: {' '.join(ARGS.get(a.example, [])) or '(its defaults)'}",
+        "- method: the module docstring; overhead = layer / plain ms/step, geometric mean over rounds, 95% t",
+        "",
+        *table(seen),
+        "",
+        "Per round (plain/layer ms/step): "
+        + "; ".join(f"{k} " + " ".join(f"{p:.1f}/{o:.1f}" for p, o in pts) for k, pts in seen.items()),
+    ]
+    a.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
