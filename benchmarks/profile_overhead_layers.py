@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -70,24 +69,20 @@ def commands(script: Path, args: list[str], out: str) -> dict[str, list[str]]:
 
 
 def run(example: str, rounds: int, layers: list[str]) -> dict[str, list[tuple[float, float]]]:
-    """(plain ms, layer ms) of each counted round, per layer."""
-    cores = pairs.usable_pair()
-    if cores is None:
-        raise SystemExit("concurrent pairs need two usable cores; this process has fewer")
+    """(plain ms, layer ms) of each counted round, per layer (``profile_overhead_pairs.rotated``)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
     seen: dict[str, list[tuple[float, float]]] = {k: [] for k in layers}
-    leads = {k: pairs.Lead() for k in layers}
     with tempfile.TemporaryDirectory() as tmp:
         cmd = commands(ROOT / "examples" / example, ARGS.get(example, []), tmp)
-        for r in range(rounds + 1):  # round 0 calibrates each layer's lead
-            order = cores if r % 2 == 0 else (cores[1], cores[0])
-            for k in layers if r % 2 == 0 else layers[::-1]:
-                lead = leads[k].now()
-                o, p = pairs.pair(cmd[k], cmd["plain"], order, lead, env)
-                leads[k].observe(lead, o, p)
-                if r:
-                    seen[k].append((p.ms, o.ms))
-                print(f"round {r} {k:9s} plain {p.ms:7.2f} layer {o.ms:7.2f} ratio {o.ms / p.ms:.3f} lead {lead:+.2f} s", flush=True)  # fmt: skip
+        pairs.rotated(
+            {k: cmd[k] for k in layers},
+            cmd["plain"],
+            env,
+            lambda kind, plain_ms, layer_ms: seen[kind].append((plain_ms, layer_ms)),
+            lambda _n: False,
+            rounds,
+            f"{example} ",
+        )
     return seen
 
 
@@ -116,16 +111,20 @@ def main() -> None:
     ap.add_argument("--layers", nargs="+", default=list(LAYERS), choices=LAYERS)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
-    load0 = os.getloadavg()[0]
+    if pairs.usable_pair() is None:
+        raise SystemExit("concurrent pairs need two usable cores; this process has fewer")
+    from pitstop.host.load import OtherCpu, load_average, load_line
+    from pitstop.host.machine import machine_line
+
+    load0, other = load_average(), OtherCpu()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     seen = run(a.example, a.rounds, a.layers)
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), "?")
     lines = [
         f"# profile: {a.example}'s end-to-end overhead, layer by layer (concurrent pairs)",
         "",
-        f"- machine: {cpu}, {os.cpu_count()} CPUs; Python {platform.python_version()}; OMP_NUM_THREADS=1",
-        f"- date: {started}; load average (1 min) {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end",
+        f"- machine: {machine_line()}; OMP_NUM_THREADS=1 in every run",
+        f"- date: {started}",
+        f"- load: {load_line(load0)}; other processes used {other.share():.0%} of the CPUs during the runs",
         f"- command: `{' '.join(['benchmarks/profile_overhead_layers.py', *sys.argv[1:]])}`",
         f"- example arguments: {' '.join(ARGS.get(a.example, [])) or '(its defaults)'}",
         "- method: the module docstring; overhead = layer / plain ms/step, geometric mean over rounds, 95% t",

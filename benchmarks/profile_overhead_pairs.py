@@ -125,6 +125,44 @@ def commands(script: Path, args: list[str], out_dir: str) -> dict[str, list[str]
     return {"plain": plain, "profiled": [*profiled, "--out-dir", out_dir, "--", *plain]}
 
 
+def rotated(
+    others: dict[str, list[str]],
+    plain: list[str],
+    env: dict[str, str],
+    record: Callable[[str, float, float], None],
+    done: Callable[[int], bool],
+    max_rounds: int,
+    label: str = "",
+) -> None:
+    """Concurrent rounds until ``done(rounds so far)`` or ``max_rounds``: each round, every command of
+    ``others`` side by side with ``plain`` (the other one started first, by its kind's lead), the kinds'
+    order reversed and the cores swapped every round. ``record(kind, plain_ms, other_ms)`` gets each pair
+    of the counted rounds. A round 0 before them only measures the start-up lags: started together, the
+    later window runs its first second or so alone, which on a memory-bound script such as slow_loader.py
+    (plain 61 ms a step alone, 75-88 ms beside another run) moves that pair's ratio by 10-20%."""
+    cores = usable_pair()
+    if cores is None:
+        raise RuntimeError("concurrent pairs need two usable cores; this process has fewer")
+    kinds = list(others)
+    leads = {kind: Lead() for kind in kinds}
+    for r in range(max_rounds + 1):
+        order = cores if r % 2 == 0 else (cores[1], cores[0])
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            lead = leads[kind].now()
+            o, p = pair(others[kind], plain, order, lead, env)
+            leads[kind].observe(lead, o, p)
+            if r:
+                record(kind, p.ms, o.ms)
+            print(
+                f"{label}pair {kind:8s} round {r or 'lead'}: plain {p.ms:7.2f} "
+                f"(core {order[1]}), other {o.ms:7.2f} (core {order[0]}) ms/step, ratio "
+                f"{o.ms / p.ms:.3f}, lead {lead:.2f} s, lag left {o.window_start - p.window_start:+.2f} s",
+                flush=True,
+            )
+        if r and done(r):
+            break
+
+
 def rounds(
     script: Path,
     args: list[str],
@@ -135,33 +173,9 @@ def rounds(
     aa: bool = False,
     label: str = "",
 ) -> None:
-    """Concurrent rounds until ``done(rounds so far)`` or ``max_rounds``: each round a plain/profiled
-    pair (the profiled one started first, by the lead), and with ``aa`` a plain/plain pair; the cores swap every
-    round. ``record(kind, plain_ms, other_ms)`` gets each pair ("profiled" or "aa") of the counted rounds.
-    A round 0 before them only measures the start-up lags: started together, the later window runs its
-    first second or so alone, which on a memory-bound script such as slow_loader.py (plain 61 ms a step
-    alone, 75-88 ms beside another run) moves that pair's ratio by 10-20%."""
-    cores = usable_pair()
-    if cores is None:
-        raise RuntimeError("concurrent pairs need two usable cores; this process has fewer")
-    leads = {"profiled": Lead(), "aa": Lead()}
+    """``rotated`` rounds of the script: a plain/profiled pair (``pitstop profile``, started first by the
+    lead), and with ``aa`` a plain/plain pair; ``record`` gets kinds "profiled" and "aa"."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = commands(script, args, tmp)
-        for r in range(max_rounds + 1):
-            order = cores if r % 2 == 0 else (cores[1], cores[0])
-            kinds = ["profiled", "aa"] if aa else ["profiled"]
-            for kind in kinds if r % 2 == 0 else kinds[::-1]:
-                other = cmd["profiled"] if kind == "profiled" else cmd["plain"]
-                lead = leads[kind].now()
-                o, p = pair(other, cmd["plain"], order, lead, env)
-                leads[kind].observe(lead, o, p)
-                if r:
-                    record(kind, p.ms, o.ms)
-                print(
-                    f"{label}{script.name:16s} pair {kind:8s} round {r or 'lead'}: plain {p.ms:7.2f} "
-                    f"(core {order[1]}), other {o.ms:7.2f} (core {order[0]}) ms/step, ratio "
-                    f"{o.ms / p.ms:.3f}, lead {lead:.2f} s, lag left {o.window_start - p.window_start:+.2f} s",
-                    flush=True,
-                )
-            if r and done(r):
-                break
+        others = {"profiled": cmd["profiled"], **({"aa": cmd["plain"]} if aa else {})}
+        rotated(others, cmd["plain"], env, record, done, max_rounds, f"{label}{script.name:16s} ")
