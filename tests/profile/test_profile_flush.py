@@ -137,3 +137,35 @@ def test_the_flush_interval_stays_fixed_where_the_environment_sets_it(tmp_path, 
         fake["now"] = max(fake["now"], 0.01 * i)
         inst.close_step(fake["now"])
     assert all(0.49 < g < 0.53 for g in np.diff(fake["flushes"]))
+
+
+def test_a_periodic_flush_that_cannot_write_never_reaches_the_script(tmp_path, monkeypatch):
+    from pitstop.profile.capture import hooks
+
+    fake = {"now": 0.0, "tries": []}
+    monkeypatch.setattr(hooks, "clock", lambda: fake["now"])
+    monkeypatch.setattr(hooks, "FLUSH_EVERY_S", 1.0)
+    monkeypatch.setattr(hooks, "FLUSH_SHARE", None)
+    inst = Instrumentation(Config(warmup=1, steps=10**6, full=True, out_dir=tmp_path))
+    inst.flush_path = tmp_path / "gone" / "measurements.json"  # the output folder removed mid-run
+    real_flush = Instrumentation.flush
+
+    def counted(self, status, **extra):
+        fake["tries"].append(fake["now"])
+        return real_flush(self, status, **extra)
+
+    monkeypatch.setattr(Instrumentation, "flush", counted)
+    inst._begin(0.0)
+    for i in range(1, 1001):  # 10 s of 10 ms steps: every close_step returns
+        fake["now"] = 0.01 * i
+        inst.close_step(fake["now"])
+    assert len(inst.records) == 1000
+    assert inst.flush_error is not None and "FileNotFoundError" in inst.flush_error
+    # tried after 1 s, then 2 s and 4 s apart (backing off), not every second
+    assert np.allclose(np.diff(fake["tries"]), [2.0, 4.0], atol=0.02)
+    (tmp_path / "gone").mkdir()  # the folder is back: the next try writes, the error stays on record
+    for i in range(1001, 1801):
+        fake["now"] = 0.01 * i
+        inst.close_step(fake["now"])
+    flushed = json.loads(inst.flush_path.read_text())
+    assert flushed["status"] == "running" and "FileNotFoundError" in flushed["flush_error"]

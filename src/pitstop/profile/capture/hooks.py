@@ -69,6 +69,7 @@ clock = time.perf_counter
 _FLUSH_ENV = os.environ.get("PITSTOP_PROFILE_FLUSH_S")
 FLUSH_EVERY_S = float(_FLUSH_ENV or "1.0")
 FLUSH_SHARE = None if _FLUSH_ENV else 0.001
+FLUSH_RETRY_MAX_S = 60.0  # a flush that failed (folder gone, disk full) is retried at most this far apart
 
 
 class StopProfiling(BaseException):
@@ -136,6 +137,7 @@ class Instrumentation:
         self.oom: dict[str, Any] | None = None  # CUDA OOM snapshot summary (pitstop.profile.capture.gpu_memory)
         self._last_flush = clock()
         self._flush_gap = FLUSH_EVERY_S  # seconds between periodic flushes (FLUSH_SHARE stretches it)
+        self.flush_error: str | None = None  # why the last periodic flush that failed could not be written
         self.flush_path: Path | None = None
         self._steps_log: StepsLog | None = None  # the flushed records, each written once
         self._cuda_debug_on = False
@@ -256,16 +258,27 @@ class Instrumentation:
             self._install_cuda_sync_debug()
         if now - self._last_flush > self._flush_gap:
             self._last_flush = now
-            took = clock()
-            self.flush("running")
-            if FLUSH_SHARE:
-                self._flush_gap = max(FLUSH_EVERY_S, (clock() - took) / FLUSH_SHARE)
+            self._periodic_flush()
         self._begin(now, faults)
         done = len(self.records) - self.cfg.warmup
         if not self.cfg.full and done >= self.cfg.steps:
             if self.cfg.on_done is not None:
                 return self.cfg.on_done()
             raise StopProfiling(f"measured {done} steps")
+
+    def _periodic_flush(self) -> None:
+        """The flush from inside the script's loop. A write that fails (the output folder removed, the
+        disk full) must not stop the script: the last such error is kept as ``flush_error`` for the record,
+        and the next try waits twice as long (up to ``FLUSH_RETRY_MAX_S``)."""
+        took = clock()
+        try:
+            self.flush("running")
+        except OSError as e:
+            self.flush_error = f"{type(e).__name__}: {e}"
+            self._flush_gap = min(max(2 * self._flush_gap, FLUSH_EVERY_S), FLUSH_RETRY_MAX_S)
+            return
+        if FLUSH_SHARE:
+            self._flush_gap = max(FLUSH_EVERY_S, (clock() - took) / FLUSH_SHARE)
 
     def close_pending(self) -> None:
         """At the end of the script: a step whose work is done (optimizer step, backward) but no next

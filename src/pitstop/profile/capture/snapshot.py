@@ -69,6 +69,7 @@ def measurements(inst: Any, status: str, final: bool = True) -> Measurements:
             "callback_result": inst.callback_result,
             "callback_error": inst.callback_error,
             "compile_error": inst.compile_error,
+            "flush_error": inst.flush_error,
             "override_errors": inst.override_errors,
             "host_memory": str(kept()) if kept() is not None else None,  # set by the script or an override
             "wall_s": clock() - inst.t0,

@@ -161,6 +161,7 @@ def collect_data(
         "memory": data.get("memory", {}),
         "overrides": spec.overrides.to_dict(),
         "compile_error": data.get("compile_error"),
+        "flush_error": data.get("flush_error"),
         "override_errors": data.get("override_errors") or [],
         "host_memory": data.get("host_memory"),
     }
