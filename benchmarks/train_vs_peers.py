@@ -38,13 +38,15 @@ one paired sample, ``pitstop.measure.speedup_interval``): met when the interval 
 not met when below it, undecided when it holds the goal.
 Peak memory is each worker's peak RSS (getrusage) and its growth during training; page faults are the
 worker's minor faults per counted step (what glibc's mmap/munmap of the step's tensors costs).
-Writes benchmarks/results/train_vs_peers.md.
+Writes benchmarks/results/train_vs_peers.md where pitstop's ``auto`` precision picks bf16 (bf16 hardware,
+measured fast), and benchmarks/results/train_vs_peers_nobf16.md on a CPU without it, so each CPU kind keeps
+its own figures.
 
 A CPU without bf16 hardware, emulated on one with it: ``--emulate-isa avx2`` re-runs the benchmark with
 ``ONEDNN_MAX_CPU_ISA=AVX2`` (oneDNN's ISA cap: no AVX-512 and no bf16 kernels; bf16 is then emulated, as
 on an AVX2-only CPU) and ``ATEN_CPU_CAPABILITY=avx2`` (ATen's vectorized kernels at AVX2), which every
 worker inherits; the results file's machine line says so, and it is written to
-benchmarks/results/train_vs_peers_avx2.md unless ``--out`` names another.
+benchmarks/results/train_vs_peers_avx2_emulated.md unless ``--out`` names another.
 
     flock /tmp/pitstop-bench.lock .venv/bin/python benchmarks/train_vs_peers.py [--chunks 30] [--steps 5]
         [--emulate-isa avx2]
@@ -70,7 +72,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from pitstop.measure import Interval, speedup_interval  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "train_vs_peers.md"
-RESULTS_EMULATED = ROOT / "benchmarks" / "results" / "train_vs_peers_{isa}.md"
+RESULTS_NO_BF16 = ROOT / "benchmarks" / "results" / "train_vs_peers_nobf16.md"
+RESULTS_EMULATED = ROOT / "benchmarks" / "results" / "train_vs_peers_{isa}_emulated.md"
 # the environment that makes this CPU run as one without the ISA named (``--emulate-isa``): oneDNN's cap
 # and ATen's kernel level, both read once when torch loads
 EMULATE = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
@@ -478,7 +481,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     ap.add_argument(
-        "--out", type=Path, help=f"results file (default: {RESULTS}; emulated: {RESULTS_EMULATED})"
+        "--out",
+        type=Path,
+        help=f"results file (default: {RESULTS}; without bf16: {RESULTS_NO_BF16}; emulated: {RESULTS_EMULATED})",
     )
     ap.add_argument(
         "--emulate-isa",
@@ -505,11 +510,6 @@ def main() -> None:
             [sys.executable, __file__, *sys.argv[1:]],
             {**os.environ, **EMULATE[a.emulate_isa]},
         )
-    a.out = a.out or (
-        RESULTS_EMULATED.with_name(RESULTS_EMULATED.name.format(isa=a.emulate_isa))
-        if a.emulate_isa
-        else RESULTS
-    )
     import torch
 
     from pitstop.host.cpu import cpu_flags
@@ -523,6 +523,9 @@ def main() -> None:
     auto = resolve_precision("auto", "cpu")  # bf16 where the flags say so and bf16 torch.mm measured fast
     if a.peer_precision == "auto":
         a.peer_precision = "bf16" if auto is not None else "fp32"
+    if a.out is None and a.emulate_isa:
+        a.out = RESULTS_EMULATED.with_name(RESULTS_EMULATED.name.format(isa=a.emulate_isa))
+    a.out = a.out or (RESULTS if auto is not None else RESULTS_NO_BF16)
     flags = cpu_flags()
     isa = ", ".join(f for f in ISA_FLAGS if f in flags) or "none of " + ", ".join(ISA_FLAGS)
     emulated = (
