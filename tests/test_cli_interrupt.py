@@ -41,3 +41,18 @@ def test_a_report_the_command_wrote_before_the_stop_is_kept(monkeypatch, tmp_pat
     monkeypatch.setattr(doctor_cli, "cmd_doctor", wrote_then_stopped)
     assert main(["doctor", "--json", str(out)]) == 130
     assert json.loads(out.read_text()) == {"tool": "doctor", "findings": []}
+
+
+def test_a_stale_report_of_an_earlier_run_is_replaced_by_the_interrupted_one(monkeypatch, tmp_path):
+    from pitstop.doctor import cli as doctor_cli
+
+    out = tmp_path / "d.json"
+    out.write_text('{"tool": "doctor", "findings": [], "stale": true}')
+
+    def stopped(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor_cli, "cmd_doctor", stopped)
+    assert main(["doctor", "--json", str(out)]) == 130
+    doc = json.loads(out.read_text())
+    assert "stale" not in doc and doc["meta"]["interrupted"]

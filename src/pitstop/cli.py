@@ -12,7 +12,6 @@ import contextlib
 import importlib
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,29 +64,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = check_outputs(args)
     if problem:
         return usage_error(problem)
-    started = time.time()
+    before = {path: _file_state(path) for path in _report_paths(args)}
     try:
         with sigterm_interrupts():
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("pitstop: interrupted", file=sys.stderr)
         with contextlib.suppress(Exception, KeyboardInterrupt):
-            _interrupted_report(args, started)
+            _interrupted_report(args, before)
         return EXIT_INTERRUPTED
 
 
-def _interrupted_report(args: argparse.Namespace, started: float) -> None:
+def _report_paths(args: argparse.Namespace) -> list[str]:
+    """The report files the command was asked to write (not stdout)."""
+    paths = (getattr(args, "json", None), getattr(args, "html", None))
+    return [p for p in paths if isinstance(p, str) and p and p != "-"]
+
+
+def _file_state(path: str) -> tuple[int, int, int] | None:
+    """What tells a file rewritten from the same one (inode, size, mtime in ns); None where there is none.
+    Compared as a whole, not as mtime against the start: the file system's clock is coarser than
+    ``time.time()``, so a file written just after the start can carry an earlier mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _interrupted_report(args: argparse.Namespace, before: dict[str, tuple[int, int, int] | None]) -> None:
     """The --json / --html asked for, when Ctrl-C or SIGTERM stopped a command before it wrote its report
     (e.g. while torch was still importing): one that says so, so a caller waiting for the file finds it.
-    A file written since ``started`` is the command's own report and is left as it is."""
+    A file the command has written (changed since ``before``, or new) is its own report and is left as it is."""
     from pitstop.findings import Report
     from pitstop.report import write_html, write_json
 
     def unwritten(path: str | None) -> bool:
-        try:
-            return bool(path) and path != "-" and os.stat(path).st_mtime < started
-        except OSError:
-            return True
+        return bool(path) and path in before and _file_state(path) == before[path]
 
     sub = getattr(args, "tune_command", None) or getattr(args, "compress_command", None)
     tool = " ".join(str(v) for v in (args.command, sub) if v)
