@@ -32,7 +32,13 @@ class SpikyRunner:
         return result([0.10] * 20, cfg)
 
 
-def test_fix_prints_the_throughput_speedup_not_the_median_one(tmp_path):
+@pytest.fixture
+def fast_bf16(monkeypatch):
+    """A CPU with fast bf16 whatever this one is: on one without it, ``fix`` does not time amp at all."""
+    monkeypatch.setattr("pitstop.recipes.autocast.fast_amp_dtype", lambda device_type: "bfloat16")
+
+
+def test_fix_prints_the_throughput_speedup_not_the_median_one(tmp_path, fast_bf16):
     r = run_fix(["python", "t.py"], FixConfig(candidates=("amp",)), runner=SpikyRunner({"models": [{}]}))
     (m,) = r.candidates
     assert m.median / r.baseline.median == pytest.approx(2.0)  # the median ratio: beside, not the figure
@@ -46,7 +52,7 @@ def test_fix_prints_the_throughput_speedup_not_the_median_one(tmp_path):
     assert "slow step(s) (spike) counted in the throughput" in f.evidence
 
 
-def test_without_spikes_both_agree_and_the_fix_helps(tmp_path):
+def test_without_spikes_both_agree_and_the_fix_helps(tmp_path, fast_bf16):
     class Clean(SpikyRunner):
         def __call__(self, spec: RunSpec) -> RunResult:
             cfg = {**self.config, "overrides": spec.overrides.to_dict()}
