@@ -15,6 +15,14 @@ them, each in a fresh process started as ``python -c CODE script args``:
              behind once undone (heap and type state), with no instrument left on
   profiled   ``pitstop profile --full --no-probes`` (the parent on the same core)
 
+and, to split ``install()`` (each on top of ``watchdog``, one part alone):
+
+  loader     the DataLoader patches          syncs      the host-sync wrappers
+  models     the global module hooks         torch      the ``torch`` call patches, all of them
+  to         ``Tensor.to`` / ``Tensor.cuda`` only
+  backward   ``Tensor.backward``, ``torch.autograd.backward`` / ``grad`` only
+  optinit    ``Optimizer.__init__`` only     opthooks   the optimizer step pre/post hooks only
+
 The first round of each layer calibrates its lead and is not counted. Overhead = layer / plain, the
 geometric mean of the rounds' paired ratios with its 95% Student t interval
 (``pitstop.measure.speedup_interval``).
@@ -51,6 +59,26 @@ MADE = (
     "Watchdog(inst).start()\n"
 )
 LAYERS = ("aa", "imports", "watchdog", "install", "reverted", "profiled")
+# one part of ``Instrumentation.install()`` each (``inst`` made as in ``watchdog``)
+TC = "import torch\nfrom pitstop.profile.capture import torchcalls as tc\n"
+PARTS = {
+    "loader": "from pitstop.profile.capture.loaders import install_loader_patches\n"
+    "install_loader_patches(inst, inst.patches, inst.loaders)\n",
+    "syncs": "inst.sync_wrappers.install(inst.patches)\n",
+    "models": "inst.models.install(inst.patches)\n",
+    "torch": "from pitstop.profile.capture.torchcalls import install_torch_patches\n"
+    "install_torch_patches(inst, inst.patches)\n",
+    "to": TC + "for name in ('to', 'cuda'):\n"
+    "    inst.patches.patch(torch.Tensor, name, tc._make_to(inst, getattr(torch.Tensor, name)))\n",
+    "backward": TC + "inst.patches.patch(torch.Tensor, 'backward', tc._make_backward(inst, torch.Tensor.backward, True))\n"
+    "inst.patches.patch(torch.autograd, 'backward', tc._make_backward(inst, torch.autograd.backward, True))\n"
+    "inst.patches.patch(torch.autograd, 'grad', tc._make_backward(inst, torch.autograd.grad, False))\n",
+    "optinit": TC + "inst.patches.patch(torch.optim.Optimizer, '__init__', "
+    "tc._make_opt_init(inst, torch.optim.Optimizer.__init__))\n",
+    "opthooks": "from torch.optim.optimizer import register_optimizer_step_post_hook as post, "
+    "register_optimizer_step_pre_hook as pre\n"
+    "inst.patches.handle(pre(inst.optimizer_begin))\ninst.patches.handle(post(inst.optimizer_end))\n",
+}
 
 
 def commands(script: Path, args: list[str], out: str) -> dict[str, list[str]]:
@@ -62,6 +90,7 @@ def commands(script: Path, args: list[str], out: str) -> dict[str, list[str]]:
         "watchdog": made + RUN,
         "install": made + "inst.install()\n" + RUN,
         "reverted": made + "inst.install()\ninst.uninstall()\n" + RUN,
+        **{k: made + part + RUN for k, part in PARTS.items()},
     }
     cmds = {k: [sys.executable, "-c", c, str(script), *args] for k, c in code.items()}
     cmds["profiled"] = pairs.commands(script, args, out + "/profiled")["profiled"]
@@ -108,7 +137,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--example", default="slow_loader.py")
     ap.add_argument("--rounds", type=int, default=10, help="counted rounds per layer (one more calibrates)")
-    ap.add_argument("--layers", nargs="+", default=list(LAYERS), choices=LAYERS)
+    ap.add_argument("--layers", nargs="+", default=list(LAYERS), choices=[*LAYERS, *PARTS])
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
     if pairs.usable_pair() is None:
