@@ -59,8 +59,9 @@ MADE = (
     "Watchdog(inst).start()\n"
 )
 LAYERS = ("aa", "imports", "watchdog", "install", "reverted", "profiled")
-# one part of ``Instrumentation.install()`` each (``inst`` made as in ``watchdog``)
-TC = "import torch\nfrom pitstop.profile.capture import torchcalls as tc\n"
+# one part of ``Instrumentation.install()`` each (``inst`` made as in ``watchdog``); the torch-call
+# patches also one by one, through ``torchcalls.PARTS``
+TORCH_PART = "from pitstop.profile.capture.torchcalls import PARTS\nPARTS[{name!r}](inst, inst.patches)\n"
 PARTS = {
     "loader": "from pitstop.profile.capture.loaders import install_loader_patches\n"
     "install_loader_patches(inst, inst.patches, inst.loaders)\n",
@@ -68,16 +69,7 @@ PARTS = {
     "models": "inst.models.install(inst.patches)\n",
     "torch": "from pitstop.profile.capture.torchcalls import install_torch_patches\n"
     "install_torch_patches(inst, inst.patches)\n",
-    "to": TC + "for name in ('to', 'cuda'):\n"
-    "    inst.patches.patch(torch.Tensor, name, tc._make_to(inst, getattr(torch.Tensor, name)))\n",
-    "backward": TC + "inst.patches.patch(torch.Tensor, 'backward', tc._make_backward(inst, torch.Tensor.backward, True))\n"
-    "inst.patches.patch(torch.autograd, 'backward', tc._make_backward(inst, torch.autograd.backward, True))\n"
-    "inst.patches.patch(torch.autograd, 'grad', tc._make_backward(inst, torch.autograd.grad, False))\n",
-    "optinit": TC + "inst.patches.patch(torch.optim.Optimizer, '__init__', "
-    "tc._make_opt_init(inst, torch.optim.Optimizer.__init__))\n",
-    "opthooks": "from torch.optim.optimizer import register_optimizer_step_post_hook as post, "
-    "register_optimizer_step_pre_hook as pre\n"
-    "inst.patches.handle(pre(inst.optimizer_begin))\ninst.patches.handle(post(inst.optimizer_end))\n",
+    **{name: TORCH_PART.format(name=name) for name in ("to", "backward", "optinit", "opthooks")},
 }
 
 

@@ -100,7 +100,7 @@ def _interrupted_report(args: argparse.Namespace, before: dict[str, tuple[int, i
     from pitstop.report import write_html, write_json
 
     def unwritten(path: str | None) -> bool:
-        return bool(path) and path in before and _file_state(path) == before[path]
+        return path in before and _file_state(path) == before[path]
 
     sub = getattr(args, "tune_command", None) or getattr(args, "compress_command", None)
     tool = " ".join(str(v) for v in (args.command, sub) if v)

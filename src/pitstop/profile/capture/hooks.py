@@ -275,7 +275,7 @@ class Instrumentation:
             self.flush("running")
         except OSError as e:
             self.flush_error = f"{type(e).__name__}: {e}"
-            self._flush_gap = min(max(2 * self._flush_gap, FLUSH_EVERY_S), FLUSH_RETRY_MAX_S)
+            self._flush_gap = min(2 * self._flush_gap, FLUSH_RETRY_MAX_S)
             return
         if FLUSH_SHARE:
             self._flush_gap = max(FLUSH_EVERY_S, (clock() - took) / FLUSH_SHARE)

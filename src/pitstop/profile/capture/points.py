@@ -31,7 +31,6 @@ class ProbePoints(Protocol):
     in_next: bool  # inside DataLoader.__next__
     in_backward: bool  # inside a top-level backward call
     compile_error: str | None
-    flush_error: str | None
     model_facts: dict[int, dict[str, Any]]
     optimizer_facts: list[dict[str, Any]]
     override_errors: list[str]
