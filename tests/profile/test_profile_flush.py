@@ -169,3 +169,10 @@ def test_a_periodic_flush_that_cannot_write_never_reaches_the_script(tmp_path, m
         inst.close_step(fake["now"])
     flushed = json.loads(inst.flush_path.read_text())
     assert flushed["status"] == "running" and "FileNotFoundError" in flushed["flush_error"]
+    # the report says so: one info finding with the error, none where every write went through
+    from pitstop.profile.analyze.rules_progress import progress_rules
+
+    (f,) = [f for f in progress_rules(flushed) if f.id == "profile.record_write_failed"]
+    assert f.severity.value == "info" and "FileNotFoundError" in f.evidence
+    clean = progress_rules({**flushed, "flush_error": None})
+    assert "profile.record_write_failed" not in [f.id for f in clean]

@@ -1,6 +1,7 @@
 """Findings about progress: a run stopped while hung (``profile.hang``), cut short while still working
 (``profile.timeout``), steps that stalled and recovered (``profile.stall``, from ``pitstop.profile.analyze.stalls``),
-a DataLoader worker that died (``dataloader.worker_died``). Pure functions of the measurements record and the watchdog's record
+a DataLoader worker that died (``dataloader.worker_died``), a periodic record that could not be written
+(``profile.record_write_failed``). Pure functions of the measurements record and the watchdog's record
 (``Measurements.watchdog``, see ``pitstop.profile.capture.watchdog``); the stacks travel in each finding's data.
 """
 
@@ -56,7 +57,25 @@ def progress_rules(data: Measurements | Mapping[str, Any]) -> list[Finding]:
     out += stall_findings(m.steps or [], wd)
     if hang is None or hang.data.get("kind") != "dataloader":
         out += worker_died_findings(wd, m, status)
+    if m.flush_error:
+        out.append(record_write_failed_finding(m.flush_error))
     return out
+
+
+def record_write_failed_finding(error: str) -> Finding:
+    """``profile.record_write_failed``: a periodic flush of the measurements record failed while the script
+    ran. The script went on and the report comes from the final record; what was at risk is what a SIGKILL
+    (the OOM killer, a scheduler's hard stop) would have lost."""
+    return Finding(
+        id="profile.record_write_failed",
+        severity=Severity.INFO,
+        title="pitstop could not write its running record during the run; the report is from the final one",
+        evidence=f"the last failed write: {error}",
+        data={"error": error},
+        fix="Nothing in the script changed. Check free space and permissions where the run's files go "
+        "(`--out-dir`, else the temp folder): while these writes fail, a run killed with SIGKILL (the OOM "
+        "killer, a scheduler's hard stop) loses the steps measured since the last good write.",
+    )
 
 
 # ------------------------------------------------------------------------------------------- hang

@@ -161,6 +161,7 @@ class Measurements(Record):
     other_cpu_share: float | None = None
     steal_share: float | None = None
     workers_two_process: dict[str, Any] | None = None
+    flush_error: str | None = None  # the last periodic record write that failed (``hooks._periodic_flush``)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     nulls: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
