@@ -75,13 +75,13 @@ class _Switch:
     """``Optimizer.zero_grad``'s wrapper: the time a step, the instruments switched and torch's random
     numbers re-seeded at block starts."""
 
-    def __init__(self, inst: Any, plan: list[str], lead: int, block: int) -> None:
+    def __init__(self, inst: Any, plan: list[str], lead: int, block: int, install: Any) -> None:
         import torch
 
         from pitstop.measure.clock import Stopwatch
 
         self.seed = torch.manual_seed
-        self.inst, self.plan, self.lead, self.block = inst, plan, lead, block
+        self.inst, self.plan, self.lead, self.block, self.install = inst, plan, lead, block, install
         self.watch = Stopwatch()
         # each call's time on entry and after a switch: a step runs from one call's exit to the next's
         # entry, so the switch's own time is in no step
@@ -111,7 +111,7 @@ class _Switch:
 
         inst = self.inst
         if on:
-            inst.install()
+            self.install(inst)
             inst.models.narrowed = False  # its hooks narrow again at the next optimizer step, as in a run
             # the periodic flush counts the time the instruments were on, so it comes as often as in a run
             inst._last_flush += hooks.clock() - self.off_since
@@ -123,10 +123,20 @@ class _Switch:
 
 
 def toggled_blocks(
-    script: Path, args: list[str], name: str, block: int, pairs: int, tmp: Path, lead: int = 24, drop: int = 1
+    script: Path,
+    args: list[str],
+    name: str,
+    block: int,
+    pairs: int,
+    tmp: Path,
+    lead: int = 24,
+    drop: int = 1,
+    install: Any = None,
 ) -> BlockCost:
     """Run ``script`` once in this process with ``args`` (which must give it ``lead + 2 * pairs * block``
-    steps or more), the instruments on for ``lead`` steps, then ``pairs`` pairs of blocks on/off."""
+    steps or more), the instruments on for ``lead`` steps, then ``pairs`` pairs of blocks on/off.
+    ``install(inst)`` puts them on (default ``Instrumentation.install``: all of them; one part of it, for
+    ``profile_overhead_part_blocks.py``); off is always ``uninstall``, which undoes whatever was put on."""
     import contextlib
     import io
     import runpy
@@ -140,7 +150,8 @@ def toggled_blocks(
     plan = [arm for p in range(pairs) for arm in rotated([ON, OFF], p)]
     inst = Instrumentation(Config(full=True, warmup=5, out_dir=tmp, probes=False))
     inst.flush_path = tmp / "measurements.json"  # the periodic flush is the script thread's work too
-    switch = _Switch(inst, plan, lead, block)
+    install = install or Instrumentation.install
+    switch = _Switch(inst, plan, lead, block, install)
     orig = torch.optim.Optimizer.zero_grad
 
     def zero_grad(self: Any, *a: Any, **kw: Any) -> Any:
@@ -149,7 +160,7 @@ def toggled_blocks(
 
     argv, sys.argv = sys.argv, [str(script), *args]
     torch.optim.Optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
-    inst.install()
+    install(inst)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             runpy.run_path(str(script), run_name="__main__")
