@@ -58,12 +58,12 @@ def worker(pairs: int, out: Path) -> None:
     plain = current()
     from pitstop.profile.capture.hooks import Config, Instrumentation
     from pitstop.profile.rank import ddp_timers
-    from pitstop.profile.rank.rank_worker import RankWorker
+    from pitstop.profile.rank.rank_worker import RankWorker, identity
 
     inst = Instrumentation(Config(steps=10, warmup=5, full=True, out_dir=tmp, probes=False))
     inst.flush_path = tmp / "measurements.json"
     inst.install()
-    RankWorker(rank, tmp).on_install(inst)
+    RankWorker(identity(), tmp).on_install(inst)  # torchrun's variables
     model = DDP(
         nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 8))
     )

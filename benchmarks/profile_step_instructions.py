@@ -83,9 +83,9 @@ def worker(config: str, model_name: str, helper: str) -> None:
         inst.flush_path = tmp / "measurements.json"
         inst.install()
         if config == "rank":
-            from pitstop.profile.rank.rank_worker import RankWorker
+            from pitstop.profile.rank.rank_worker import Identity, RankWorker
 
-            RankWorker(0, tmp).on_install(inst)
+            RankWorker(Identity(rank=0, world=1, local_rank=0, local_world=1, node=0), tmp).on_install(inst)
     step = slow_loader_step() if model_name == "slow_loader" else mlp_step(model_name)
     for _ in range(WARM_STEPS.get(model_name, WARM)):  # past the warm-up (the DDP forward wrapper in place)
         step()
@@ -199,7 +199,7 @@ def count(config: str, model_name: str, helper: Path, folder: Path, timeout_s: f
         env=env, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     m = re.search(r"Collected : (\d+)", p.stderr)
-    if m is None:
+    if p.returncode != 0 or m is None or int(m.group(1)) == 0:  # a worker that failed before it counted
         raise RuntimeError(f"{model_name}/{config}: no count from callgrind: {p.stderr[-2000:]}")
     return int(m.group(1))
 
