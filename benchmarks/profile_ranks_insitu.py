@@ -121,6 +121,8 @@ def interval(xs: list[float]) -> str:
     from pitstop.measure import t_quantile
 
     m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return f"{1e6 * m:+.0f} us (one launch: no interval)"
     half = t_quantile(0.95, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
     return f"{1e6 * m:+.0f} us (95% CI {1e6 * (m - half):+.0f} to {1e6 * (m + half):+.0f})"
 

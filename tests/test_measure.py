@@ -77,6 +77,10 @@ def test_t_quantile_matches_tables():
     assert t_quantile(0.90, 5) == pytest.approx(2.015, abs=1e-3)
 
 
+def test_t_quantile_without_degrees_of_freedom_is_infinite():
+    assert t_quantile(0.95, 0) == math.inf and t_quantile(0.95, -1) == math.inf
+
+
 def test_interval_of_a_planted_speedup_contains_it_and_narrows_with_rounds():
     rng = random.Random(3)
     base = [noisy(0.12, 20, rng) for _ in range(8)]

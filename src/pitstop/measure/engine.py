@@ -147,7 +147,10 @@ def format_interval(iv: Interval) -> str:
 def t_quantile(confidence: float, df: int) -> float:
     """Two-sided Student t critical value: P(|T| < t) = ``confidence`` with ``df`` degrees of freedom.
 
-    Exact for integer df (Abramowitz & Stegun 26.7.3-4), inverted by bisection; no scipy needed."""
+    Exact for integer df (Abramowitz & Stegun 26.7.3-4), inverted by bisection; no scipy needed. With no
+    degrees of freedom (one value) no interval exists: infinite."""
+    if df < 1:
+        return math.inf
 
     def central(t: float) -> float:
         th = math.atan(t / math.sqrt(df))
