@@ -147,8 +147,7 @@ def format_interval(iv: Interval) -> str:
 def t_quantile(confidence: float, df: int) -> float:
     """Two-sided Student t critical value: P(|T| < t) = ``confidence`` with ``df`` degrees of freedom.
 
-    Exact for integer df (Abramowitz & Stegun 26.7.3-4), inverted by bisection; no scipy needed. With no
-    degrees of freedom (one value) no interval exists: infinite."""
+    Exact for integer df (Abramowitz & Stegun 26.7.3-4), by bisection; df < 1 (one value): infinite."""
     if df < 1:
         return math.inf
 
