@@ -95,8 +95,9 @@ def row(part: str, passes: list[dict[str, Any]]) -> str:
 
     from profile_overhead_parts import mean_interval
 
-    per_pass = [statistics.fmean(shares(p)) for p in passes if shares(p)]
-    pooled = [s for p in passes for s in shares(p)]
+    each = [xs for xs in map(shares, passes) if xs]  # each pass's pairs' shares, computed once
+    per_pass = [statistics.fmean(xs) for xs in each]
+    pooled = [x for xs in each for x in xs]
     m, lo, hi = mean_interval(per_pass)
     pm, plo, phi = mean_interval(pooled)
     step = statistics.median(x for p in passes for x in p["off"]) * 1000
