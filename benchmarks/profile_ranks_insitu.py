@@ -118,13 +118,12 @@ def worker(pairs: int, out: Path) -> None:
 
 
 def interval(xs: list[float]) -> str:
-    from pitstop.measure import t_quantile
+    from profile_overhead_parts import mean_interval
 
-    m = statistics.fmean(xs)
+    m, lo, hi = mean_interval(xs)
     if len(xs) < 2:
         return f"{1e6 * m:+.0f} us (one launch: no interval)"
-    half = t_quantile(0.95, len(xs) - 1) * statistics.stdev(xs) / len(xs) ** 0.5
-    return f"{1e6 * m:+.0f} us (95% CI {1e6 * (m - half):+.0f} to {1e6 * (m + half):+.0f})"
+    return f"{1e6 * m:+.0f} us (95% CI {1e6 * lo:+.0f} to {1e6 * hi:+.0f})"
 
 
 def launch(pairs: int, pin: bool) -> dict[int, list[dict]]:

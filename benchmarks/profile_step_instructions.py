@@ -18,7 +18,8 @@ small CNN, no DDP, 8 steps after 12):
   torchrun`.
 
 Each process steps past pitstop's warm-up, then counts the user-space instructions of its steps
-(callgrind's client requests, from a 3-line C helper compiled here). The periodic flush and the rank's
+(callgrind's client requests, from a 3-line C helper compiled here), after a `gc.collect()`, so that
+every count starts from the same GC state and repeats. The periodic flush and the rank's
 state file are written per second of wall time; under callgrind a second is a few steps, so they are
 switched off for the count (their cost is in the timed benchmarks). Two models: a tiny one (the
 instruments' share is large) and the rank benchmarks' workload.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import datetime as dt
+import gc
 import os
 import re
 import shutil
@@ -90,6 +92,9 @@ def worker(config: str, model_name: str, helper: str) -> None:
     for _ in range(WARM_STEPS.get(model_name, WARM)):  # past the warm-up (the DDP forward wrapper in place)
         step()
     cg = ctypes.CDLL(helper)
+    # every window starts from empty GC generations, so whether a collection falls inside it depends on
+    # what the steps allocate, not on where the warm-up left the counters
+    gc.collect()
     cg.cg_start()
     for _ in range(STEPS[model_name]):
         step()
@@ -254,7 +259,7 @@ def main() -> int:
         "same MLP without DDP, with examples/item_sync.py's per-sample `bool(preds[i] == y[i])`; slow_loader: examples/slow_loader.py's "
         "loader, augmentations and CNN, seeded), user-space "
         f"instructions of all threads over the steps after {WARM} (slow_loader: 12; past pitstop's warm-up), "
-        "divided by the steps; "
+        "divided by the steps, each count starting after a `gc.collect()`; "
         "the periodic flush and the rank's state-file thread off (they run per second of wall time, which "
         "is a few steps under callgrind; about 0.35 ms of CPU a second for the flush). Counts, not times: "
         "the same on a quiet or a busy machine",
