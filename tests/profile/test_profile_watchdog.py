@@ -393,3 +393,13 @@ def test_describe_kinds_of_collective_and_dataloader_waits():
     assert (
         loader["call"] == "torch.utils.data.dataloader._BaseDataLoaderIter.__next__"
     )  # pitstop's wrapper skipped
+
+
+def test_a_frame_without_a_line_number_still_gives_a_stack():
+    """Another thread's frame read between instructions can have ``f_lineno`` None. linecache raised a
+    TypeError on it, which stopped the watchdog, so a hang that followed was never dumped."""
+    code = test_a_frame_without_a_line_number_still_gives_a_stack.__code__
+    caller = SimpleNamespace(f_code=code, f_lineno=None, f_globals={"__name__": __name__}, f_back=None)
+    frames = frames_of(SimpleNamespace(f_code=code, f_lineno=None, f_globals=globals(), f_back=caller))
+    assert [f["line"] for f in frames] == [code.co_firstlineno] * 2
+    assert frames[0]["code"].startswith("def test_a_frame_without_a_line_number_still_gives_a_stack")

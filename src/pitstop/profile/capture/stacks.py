@@ -37,14 +37,17 @@ def frames_of(frame: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while frame is not None and len(out) < MAX_FRAMES:
         code = frame.f_code
+        # another thread's frame read between instructions can have no line number (None): its
+        # function's first line then, so the dump is still written
+        line = frame.f_lineno or code.co_firstlineno
         out.append(
             {
                 "file": code.co_filename,
-                "line": frame.f_lineno,
+                "line": line,
                 "function": getattr(code, "co_qualname", code.co_name),
                 "module": str(frame.f_globals.get("__name__", "")),
                 "user": is_user_file(code.co_filename),
-                "code": linecache.getline(code.co_filename, frame.f_lineno).strip(),
+                "code": linecache.getline(code.co_filename, line).strip(),
             }
         )
         frame = frame.f_back
